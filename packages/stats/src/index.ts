@@ -1,0 +1,1 @@
+export const PACKAGE_NAME = "@tapwire/stats";
