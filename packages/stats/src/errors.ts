@@ -1,0 +1,26 @@
+/** Stable error codes raised by `@tapwire/stats`. */
+export const StatsErrorCode = {
+  /** A metric name or prefix is not a valid Prometheus name. */
+  BAD_NAME: "STATS_BAD_NAME",
+  /** A name is already registered as another kind (or with another unit), or two metrics expose the same name. */
+  NAME_CONFLICT: "STATS_NAME_CONFLICT",
+  /** An option passed to a constructor or factory is invalid; the message names it. */
+  BAD_OPTION: "STATS_BAD_OPTION",
+  /** A value or argument passed to a metric method is invalid (negative counter increment, percentile > 100). */
+  BAD_ARGUMENT: "STATS_BAD_ARGUMENT",
+} as const;
+
+/** One of the {@link StatsErrorCode} values. */
+export type StatsErrorCode = (typeof StatsErrorCode)[keyof typeof StatsErrorCode];
+
+/** The only error class thrown by `@tapwire/stats`; `code` is stable, `message` names the first problem. */
+export class StatsError extends Error {
+  /** Stable machine-readable code. */
+  readonly code: StatsErrorCode;
+
+  constructor(code: StatsErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "StatsError";
+    this.code = code;
+  }
+}
