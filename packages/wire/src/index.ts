@@ -1,1 +1,82 @@
-export const PACKAGE_NAME = "@tapwire/wire";
+/**
+ * `@tapwire/wire`: the DSPK frame codec of the tapwire remote drafter link (CONTRACT 2, 4-8).
+ * @packageDocumentation
+ */
+export { fromHex, toHex } from "./bytes.js";
+export type { ReplyContext } from "./check.js";
+export { checkReplyValues, consumedPositions, validateSampled } from "./check.js";
+export {
+  APP_HEADER_SIZE,
+  AUTH_SIZE,
+  Capability,
+  DYADIC_ONE,
+  ENTRY_FLAGS_MASK,
+  EntryFlag,
+  FATAL_FRAME_STATUS,
+  FRAME_STATUS_NAMES,
+  FrameStatus,
+  frameStatusName,
+  HELLO_BODY_SIZE,
+  HELLO_FLAGS_MASK,
+  HELLO_REPLY_BODY_SIZE,
+  HelloFlag,
+  IDENTITY_SIZE,
+  MAGIC,
+  MAGIC_U32,
+  MAX_NUM_SPEC,
+  MAX_WINDOW,
+  NAME_SIZE,
+  OP_NAMES,
+  Op,
+  opName,
+  PING_MAX_BODY,
+  REQ_ENTRY_SIZE,
+  REQ_STATUS_NAMES,
+  ReplyFlag,
+  ReqStatus,
+  ROWS_ALIGN,
+  RowDtype,
+  reqStatusName,
+  SAMPLE_META_SIZE,
+  SAMPLE_MODE_NAMES,
+  SampleMode,
+  STATS_MAX_BODY,
+  STEP_PREFIX_SIZE,
+  STEP_REPLY_PREFIX_SIZE,
+  serialAdd,
+  serialNewer,
+  TOP_K_MAX,
+  USABLE_REQ_STATUS,
+  VERSION,
+} from "./constants.js";
+export { WireError, WireErrorCode } from "./errors.js";
+export type { DecodeHeaderOptions, FrameHeader } from "./header.js";
+export { decodeHeader, encodeHeader, frame, partialHeader, splitFrame } from "./header.js";
+export type { Hello, HelloReply } from "./hello.js";
+export {
+  checkHelloConfig,
+  checkHelloReply,
+  decodeHello,
+  decodeHelloReply,
+  encodeHello,
+  encodeHelloReply,
+  helloAuth,
+  verifyHelloAuth,
+} from "./hello.js";
+export type { ReplyShape, StepReplyLayout, StepReplyViews } from "./step-reply.js";
+export {
+  beginStepReply,
+  decodeStepReply,
+  peekStepReplyShape,
+  setReplyWorkerUs,
+  stepReplyBodySize,
+  stepReplyLayout,
+} from "./step-reply.js";
+export type { ReqEntry, SampleMeta, StepLimits, StepPrefixParams, StepRequest } from "./step-request.js";
+export {
+  decodeStepRequest,
+  maxStepBodySize,
+  rowsOffsetFor,
+  stepRequestBodySize,
+  writeStepPrefix,
+} from "./step-request.js";
