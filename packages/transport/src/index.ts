@@ -1,1 +1,133 @@
-export const PACKAGE_NAME = "@tapwire/transport";
+/**
+ * `@tapwire/transport`: request/response transports close to the socket limit (CONTRACT 3).
+ *
+ * @packageDocumentation
+ */
+import { type Endpoint, parseEndpoint } from "./endpoint.js";
+import { TransportError } from "./errors.js";
+import { clientMetrics, LocalRegistry, serverMetrics } from "./metrics.js";
+import {
+  type ClientOptions,
+  DEFAULT_CLOSE_TIMEOUT_MS,
+  DEFAULT_CONNECT_TIMEOUT_MS,
+  DEFAULT_MAX_MESSAGE_BYTES,
+  type Handler,
+  intOption,
+  MAX_U32,
+  type RpcClient,
+  type RpcServer,
+  type ServerOptions,
+} from "./options.js";
+import { StreamClient } from "./stream-client.js";
+import { StreamServer } from "./stream-server.js";
+
+const MAX_TIMEOUT_MS = 0x7fff_ffff;
+
+function checkObject(name: string, v: unknown): void {
+  if (v !== undefined && (typeof v !== "object" || v === null)) {
+    throw new TransportError("TRANSPORT_BAD_OPTION", `${name}: not an object`);
+  }
+}
+
+/**
+ * Makes a client for `endpoint` (not yet connected: call `connect()`). CONTRACT 3.
+ *
+ * @throws {TransportError} `TRANSPORT_BAD_ENDPOINT`, `TRANSPORT_BAD_OPTION` naming the option.
+ */
+export function makeClient(endpoint: string, options: ClientOptions = {}): RpcClient {
+  const ep: Endpoint = parseEndpoint(endpoint);
+  checkObject("options", options);
+  const maxMessageBytes = intOption(
+    "maxMessageBytes",
+    options.maxMessageBytes,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    0,
+    MAX_U32,
+  );
+  const connectTimeoutMs = intOption(
+    "connectTimeoutMs",
+    options.connectTimeoutMs,
+    DEFAULT_CONNECT_TIMEOUT_MS,
+    1,
+    MAX_TIMEOUT_MS,
+  );
+  checkObject("tls", options.tls);
+  const metrics = clientMetrics(options.registry ?? new LocalRegistry());
+  switch (ep.scheme) {
+    case "tcp":
+    case "unix":
+    case "tls":
+      return new StreamClient(endpoint, ep, { maxMessageBytes, connectTimeoutMs, tls: options.tls }, metrics);
+    default:
+      throw new TransportError(
+        "TRANSPORT_BAD_ENDPOINT",
+        `bad endpoint ${JSON.stringify(endpoint)}: not supported yet`,
+      );
+  }
+}
+
+/**
+ * Listens on `endpoint` and answers each request with `handler`. Resolves once bound; the
+ * returned server's `endpoint` has port 0 resolved. CONTRACT 3.
+ *
+ * @throws {TransportError} `TRANSPORT_BAD_ENDPOINT`, `TRANSPORT_BAD_OPTION`, `TRANSPORT_LISTEN`.
+ */
+export async function listen(
+  endpoint: string,
+  handler: Handler,
+  options: ServerOptions = {},
+): Promise<RpcServer> {
+  const ep = parseEndpoint(endpoint);
+  if (typeof handler !== "function")
+    throw new TransportError("TRANSPORT_BAD_OPTION", "handler: not a function");
+  checkObject("options", options);
+  const maxMessageBytes = intOption(
+    "maxMessageBytes",
+    options.maxMessageBytes,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    0,
+    MAX_U32,
+  );
+  const idleTimeoutMs = intOption("idleTimeoutMs", options.idleTimeoutMs, 0, 0, MAX_TIMEOUT_MS);
+  const closeTimeoutMs = intOption(
+    "closeTimeoutMs",
+    options.closeTimeoutMs,
+    DEFAULT_CLOSE_TIMEOUT_MS,
+    0,
+    MAX_TIMEOUT_MS,
+  );
+  checkObject("tls", options.tls);
+  const metrics = serverMetrics(options.registry ?? new LocalRegistry());
+  const cfg = { maxMessageBytes, idleTimeoutMs, closeTimeoutMs, options, metrics };
+  switch (ep.scheme) {
+    case "tcp":
+    case "unix":
+    case "tls": {
+      const s = new StreamServer(ep, handler, cfg);
+      await s.start();
+      return s;
+    }
+    default:
+      throw new TransportError(
+        "TRANSPORT_BAD_ENDPOINT",
+        `bad endpoint ${JSON.stringify(endpoint)}: not supported yet`,
+      );
+  }
+}
+
+export type { Endpoint } from "./endpoint.js";
+export { formatEndpoint, parseEndpoint, SCHEMES, Scheme } from "./endpoint.js";
+export { TransportError, TransportErrorCode } from "./errors.js";
+export type {
+  ClientOptions,
+  ClientTlsOptions,
+  ConnInfo,
+  Handler,
+  MetricsRegistry,
+  Reply,
+  RpcClient,
+  RpcServer,
+  ServerOptions,
+  ServerTlsOptions,
+} from "./options.js";
+export { DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_MAX_MESSAGE_BYTES } from "./options.js";

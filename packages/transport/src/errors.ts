@@ -1,0 +1,65 @@
+/**
+ * Stable error codes of `@tapwire/transport`. The `code` of a {@link TransportError} is always
+ * one of these strings.
+ */
+export const TransportErrorCode = {
+  /** A request got no complete reply within its timeout; the connection was closed (CONTRACT 3). */
+  TIMEOUT: "TRANSPORT_TIMEOUT",
+  /** Not connected, or the connection was closed (by `close()`, by the peer, or after an error). */
+  CLOSED: "TRANSPORT_CLOSED",
+  /** A length prefix (or ZeroMQ message) above `maxMessageBytes`; the connection was closed. */
+  TOO_LARGE: "TRANSPORT_TOO_LARGE",
+  /** The reply did not fit the caller's reply buffer; the connection was closed. */
+  REPLY_TOO_LARGE: "TRANSPORT_REPLY_TOO_LARGE",
+  /** `connect()` failed: refused, unreachable, TLS handshake refused, or not done within its timeout. */
+  CONNECT: "TRANSPORT_CONNECT",
+  /** A second request (or connect) was started while one is outstanding on this client. */
+  BUSY: "TRANSPORT_BUSY",
+  /** The endpoint string is not one of the supported URL forms. */
+  BAD_ENDPOINT: "TRANSPORT_BAD_ENDPOINT",
+  /** An option has an invalid value (the message names the option). */
+  BAD_OPTION: "TRANSPORT_BAD_OPTION",
+  /** `listen()` could not bind (address in use, permission, path in use by a live server). */
+  LISTEN: "TRANSPORT_LISTEN",
+  /** The peer broke the framing: unsolicited bytes, bytes after the reply. The connection was closed. */
+  PROTOCOL: "TRANSPORT_PROTOCOL",
+} as const;
+
+/** Union of the stable error code strings. */
+export type TransportErrorCode = (typeof TransportErrorCode)[keyof typeof TransportErrorCode];
+
+/**
+ * The one error class of `@tapwire/transport`. Errors of a request are created when the request is
+ * made, so their stack names the caller, even when the failure is detected later.
+ */
+export class TransportError extends Error {
+  /** Stable machine-readable code. */
+  readonly code: TransportErrorCode;
+
+  constructor(code: TransportErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "TransportError";
+    this.code = code;
+  }
+}
+
+/**
+ * Holds the caller's stack (captured cheaply once per call) so that an error detected later, in a
+ * socket callback, still shows where the call was made.
+ */
+export class CallSite {
+  declare readonly stack: string;
+  constructor(fn: (...args: never[]) => unknown) {
+    Error.captureStackTrace(this, fn);
+  }
+
+  /** A {@link TransportError} whose stack is the caller's stack. */
+  error(code: TransportErrorCode, message: string, cause?: unknown): TransportError {
+    const err =
+      cause === undefined ? new TransportError(code, message) : new TransportError(code, message, { cause });
+    const site = this.stack;
+    const nl = site.indexOf("\n");
+    err.stack = `TransportError [${code}]: ${message}${nl < 0 ? "" : site.slice(nl)}`;
+    return err;
+  }
+}

@@ -1,0 +1,176 @@
+import type { ConnectionOptions, SecureContextOptions } from "node:tls";
+import { TransportError } from "./errors.js";
+
+/** Default `maxMessageBytes`: 64 MiB (CONTRACT 3). */
+export const DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
+/** Default connect timeout used when `connect()` is called without one. */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
+/** Default time `RpcServer.close()` waits for in-flight handlers before destroying connections. */
+export const DEFAULT_CLOSE_TIMEOUT_MS = 5_000;
+/** Largest value a u32 length prefix can hold. */
+export const MAX_U32 = 0xffff_ffff;
+// Node timers overflow (and fire immediately) above 2^31-1 ms.
+const MAX_TIMER_MS = 0x7fff_ffff;
+
+/** The counter/gauge surface of `@tapwire/stats` `Registry` that this package uses. */
+export interface MetricsRegistry {
+  counter(name: string, help?: string): { inc(n?: number): void; readonly value: number };
+  gauge(
+    name: string,
+    help?: string,
+  ): { set(v: number): void; inc(n?: number): void; dec(n?: number): void; readonly value: number };
+}
+
+/** TLS material for clients (PEM strings or buffers). */
+export interface ClientTlsOptions {
+  /** Trusted CA certificate(s); default: Node's root store. */
+  ca?: SecureContextOptions["ca"];
+  /** Client certificate, for servers that request one. */
+  cert?: SecureContextOptions["cert"];
+  /** Key of `cert`. */
+  key?: SecureContextOptions["key"];
+  /** SNI / certificate host name; default the endpoint host. */
+  servername?: ConnectionOptions["servername"];
+  /** Verify the server certificate (default true). Turning this off is for tests only. */
+  rejectUnauthorized?: boolean;
+}
+
+/** Options of {@link makeClient}. */
+export interface ClientOptions {
+  /** Largest reply accepted, checked from the length prefix before reading it. Default 64 MiB. */
+  maxMessageBytes?: number;
+  /** TLS material for `tls://` endpoints. */
+  tls?: ClientTlsOptions;
+  /** Timeout used by `connect()` when called without one. Default 5000 ms. */
+  connectTimeoutMs?: number;
+  /** Where to count requests, bytes, errors (`transport_client_*`). Default: a private registry. */
+  registry?: MetricsRegistry;
+}
+
+/** TLS material for servers (PEM strings or buffers). */
+export interface ServerTlsOptions {
+  /** Server certificate chain. */
+  cert: SecureContextOptions["cert"];
+  /** Key of `cert`. */
+  key: SecureContextOptions["key"];
+  /** CA(s) that sign acceptable client certificates. */
+  ca?: SecureContextOptions["ca"];
+  /** Ask clients for a certificate (default false). */
+  requestCert?: boolean;
+  /** With `requestCert`, refuse clients without a valid certificate (default true). */
+  rejectUnauthorized?: boolean;
+}
+
+/** Options of {@link listen}. */
+export interface ServerOptions {
+  /** Largest request accepted, checked from the length prefix before buffering; also caps replies. Default 64 MiB. */
+  maxMessageBytes?: number;
+  /** Close a connection idle (no request in flight) for this long. 0 = never (default). */
+  idleTimeoutMs?: number;
+  /** TLS material, required for `tls://`. */
+  tls?: ServerTlsOptions;
+  /** Where to count connections, requests, bytes, errors (`transport_server_*`). Default: a private registry. */
+  registry?: MetricsRegistry;
+  /** Called once per accepted connection (for ZeroMQ: per new peer routing id). */
+  onConnection?(c: ConnInfo): void;
+  /** Called once when a connection closes. */
+  onClose?(c: ConnInfo): void;
+  /** Called when a handler throws/rejects or returns an invalid reply (the connection is then closed). */
+  onError?(err: unknown, c: ConnInfo): void;
+  /** How long `close()` lets in-flight handlers finish before destroying connections. Default 5000 ms. */
+  closeTimeoutMs?: number;
+}
+
+/** The connection a request arrived on. */
+export interface ConnInfo {
+  /** Server-unique connection number, from 1. */
+  readonly id: number;
+  /** Peer address: `ip:port`, `unix`, or `zmq:<routing id hex>`. */
+  readonly remote: string;
+  /** Closes this connection (after nothing: any reply in progress is dropped). */
+  close(): void;
+}
+
+/** A reply: one buffer, or parts sent back to back without copying, or `null` to close the connection. */
+export type Reply = Uint8Array | readonly Uint8Array[] | null;
+
+/**
+ * Request handler. `req` is a view that stays valid until the handler returns or its promise
+ * settles; copy what must outlive that. Requests of one connection are handled one at a time, in
+ * order. Throwing (or rejecting) closes that connection and is counted; the server keeps running.
+ */
+export type Handler = (req: Uint8Array, conn: ConnInfo) => Reply | Promise<Reply>;
+
+/** A request/response client over one connection (CONTRACT 3). */
+export interface RpcClient {
+  /** The endpoint string given to {@link makeClient}. */
+  readonly endpoint: string;
+  /** True between a successful `connect()` and the connection closing for any reason. */
+  readonly connected: boolean;
+  /**
+   * Opens the connection (no-op when connected; the same promise while connecting).
+   * @throws {TransportError} `TRANSPORT_CONNECT` (refused, TLS refused, timed out), `TRANSPORT_CLOSED` if `close()` interrupts it.
+   */
+  connect(timeoutMs?: number): Promise<void>;
+  /**
+   * Sends `msg` and writes the reply into `replyBuf`, resolving to the reply length.
+   * @throws {TransportError} `TRANSPORT_TIMEOUT`, `TRANSPORT_CLOSED`, `TRANSPORT_BUSY`,
+   *   `TRANSPORT_TOO_LARGE`, `TRANSPORT_REPLY_TOO_LARGE`, `TRANSPORT_PROTOCOL`. All but `BUSY`
+   *   (and `TOO_LARGE` for an oversized request, refused before sending) close the connection.
+   */
+  request(msg: Uint8Array, replyBuf: Uint8Array, timeoutMs: number): Promise<number>;
+  /** Like {@link RpcClient.request}, sending the concatenation of `parts` without copying them (scatter/gather). */
+  requestParts(parts: readonly Uint8Array[], replyBuf: Uint8Array, timeoutMs: number): Promise<number>;
+  /** Closes the connection; an outstanding request rejects with `TRANSPORT_CLOSED`. `connect()` may be called again. */
+  close(): void;
+}
+
+/** A listening server. */
+export interface RpcServer {
+  /** The bound endpoint, with port 0 resolved to the real port. */
+  readonly endpoint: string;
+  /** Number of open connections (ZeroMQ: known peers). */
+  readonly connections: number;
+  /** Stops accepting, lets in-flight handlers finish (up to `closeTimeoutMs`), then closes every connection. */
+  close(): Promise<void>;
+}
+
+function badOption(name: string, value: unknown, want: string): TransportError {
+  return new TransportError("TRANSPORT_BAD_OPTION", `option ${name}: ${String(value)} is not ${want}`);
+}
+
+/** Validates an integer option in [min, max]; returns the default when undefined. */
+export function intOption(name: string, value: unknown, dflt: number, min: number, max: number): number {
+  if (value === undefined) return dflt;
+  if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
+    throw badOption(name, value, `an integer in [${min}, ${max}]`);
+  }
+  return value;
+}
+
+/** Validates a timeout argument in ms (positive, finite) and clamps it to what timers support. */
+export function timeoutArg(name: string, value: unknown): number {
+  if (typeof value !== "number" || !(value > 0) || !Number.isFinite(value)) {
+    throw new TransportError(
+      "TRANSPORT_BAD_OPTION",
+      `${name}: ${String(value)} is not a positive number of ms`,
+    );
+  }
+  return Math.min(Math.ceil(value), MAX_TIMER_MS);
+}
+
+/** Validates the buffer arguments of a request. */
+export function checkBuffers(parts: readonly Uint8Array[], replyBuf: Uint8Array): number {
+  if (!(replyBuf instanceof Uint8Array)) {
+    throw new TransportError("TRANSPORT_BAD_OPTION", "replyBuf: not a Uint8Array");
+  }
+  let total = 0;
+  for (let i = 0; i < parts.length; i++) {
+    const p = parts[i];
+    if (!(p instanceof Uint8Array)) {
+      throw new TransportError("TRANSPORT_BAD_OPTION", `parts[${i}]: not a Uint8Array`);
+    }
+    total += p.length;
+  }
+  return total;
+}

@@ -1,0 +1,359 @@
+import * as net from "node:net";
+import * as tls from "node:tls";
+import type { Endpoint } from "./endpoint.js";
+import { CallSite, type TransportErrorCode } from "./errors.js";
+import type { ClientMetrics } from "./metrics.js";
+import { type ClientTlsOptions, checkBuffers, type RpcClient, timeoutArg } from "./options.js";
+
+// Size of the reused receive buffer handed to the kernel (onread): one read takes at most this much.
+const RECV_CHUNK = 64 * 1024;
+const HEADER_BYTES = 4; // CONTRACT 3: u32 big-endian length prefix
+
+const State = { CLOSED: 0, CONNECTING: 1, OPEN: 2 } as const;
+type State = (typeof State)[keyof typeof State];
+
+const EMPTY: readonly Uint8Array[] = [];
+
+/**
+ * Client for the length-prefixed stream schemes (tcp, unix, tls), CONTRACT 3.
+ *
+ * Receive path: `onread` into one reused 64 KiB buffer (no allocation per read), the length prefix
+ * parsed incrementally, the body copied straight into the caller's reply buffer. Send path:
+ * cork/uncork so the header and every part go out in one writev.
+ */
+export class StreamClient implements RpcClient {
+  readonly endpoint: string;
+  private readonly ep: Endpoint;
+  private readonly maxMessageBytes: number;
+  private readonly defaultConnectTimeoutMs: number;
+  private readonly tlsOptions: ClientTlsOptions | undefined;
+  private readonly m: ClientMetrics;
+
+  private state: State = State.CLOSED;
+  private sock: net.Socket | null = null;
+  private connectPromise: Promise<void> | null = null;
+  private connectAbort: ((code: TransportErrorCode, why: string) => void) | null = null;
+  private closeReason = "not connected (call connect() first)";
+  private readonly recvBuf = Buffer.allocUnsafe(RECV_CHUNK);
+  private readonly header = Buffer.allocUnsafe(HEADER_BYTES);
+
+  // The outstanding request, if any.
+  private pending = false;
+  private replyBuf: Uint8Array = new Uint8Array(0);
+  private hdrGot = 0;
+  private len = 0;
+  private got = 0;
+  private resolveFn: ((n: number) => void) | null = null;
+  private rejectFn: ((e: Error) => void) | null = null;
+  private site: CallSite | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  private timeoutMs = 0;
+
+  constructor(
+    endpoint: string,
+    ep: Endpoint,
+    opts: { maxMessageBytes: number; connectTimeoutMs: number; tls: ClientTlsOptions | undefined },
+    metrics: ClientMetrics,
+  ) {
+    this.endpoint = endpoint;
+    this.ep = ep;
+    this.maxMessageBytes = opts.maxMessageBytes;
+    this.defaultConnectTimeoutMs = opts.connectTimeoutMs;
+    this.tlsOptions = opts.tls;
+    this.m = metrics;
+  }
+
+  get connected(): boolean {
+    return this.state === State.OPEN;
+  }
+
+  connect(timeoutMs?: number): Promise<void> {
+    if (this.state === State.OPEN) return Promise.resolve();
+    if (this.connectPromise !== null) return this.connectPromise;
+    const site = new CallSite(this.connect);
+    let ms: number;
+    try {
+      ms = timeoutArg("connect timeoutMs", timeoutMs ?? this.defaultConnectTimeoutMs);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    this.state = State.CONNECTING;
+    const p = new Promise<void>((resolve, reject) => {
+      const sock = this.openSocket();
+      const secure = this.ep.scheme === "tls";
+      const finish = (err: Error | null): void => {
+        clearTimeout(timer);
+        sock.removeListener("error", onError);
+        sock.removeListener(secure ? "secureConnect" : "connect", onConnect);
+        this.connectPromise = null;
+        this.connectAbort = null;
+        if (err !== null) {
+          sock.destroy();
+          this.state = State.CLOSED;
+          reject(err);
+          return;
+        }
+        this.attach(sock);
+        resolve();
+      };
+      const onConnect = (): void => finish(null);
+      const onError = (e: Error): void =>
+        finish(site.error("TRANSPORT_CONNECT", `connect to ${this.endpoint} failed: ${e.message}`, e));
+      const timer = setTimeout(
+        () => finish(site.error("TRANSPORT_CONNECT", `connect to ${this.endpoint} timed out after ${ms} ms`)),
+        ms,
+      );
+      this.connectAbort = (code, why) => finish(site.error(code, why));
+      sock.once(secure ? "secureConnect" : "connect", onConnect);
+      sock.once("error", onError);
+    });
+    this.connectPromise = p;
+    return p;
+  }
+
+  private openSocket(): net.Socket {
+    const ep = this.ep;
+    const onread = {
+      buffer: this.recvBuf,
+      callback: (n: number, buf: Uint8Array): boolean => this.onRead(n, buf),
+    };
+    if (ep.scheme === "unix") return net.connect({ path: ep.path, onread });
+    if (ep.scheme === "tcp") return net.connect({ host: ep.host, port: ep.port, noDelay: true, onread });
+    if (ep.scheme === "tls") {
+      const t = this.tlsOptions ?? {};
+      const o: tls.ConnectionOptions = {
+        host: ep.host,
+        port: ep.port,
+        minVersion: "TLSv1.3",
+        rejectUnauthorized: t.rejectUnauthorized !== false,
+        servername: t.servername ?? (net.isIP(ep.host) === 0 ? ep.host : ""),
+      };
+      if (t.ca !== undefined) o.ca = t.ca;
+      if (t.cert !== undefined) o.cert = t.cert;
+      if (t.key !== undefined) o.key = t.key;
+      const s = tls.connect(o);
+      s.setNoDelay(true);
+      // TLS sockets deliver decrypted records through 'data' (onread does not apply to TLSWrap).
+      s.on("data", (chunk: Buffer) => {
+        if (this.sock === s) this.feed(chunk, 0, chunk.length);
+      });
+      return s;
+    }
+    throw new Error(`unreachable: scheme ${ep.scheme}`);
+  }
+
+  private attach(sock: net.Socket): void {
+    this.sock = sock;
+    this.state = State.OPEN;
+    this.m.connects.inc();
+    sock.on("error", (e: Error) => {
+      if (this.sock === sock)
+        this.drop("TRANSPORT_CLOSED", `connection to ${this.endpoint} failed: ${e.message}`, e);
+    });
+    sock.on("close", () => {
+      if (this.sock === sock) this.drop("TRANSPORT_CLOSED", `connection to ${this.endpoint} closed by peer`);
+    });
+  }
+
+  private onRead(nread: number, buf: Uint8Array): boolean {
+    this.feed(buf as Buffer, 0, nread);
+    return true;
+  }
+
+  request(msg: Uint8Array, replyBuf: Uint8Array, timeoutMs: number): Promise<number> {
+    return this.send(msg, EMPTY, replyBuf, timeoutMs, new CallSite(this.request));
+  }
+
+  requestParts(parts: readonly Uint8Array[], replyBuf: Uint8Array, timeoutMs: number): Promise<number> {
+    return this.send(null, parts, replyBuf, timeoutMs, new CallSite(this.requestParts));
+  }
+
+  private send(
+    msg: Uint8Array | null,
+    parts: readonly Uint8Array[],
+    replyBuf: Uint8Array,
+    timeoutMs: number,
+    site: CallSite,
+  ): Promise<number> {
+    let total: number;
+    let ms: number;
+    try {
+      if (msg !== null && !(msg instanceof Uint8Array)) {
+        throw site.error("TRANSPORT_BAD_OPTION", "msg: not a Uint8Array");
+      }
+      total = msg !== null ? msg.length + checkBuffers(EMPTY, replyBuf) : checkBuffers(parts, replyBuf);
+      ms = timeoutArg("request timeoutMs", timeoutMs);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    if (this.pending) {
+      return Promise.reject(
+        site.error("TRANSPORT_BUSY", `a request to ${this.endpoint} is already outstanding`),
+      );
+    }
+    const sock = this.sock;
+    if (this.state !== State.OPEN || sock === null) {
+      return Promise.reject(site.error("TRANSPORT_CLOSED", `${this.endpoint}: ${this.closeReason}`));
+    }
+    if (total > this.maxMessageBytes) {
+      return Promise.reject(
+        site.error(
+          "TRANSPORT_TOO_LARGE",
+          `request of ${total} bytes above maxMessageBytes ${this.maxMessageBytes}`,
+        ),
+      );
+    }
+    return new Promise<number>((resolve, reject) => {
+      this.pending = true;
+      this.replyBuf = replyBuf;
+      this.hdrGot = 0;
+      this.len = 0;
+      this.got = 0;
+      this.resolveFn = resolve;
+      this.rejectFn = reject;
+      this.site = site;
+      this.timeoutMs = ms;
+      this.timer = setTimeout(this.onTimeout, ms);
+      // A still-queued previous write may reference the shared header; never overwrite it then.
+      const header = sock.writableLength === 0 ? this.header : Buffer.allocUnsafe(HEADER_BYTES);
+      header.writeUInt32BE(total, 0);
+      sock.cork();
+      sock.write(header);
+      if (msg !== null) {
+        if (msg.length > 0) sock.write(msg);
+      } else {
+        for (let i = 0; i < parts.length; i++) {
+          const p = parts[i] as Uint8Array;
+          if (p.length > 0) sock.write(p);
+        }
+      }
+      sock.uncork();
+      this.m.bytesOut.inc(total + HEADER_BYTES);
+    });
+  }
+
+  private readonly onTimeout = (): void => {
+    this.timer = null;
+    if (!this.pending) return;
+    this.m.timeouts.inc();
+    const why =
+      `no complete reply from ${this.endpoint} within ${this.timeoutMs} ms` +
+      (this.hdrGot === HEADER_BYTES ? ` (${this.got} of ${this.len} bytes received)` : "");
+    this.fail("TRANSPORT_TIMEOUT", why, undefined, "closed after a request timed out");
+  };
+
+  private feed(buf: Buffer, off: number, end: number): void {
+    if (!this.pending) {
+      // CONTRACT 3: one reply per request. Bytes now are a duplicate or late reply: the stream
+      // position can no longer be trusted, so the connection goes.
+      this.drop(
+        "TRANSPORT_CLOSED",
+        `closed: ${this.endpoint} sent ${end - off} bytes with no request outstanding`,
+      );
+      return;
+    }
+    while (off < end) {
+      if (this.hdrGot < HEADER_BYTES) {
+        if (this.hdrGot === 0 && end - off >= HEADER_BYTES) {
+          this.len = buf.readUInt32BE(off);
+          off += HEADER_BYTES;
+          this.hdrGot = HEADER_BYTES;
+        } else {
+          this.len = this.len * 256 + (buf[off] as number);
+          off++;
+          if (++this.hdrGot < HEADER_BYTES) continue;
+        }
+        // CONTRACT 3: refuse from the prefix, before buffering anything.
+        if (this.len > this.maxMessageBytes) {
+          this.fail(
+            "TRANSPORT_TOO_LARGE",
+            `reply length ${this.len} above maxMessageBytes ${this.maxMessageBytes}`,
+            undefined,
+            "closed after an oversized reply",
+          );
+          return;
+        }
+        if (this.len > this.replyBuf.length) {
+          this.fail(
+            "TRANSPORT_REPLY_TOO_LARGE",
+            `reply of ${this.len} bytes does not fit replyBuf of ${this.replyBuf.length} bytes`,
+            undefined,
+            "closed after a reply larger than replyBuf",
+          );
+          return;
+        }
+      } else {
+        let n = end - off;
+        const want = this.len - this.got;
+        if (n > want) n = want;
+        buf.copy(this.replyBuf, this.got, off, off + n);
+        this.got += n;
+        off += n;
+      }
+      if (this.hdrGot === HEADER_BYTES && this.got === this.len) {
+        this.complete();
+        if (off < end) {
+          this.drop("TRANSPORT_PROTOCOL", `closed: ${this.endpoint} sent ${end - off} bytes after its reply`);
+        }
+        return;
+      }
+    }
+  }
+
+  private complete(): void {
+    const resolve = this.resolveFn as (n: number) => void;
+    const n = this.len;
+    this.clearPending();
+    this.m.requests.inc();
+    this.m.bytesIn.inc(n + HEADER_BYTES);
+    resolve(n);
+  }
+
+  private clearPending(): void {
+    if (this.timer !== null) {
+      clearTimeout(this.timer);
+      this.timer = null;
+    }
+    this.pending = false;
+    this.resolveFn = null;
+    this.rejectFn = null;
+    this.site = null;
+    this.replyBuf = new Uint8Array(0);
+  }
+
+  /** Rejects the outstanding request (if any) and closes the connection. */
+  private fail(code: TransportErrorCode, why: string, cause: unknown, closeReason: string): void {
+    const reject = this.rejectFn;
+    const site = this.site;
+    this.clearPending();
+    this.closeSocket(closeReason);
+    if (reject !== null && site !== null) {
+      if (code !== "TRANSPORT_TIMEOUT") this.m.errors.inc();
+      reject(site.error(code, why, cause));
+    }
+  }
+
+  /** The connection is gone (peer, error, protocol): fail what is outstanding. */
+  private drop(code: TransportErrorCode, why: string, cause?: unknown): void {
+    this.fail(this.pending ? "TRANSPORT_CLOSED" : code, why, cause, why);
+  }
+
+  private closeSocket(reason: string): void {
+    const sock = this.sock;
+    this.sock = null;
+    this.closeReason = reason;
+    if (this.state !== State.CONNECTING) this.state = State.CLOSED;
+    if (sock !== null) sock.destroy();
+  }
+
+  close(): void {
+    if (this.connectAbort !== null)
+      this.connectAbort("TRANSPORT_CLOSED", `connect to ${this.endpoint} interrupted by close()`);
+    this.fail(
+      "TRANSPORT_CLOSED",
+      `request to ${this.endpoint} interrupted by close()`,
+      undefined,
+      "closed by close() (call connect() again)",
+    );
+  }
+}

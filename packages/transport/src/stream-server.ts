@@ -1,0 +1,453 @@
+import { lstatSync, unlinkSync } from "node:fs";
+import * as net from "node:net";
+import * as tls from "node:tls";
+import { type Endpoint, formatEndpoint } from "./endpoint.js";
+import { TransportError } from "./errors.js";
+import type { ServerMetrics } from "./metrics.js";
+import type { ConnInfo, Handler, Reply, RpcServer, ServerOptions } from "./options.js";
+
+const HEADER_BYTES = 4; // CONTRACT 3: u32 big-endian length prefix
+// First size of a connection's reassembly buffer; it grows (to the largest message seen) and is reused.
+const MIN_ASSEMBLY = 64 * 1024;
+
+export interface StreamServerConfig {
+  maxMessageBytes: number;
+  idleTimeoutMs: number;
+  closeTimeoutMs: number;
+  options: ServerOptions;
+  metrics: ServerMetrics;
+}
+
+function isThenable(v: unknown): v is PromiseLike<Reply> {
+  return typeof v === "object" && v !== null && typeof (v as { then?: unknown }).then === "function";
+}
+
+/**
+ * One accepted connection. Receives through 'data' events (server sockets cannot use `onread` in
+ * Node 20): a chunk holding a whole message is handed to the handler as a view without copying;
+ * otherwise the chunks are copied into a per-connection buffer that grows once and is reused.
+ */
+class Conn implements ConnInfo {
+  readonly id: number;
+  readonly remote: string;
+  private readonly sock: net.Socket;
+  private readonly srv: StreamServer;
+  private readonly cfg: StreamServerConfig;
+  private readonly header = Buffer.allocUnsafe(HEADER_BYTES);
+  private asm: Buffer | null = null;
+  private hdrGot = 0;
+  private len = 0;
+  private got = 0;
+  /** A handler is running, or a reply is still being flushed: receive nothing meanwhile. */
+  private busy = false;
+  /** The last reply is still queued in the socket: wait for its write callback. */
+  private waitingWrite = false;
+  private readonly backlog: Buffer[] = [];
+  private closed = false;
+  closeAfterReply = false;
+
+  constructor(id: number, sock: net.Socket, srv: StreamServer, cfg: StreamServerConfig) {
+    this.id = id;
+    this.sock = sock;
+    this.srv = srv;
+    this.cfg = cfg;
+    this.remote = sock.remoteAddress !== undefined ? `${sock.remoteAddress}:${sock.remotePort}` : "unix";
+    sock.on("data", this.onData);
+    sock.on("error", this.onError);
+    sock.on("close", this.onClose);
+    if (cfg.idleTimeoutMs > 0) {
+      sock.setTimeout(cfg.idleTimeoutMs, () => {
+        if (!this.busy) this.close();
+      });
+    }
+  }
+
+  get isBusy(): boolean {
+    return this.busy;
+  }
+
+  private readonly onData = (chunk: Buffer): void => {
+    if (this.busy || this.backlog.length > 0) {
+      // Only a client breaking "one request outstanding" gets here; TCP backpressure bounds it.
+      this.backlog.push(chunk);
+      this.sock.pause();
+      return;
+    }
+    this.feed(chunk, 0);
+  };
+
+  private feed(chunk: Buffer, off: number): void {
+    const end = chunk.length;
+    while (off < end && !this.closed) {
+      if (this.hdrGot < HEADER_BYTES) {
+        if (this.hdrGot === 0 && end - off >= HEADER_BYTES) {
+          this.len = chunk.readUInt32BE(off);
+          off += HEADER_BYTES;
+          this.hdrGot = HEADER_BYTES;
+        } else {
+          this.len = this.len * 256 + (chunk[off] as number);
+          off++;
+          if (++this.hdrGot < HEADER_BYTES) continue;
+        }
+        // CONTRACT 3 / 11: refuse from the prefix, before buffering or allocating.
+        if (this.len > this.cfg.maxMessageBytes) {
+          this.cfg.metrics.tooLarge.inc();
+          this.close();
+          return;
+        }
+        this.got = 0;
+        if (end - off >= this.len) {
+          const len = this.len;
+          this.hdrGot = 0;
+          // Zero-copy: the chunk is ours and nobody else writes into it.
+          const view = chunk.subarray(off, off + len);
+          off += len;
+          if (!this.dispatch(view)) {
+            if (off < end) this.backlog.unshift(chunk.subarray(off));
+            return;
+          }
+          continue;
+        }
+        if (this.asm === null || this.asm.length < this.len) {
+          let size = this.asm === null ? MIN_ASSEMBLY : this.asm.length;
+          while (size < this.len) size *= 2;
+          if (size > this.cfg.maxMessageBytes) size = this.cfg.maxMessageBytes;
+          this.asm = Buffer.allocUnsafe(size);
+        }
+        continue;
+      }
+      const asm = this.asm as Buffer;
+      let n = end - off;
+      const want = this.len - this.got;
+      if (n > want) n = want;
+      chunk.copy(asm, this.got, off, off + n);
+      this.got += n;
+      off += n;
+      if (this.got === this.len) {
+        this.hdrGot = 0;
+        if (!this.dispatch(asm.subarray(0, this.len))) {
+          if (off < end) this.backlog.unshift(chunk.subarray(off));
+          return;
+        }
+      }
+    }
+  }
+
+  /** Runs the handler; returns true when the connection can go on parsing right away. */
+  private dispatch(req: Buffer): boolean {
+    const m = this.cfg.metrics;
+    m.requests.inc();
+    m.bytesIn.inc(req.length + HEADER_BYTES);
+    let result: Reply | PromiseLike<Reply>;
+    try {
+      result = this.srv.handler(req, this);
+    } catch (e) {
+      this.handlerFailed(e);
+      return false;
+    }
+    if (isThenable(result)) {
+      this.busy = true;
+      result.then(this.onReply, this.onReject);
+      return false;
+    }
+    return this.reply(result);
+  }
+
+  private readonly onReply = (r: Reply): void => {
+    if (this.closed) return;
+    if (this.reply(r)) this.resume();
+  };
+
+  private readonly onReject = (e: unknown): void => {
+    if (!this.closed) this.handlerFailed(e);
+  };
+
+  private handlerFailed(e: unknown): void {
+    this.cfg.metrics.errors.inc();
+    this.cfg.options.onError?.(e, this);
+    this.close();
+  }
+
+  /** Writes the reply; returns true when parsing may continue now. */
+  private reply(r: Reply): boolean {
+    if (r === null) {
+      this.close();
+      return false;
+    }
+    let total = 0;
+    if (r instanceof Uint8Array) {
+      total = r.length;
+    } else if (Array.isArray(r)) {
+      for (const p of r) {
+        if (!(p instanceof Uint8Array)) {
+          this.handlerFailed(
+            new TransportError("TRANSPORT_BAD_OPTION", "handler reply part is not a Uint8Array"),
+          );
+          return false;
+        }
+        total += p.length;
+      }
+    } else {
+      this.handlerFailed(
+        new TransportError(
+          "TRANSPORT_BAD_OPTION",
+          "handler returned neither a Uint8Array, an array of them, nor null",
+        ),
+      );
+      return false;
+    }
+    if (total > this.cfg.maxMessageBytes) {
+      this.handlerFailed(
+        new TransportError(
+          "TRANSPORT_TOO_LARGE",
+          `handler reply of ${total} bytes above maxMessageBytes ${this.cfg.maxMessageBytes}`,
+        ),
+      );
+      return false;
+    }
+    const sock = this.sock;
+    const header = sock.writableLength === 0 ? this.header : Buffer.allocUnsafe(HEADER_BYTES);
+    header.writeUInt32BE(total, 0);
+    sock.cork();
+    if (total === 0) {
+      sock.write(header, this.onWritten);
+    } else {
+      sock.write(header);
+      if (r instanceof Uint8Array) {
+        sock.write(r, this.onWritten);
+      } else {
+        // The callback goes on the last non-empty part: it fires once everything before it is out.
+        const parts = r as readonly Uint8Array[];
+        let last = parts.length - 1;
+        while ((parts[last] as Uint8Array).length === 0) last--;
+        for (let i = 0; i <= last; i++) {
+          const p = parts[i] as Uint8Array;
+          if (p.length > 0) sock.write(p, i === last ? this.onWritten : undefined);
+        }
+      }
+    }
+    sock.uncork();
+    this.cfg.metrics.bytesOut.inc(total + HEADER_BYTES);
+    if (this.closeAfterReply) {
+      this.busy = true;
+      sock.end();
+      return false;
+    }
+    if (sock.writableLength > 0) {
+      // The handler may reuse its reply buffers for the next request: read nothing more until
+      // this reply has left them (also bounds memory against clients that never read).
+      this.busy = true;
+      this.waitingWrite = true;
+      return false;
+    }
+    this.busy = false;
+    return true;
+  }
+
+  private readonly onWritten = (): void => {
+    // Callbacks of earlier replies may arrive late: only the one that empties the queue counts.
+    if (this.waitingWrite && !this.closed && this.sock.writableLength === 0) {
+      this.waitingWrite = false;
+      this.resume();
+    }
+  };
+
+  private resume(): void {
+    this.busy = false;
+    while (!this.busy && !this.closed && this.backlog.length > 0) {
+      this.feed(this.backlog.shift() as Buffer, 0);
+    }
+    if (!this.busy && !this.closed) {
+      if (this.closeAfterReply) this.close();
+      else if (this.sock.isPaused()) this.sock.resume();
+    }
+  }
+
+  private readonly onError = (): void => {
+    if (!this.closed) this.cfg.metrics.errors.inc();
+  };
+
+  private readonly onClose = (): void => {
+    this.closed = true;
+    this.backlog.length = 0;
+    this.srv.removeConn(this);
+  };
+
+  /** Graceful: close now when idle, else after the in-flight reply is written. */
+  shutdown(): void {
+    if (this.busy) this.closeAfterReply = true;
+    else this.close();
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.sock.destroy();
+  }
+
+  destroy(): void {
+    this.close();
+  }
+}
+
+/** Server for the length-prefixed stream schemes (tcp, unix, tls), CONTRACT 3. */
+export class StreamServer implements RpcServer {
+  endpoint = "";
+  readonly handler: Handler;
+  private readonly ep: Endpoint;
+  private readonly cfg: StreamServerConfig;
+  private readonly server: net.Server;
+  private readonly conns = new Set<Conn>();
+  private nextId = 1;
+  private closePromise: Promise<void> | null = null;
+  private drained: (() => void) | null = null;
+
+  constructor(ep: Endpoint, handler: Handler, cfg: StreamServerConfig) {
+    this.ep = ep;
+    this.handler = handler;
+    this.cfg = cfg;
+    if (ep.scheme === "tls") {
+      const t = cfg.options.tls;
+      if (t === undefined) {
+        throw new TransportError(
+          "TRANSPORT_BAD_OPTION",
+          "option tls: required (cert and key) for tls:// endpoints",
+        );
+      }
+      const o: tls.TlsOptions = {
+        cert: t.cert,
+        key: t.key,
+        minVersion: "TLSv1.3",
+        requestCert: t.requestCert === true,
+        rejectUnauthorized: t.rejectUnauthorized !== false,
+        noDelay: true,
+      };
+      if (t.ca !== undefined) o.ca = t.ca;
+      const s = tls.createServer(o, (sock) => this.accept(sock));
+      s.on("connection", (raw: net.Socket) => raw.setNoDelay(true));
+      s.on("tlsClientError", () => cfg.metrics.errors.inc());
+      this.server = s;
+    } else {
+      this.server = net.createServer({ noDelay: true }, (sock) => this.accept(sock));
+    }
+  }
+
+  get connections(): number {
+    return this.conns.size;
+  }
+
+  private accept(sock: net.Socket): void {
+    if (this.closePromise !== null) {
+      sock.destroy();
+      return;
+    }
+    const c = new Conn(this.nextId++, sock, this, this.cfg);
+    this.conns.add(c);
+    this.cfg.metrics.connections.inc();
+    this.cfg.metrics.open.inc();
+    this.cfg.options.onConnection?.(c);
+  }
+
+  removeConn(c: Conn): void {
+    if (!this.conns.delete(c)) return;
+    this.cfg.metrics.open.dec();
+    this.cfg.options.onClose?.(c);
+    if (this.conns.size === 0 && this.drained !== null) this.drained();
+  }
+
+  async start(): Promise<void> {
+    const ep = this.ep;
+    if ("path" in ep) await removeStaleSocket(ep.path);
+    await new Promise<void>((resolve, reject) => {
+      const onError = (e: NodeJS.ErrnoException): void => {
+        reject(
+          new TransportError(
+            "TRANSPORT_LISTEN",
+            `listen on ${formatEndpoint(ep)} failed: ${e.code ?? e.message}`,
+            {
+              cause: e,
+            },
+          ),
+        );
+      };
+      this.server.once("error", onError);
+      const done = (): void => {
+        this.server.removeListener("error", onError);
+        resolve();
+      };
+      if ("path" in ep) this.server.listen({ path: ep.path }, done);
+      else this.server.listen({ host: ep.host, port: ep.port }, done);
+    });
+    this.server.on("error", () => this.cfg.metrics.errors.inc());
+    if (ep.scheme === "unix") {
+      this.endpoint = formatEndpoint(ep);
+    } else {
+      const a = this.server.address() as net.AddressInfo;
+      this.endpoint = formatEndpoint({ scheme: ep.scheme as "tcp" | "tls", host: a.address, port: a.port });
+    }
+  }
+
+  close(): Promise<void> {
+    if (this.closePromise !== null) return this.closePromise;
+    this.closePromise = (async () => {
+      const stopped = new Promise<void>((resolve) => this.server.close(() => resolve()));
+      const drained = new Promise<void>((resolve) => {
+        this.drained = resolve;
+        if (this.conns.size === 0) resolve();
+      });
+      for (const c of this.conns) c.shutdown();
+      let timer: NodeJS.Timeout | undefined;
+      const deadline = new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, this.cfg.closeTimeoutMs);
+      });
+      await Promise.race([drained, deadline]);
+      clearTimeout(timer);
+      for (const c of this.conns) c.destroy();
+      await stopped;
+      if ("path" in this.ep) unlinkQuiet(this.ep.path);
+    })();
+    return this.closePromise;
+  }
+}
+
+function unlinkQuiet(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch {
+    // already gone
+  }
+}
+
+/**
+ * A socket file left by a dead server blocks bind(): remove it, but never a non-socket file and
+ * never the socket of a live server (probed by connecting).
+ */
+async function removeStaleSocket(path: string): Promise<void> {
+  let st: ReturnType<typeof lstatSync>;
+  try {
+    st = lstatSync(path);
+  } catch {
+    return;
+  }
+  if (!st.isSocket()) {
+    throw new TransportError(
+      "TRANSPORT_LISTEN",
+      `listen on unix://${path} failed: path exists and is not a socket`,
+    );
+  }
+  const live = await new Promise<boolean>((resolve) => {
+    const s = net.connect({ path });
+    s.once("connect", () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.once("error", () => resolve(false));
+  });
+  if (live) {
+    throw new TransportError(
+      "TRANSPORT_LISTEN",
+      `listen on unix://${path} failed: a live server is listening there`,
+    );
+  }
+  unlinkQuiet(path);
+}
