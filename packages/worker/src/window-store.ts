@@ -1,0 +1,301 @@
+/**
+ * Per-slot generations and windows of tap rows (CONTRACT 7.1, 7.2).
+ *
+ * Each slot owns a linear buffer of up to `2W` rows. The window is the run of `count` rows
+ * starting at buffer row `start`; appending writes after it and, when the buffer end is reached,
+ * the surviving rows are compacted to the front. The window is therefore always one contiguous
+ * bf16 view, oldest row first, and the amortised cost per appended row is one copy plus at most
+ * one more for the compaction. Buffers are allocated lazily per slot (doubling up to `2W` rows)
+ * and dropped on RELEASE and on a reset of all slots; nothing is allocated per STEP once a slot's
+ * buffer has reached the size its traffic needs.
+ */
+
+import { WorkerError } from "./errors.js";
+
+/** Smallest per-slot buffer, in rows, before doubling. */
+const MIN_CAPACITY_ROWS = 8;
+
+/** Released row buffers kept for reuse by other slots (bounded so RELEASE still frees memory). */
+const POOL_LIMIT = 4;
+
+/** A slot's window as {@link WindowStore.debugWindow} reports it. */
+export interface WindowSnapshot {
+  /** Whether the slot has a generation at all (false before its first entry or after a reset). */
+  known: boolean;
+  generation: number;
+  /** Absolute position of the first row held. */
+  firstPos: number;
+  /** Rows held (`<= W`). */
+  nRows: number;
+  /** A copy of the rows, oldest first (`nRows * rowBytes` bytes). */
+  rows: Uint8Array;
+}
+
+/** Outcome of the generation check of CONTRACT 7.1. */
+export const GenerationCheck = { SAME: 0, RESET: 1, STALE: 2 } as const;
+export type GenerationCheck = (typeof GenerationCheck)[keyof typeof GenerationCheck];
+
+function serialNewerU32(a: number, b: number): boolean {
+  // CONTRACT 2: newer(a, b) := ((a - b) mod 2^32) in [1, 2^31)
+  const d = (a - b) >>> 0;
+  return d !== 0 && d < 0x80000000;
+}
+
+/** Slot state of one session: generations and row windows. */
+export class WindowStore {
+  readonly maxSlots: number;
+  readonly window: number;
+  readonly rowBytes: number;
+  private readonly generation: Uint32Array;
+  private readonly known: Uint8Array;
+  private readonly start: Uint32Array;
+  private readonly count: Uint32Array;
+  // Positions fit u32 (anchor_pos is u32 on the wire); Float64 avoids wrap when firstPos + count
+  // is computed.
+  private readonly firstPos: Float64Array;
+  private readonly buffers: (Uint8Array | null)[];
+  private readonly pool: Uint8Array[] = [];
+  private nonEmpty = 0;
+  private allocatedBytes = 0;
+
+  constructor(maxSlots: number, window: number, rowBytes: number) {
+    if (!Number.isInteger(maxSlots) || maxSlots < 0) {
+      throw new WorkerError("WORKER_BAD_OPTION", `maxSlots ${maxSlots} is not a non-negative integer`);
+    }
+    if (!Number.isInteger(window) || window < 1) {
+      throw new WorkerError("WORKER_BAD_OPTION", `window ${window} is not a positive integer`);
+    }
+    if (!Number.isInteger(rowBytes) || rowBytes < 2) {
+      throw new WorkerError("WORKER_BAD_OPTION", `rowBytes ${rowBytes} is not an integer >= 2`);
+    }
+    this.maxSlots = maxSlots;
+    this.window = window;
+    this.rowBytes = rowBytes;
+    this.generation = new Uint32Array(maxSlots);
+    this.known = new Uint8Array(maxSlots);
+    this.start = new Uint32Array(maxSlots);
+    this.count = new Uint32Array(maxSlots);
+    this.firstPos = new Float64Array(maxSlots);
+    this.buffers = new Array<Uint8Array | null>(maxSlots).fill(null);
+  }
+
+  /** Slots whose window holds at least one row (`windows_kept` of CONTRACT 6.1). */
+  get windowsHeld(): number {
+    return this.nonEmpty;
+  }
+
+  /** Bytes currently allocated for row buffers (including the reuse pool). */
+  get bytesAllocated(): number {
+    return this.allocatedBytes;
+  }
+
+  /** CONTRACT 7.1: compare an entry's generation with the slot's; a newer one resets the slot. */
+  checkGeneration(slot: number, generation: number): GenerationCheck {
+    if (this.known[slot] === 0) {
+      this.known[slot] = 1;
+      this.generation[slot] = generation;
+      this.clearWindow(slot);
+      return GenerationCheck.RESET;
+    }
+    const cur = this.generation[slot]!;
+    if (cur === generation) return GenerationCheck.SAME;
+    if (serialNewerU32(generation, cur)) {
+      this.generation[slot] = generation;
+      this.clearWindow(slot);
+      return GenerationCheck.RESET;
+    }
+    return GenerationCheck.STALE;
+  }
+
+  /** Would {@link checkGeneration} answer STALE? (No state change.) */
+  isStale(slot: number, generation: number): boolean {
+    if (this.known[slot] === 0) return false;
+    const cur = this.generation[slot]!;
+    return cur !== generation && !serialNewerU32(generation, cur);
+  }
+
+  /**
+   * CONTRACT 7.2 steps 2 and 3: apply `nRows` carried rows starting at position `rowStart`.
+   * With `resync`, or when the rows do not connect to the window's end, they replace the window
+   * (the last `W` of them); otherwise they are appended and the oldest rows beyond `W` dropped.
+   */
+  applyRows(
+    slot: number,
+    rowStart: number,
+    nRows: number,
+    src: Uint8Array,
+    srcOffset: number,
+    resync: boolean,
+  ): void {
+    const count = this.count[slot]!;
+    const connects = count === 0 ? rowStart === 0 : this.firstPos[slot]! + count === rowStart;
+    if (resync || !connects || count === 0) {
+      // An empty window takes the rows as they come: appending to nothing is replacing.
+      this.replace(slot, rowStart, nRows, src, srcOffset);
+    } else if (nRows > 0) {
+      this.append(slot, nRows, src, srcOffset);
+    }
+  }
+
+  /** CONTRACT 7.2 step 4: drop the window and its memory, keep the generation. */
+  release(slot: number): void {
+    this.clearWindow(slot);
+    const buf = this.buffers[slot];
+    if (buf !== null && buf !== undefined) {
+      this.buffers[slot] = null;
+      this.giveBack(buf);
+    }
+  }
+
+  /** Drop every window and every generation and free the row memory (new session, RESET). */
+  resetAll(): void {
+    this.known.fill(0);
+    this.generation.fill(0);
+    this.start.fill(0);
+    this.count.fill(0);
+    this.firstPos.fill(0);
+    this.buffers.fill(null);
+    this.pool.length = 0;
+    this.nonEmpty = 0;
+    this.allocatedBytes = 0;
+  }
+
+  /** Drop the state of slots `>= from` (a re-HELLO that lowered `max_slots`). */
+  dropFrom(from: number): void {
+    for (let s = from; s < this.maxSlots; s++) {
+      this.release(s);
+      this.known[s] = 0;
+      this.generation[s] = 0;
+    }
+  }
+
+  /**
+   * CONTRACT 7.2 step 5: the rows of a window that ends at `anchorPos` (0 when the window ends
+   * elsewhere).
+   */
+  heldAt(slot: number, anchorPos: number): number {
+    const count = this.count[slot]!;
+    if (count === 0) return 0;
+    return this.firstPos[slot]! + count === anchorPos ? count : 0;
+  }
+
+  /** A view of the slot's last `nRows` rows (oldest first); valid until the slot changes. */
+  rowsView(slot: number, nRows: number): Uint8Array {
+    const buf = this.buffers[slot];
+    if (buf === null || buf === undefined || nRows === 0) return EMPTY;
+    const end = (this.start[slot]! + this.count[slot]!) * this.rowBytes;
+    return buf.subarray(end - nRows * this.rowBytes, end);
+  }
+
+  /** Test hook: a copy of the slot's state. */
+  debugWindow(slot: number): WindowSnapshot {
+    const n = this.count[slot]!;
+    return {
+      known: this.known[slot] === 1,
+      generation: this.generation[slot]!,
+      firstPos: n === 0 ? 0 : this.firstPos[slot]!,
+      nRows: n,
+      rows: this.rowsView(slot, n).slice(),
+    };
+  }
+
+  private clearWindow(slot: number): void {
+    if (this.count[slot]! > 0) this.nonEmpty--;
+    this.count[slot] = 0;
+    this.start[slot] = 0;
+    this.firstPos[slot] = 0;
+  }
+
+  private replace(slot: number, rowStart: number, nRows: number, src: Uint8Array, srcOffset: number): void {
+    this.clearWindow(slot);
+    if (nRows === 0) return;
+    const keep = Math.min(nRows, this.window);
+    const skip = nRows - keep;
+    const buf = this.ensureCapacity(slot, keep, 0);
+    const rb = this.rowBytes;
+    buf.set(src.subarray(srcOffset + skip * rb, srcOffset + nRows * rb), 0);
+    this.start[slot] = 0;
+    this.count[slot] = keep;
+    this.firstPos[slot] = rowStart + skip;
+    this.nonEmpty++;
+  }
+
+  private append(slot: number, nRows: number, src: Uint8Array, srcOffset: number): void {
+    const W = this.window;
+    const rb = this.rowBytes;
+    if (nRows >= W) {
+      const end = this.firstPos[slot]! + this.count[slot]!;
+      this.replace(slot, end, nRows, src, srcOffset);
+      return;
+    }
+    let start = this.start[slot]!;
+    let count = this.count[slot]!;
+    // Drop the oldest rows that the new ones push beyond W.
+    const keep = Math.min(count, W - nRows);
+    const dropped = count - keep;
+    start += dropped;
+    count = keep;
+    this.firstPos[slot] = this.firstPos[slot]! + dropped;
+    this.start[slot] = start;
+    let buf = this.buffers[slot]!;
+    if ((start + count + nRows) * rb > buf.byteLength) {
+      buf = this.ensureCapacity(slot, count + nRows, count);
+      start = 0;
+    }
+    buf.set(src.subarray(srcOffset, srcOffset + nRows * rb), (start + count) * rb);
+    this.start[slot] = start;
+    this.count[slot] = count + nRows;
+  }
+
+  /**
+   * The slot's buffer with room for `needRows` rows from buffer row 0, with the `keepRows` rows
+   * of the current window (from buffer row `start[slot]`) moved to its front.
+   */
+  private ensureCapacity(slot: number, needRows: number, keepRows: number): Uint8Array {
+    const rb = this.rowBytes;
+    const maxRows = 2 * this.window;
+    const cur = this.buffers[slot] ?? null;
+    // A buffer of 2W rows always suffices (callers need at most W rows from row 0) and leaves
+    // W rows of room, so compactions cost at most one extra copy per appended row.
+    if (cur !== null && (cur.byteLength >= needRows * 2 * rb || cur.byteLength >= maxRows * rb)) {
+      const s = this.start[slot]! * rb;
+      if (keepRows > 0 && s > 0) cur.copyWithin(0, s, s + keepRows * rb);
+      return cur;
+    }
+    let rows = cur === null ? Math.min(maxRows, MIN_CAPACITY_ROWS) : cur.byteLength / rb;
+    while (rows < needRows * 2 && rows < maxRows) rows = Math.min(maxRows, rows * 2);
+    const next = this.takeBuffer(rows * rb);
+    if (cur !== null) {
+      if (keepRows > 0) {
+        const s = this.start[slot]! * rb;
+        next.set(cur.subarray(s, s + keepRows * rb), 0);
+      }
+      this.giveBack(cur);
+    }
+    this.buffers[slot] = next;
+    return next;
+  }
+
+  private takeBuffer(bytes: number): Uint8Array {
+    for (let i = 0; i < this.pool.length; i++) {
+      const b = this.pool[i]!;
+      if (b.byteLength >= bytes) {
+        this.pool[i] = this.pool[this.pool.length - 1]!;
+        this.pool.pop();
+        return b;
+      }
+    }
+    this.allocatedBytes += bytes;
+    return new Uint8Array(bytes);
+  }
+
+  private giveBack(buf: Uint8Array): void {
+    if (this.pool.length < POOL_LIMIT && buf.byteLength === 2 * this.window * this.rowBytes) {
+      this.pool.push(buf);
+    } else {
+      this.allocatedBytes -= buf.byteLength;
+    }
+  }
+}
+
+const EMPTY = new Uint8Array(0);
