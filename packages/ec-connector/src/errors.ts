@@ -1,0 +1,65 @@
+/**
+ * Stable error codes of `@tapwire/ec-connector`.
+ *
+ * - `EC_BAD_OPTION`: a constructor or function option is invalid (the message names it).
+ * - `EC_BAD_ARGUMENT`: a call argument is invalid (unknown handle, bad block list, ...).
+ * - `EC_MALFORMED`: a control or data-plane message failed the strict checks of EC-CONTRACT 3.
+ * - `EC_CACHE_FULL`: the cache cannot make room without evicting a pinned or in-flight entry.
+ * - `EC_CACHE_EXISTS`: an entry for that mm_hash already exists.
+ * - `EC_CACHE_MISSING`: no entry for that mm_hash.
+ * - `EC_CACHE_STATE`: the entry is in the wrong state for the call (not ready, pinned, unpin below 0).
+ * - `EC_CACHE_CORRUPT`: `EmbeddingCache.check()` found broken bookkeeping.
+ * - `EC_BAD_ENDPOINT`: an endpoint string cannot be parsed.
+ * - `EC_CLOSED`: the object was closed.
+ * - `EC_DATA`: a data-plane operation failed (connection, refusal, protocol).
+ */
+export const EC_ERROR_CODES = [
+  "EC_BAD_OPTION",
+  "EC_BAD_ARGUMENT",
+  "EC_MALFORMED",
+  "EC_CACHE_FULL",
+  "EC_CACHE_EXISTS",
+  "EC_CACHE_MISSING",
+  "EC_CACHE_STATE",
+  "EC_CACHE_CORRUPT",
+  "EC_BAD_ENDPOINT",
+  "EC_CLOSED",
+  "EC_DATA",
+] as const;
+
+/** One of {@link EC_ERROR_CODES}. */
+export type EcErrorCode = (typeof EC_ERROR_CODES)[number];
+
+/** The one error class of this package; `code` is stable, `message` names the first problem. */
+export class EcError extends Error {
+  /** Stable machine-readable code. */
+  readonly code: EcErrorCode;
+
+  constructor(code: EcErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "EcError";
+    this.code = code;
+  }
+}
+
+/** Throws `EC_BAD_OPTION` unless `v` is an integer in [min, max]. */
+export function checkIntOption(name: string, v: unknown, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  if (typeof v !== "number" || !Number.isSafeInteger(v) || v < min || v > max) {
+    throw new EcError(
+      "EC_BAD_OPTION",
+      `option ${name}: expected an integer in [${min}, ${max}], got ${String(v)}`,
+    );
+  }
+  return v;
+}
+
+/** Throws `EC_BAD_OPTION` unless `v` is a finite number in [min, max]. */
+export function checkNumberOption(name: string, v: unknown, min: number, max = Number.MAX_VALUE): number {
+  if (typeof v !== "number" || !Number.isFinite(v) || v < min || v > max) {
+    throw new EcError(
+      "EC_BAD_OPTION",
+      `option ${name}: expected a number in [${min}, ${max}], got ${String(v)}`,
+    );
+  }
+  return v;
+}

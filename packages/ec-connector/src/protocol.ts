@@ -1,0 +1,252 @@
+import { createHash } from "node:crypto";
+import { Decoder, Encoder } from "@msgpack/msgpack";
+import { EcError } from "./errors.js";
+
+/** EC-CONTRACT 2: the connector protocol version carried in every XferReq. */
+export const EC_CONNECTOR_VERSION = 2;
+
+/** EC-CONTRACT 3: XferAck status codes. */
+export const XferStatus = {
+  OK: 0,
+  NACK_MISSING: 1,
+  NACK_NOT_READY: 2,
+  NACK_INCOMPAT: 3,
+  NACK_VERSION: 4,
+  NACK_INTERNAL: 5,
+} as const;
+/** One of the {@link XferStatus} values. */
+export type XferStatus = (typeof XferStatus)[keyof typeof XferStatus];
+
+/** Status names indexed by value (for logs and metric names). */
+export const XFER_STATUS_NAMES: Readonly<Record<XferStatus, string>> = {
+  0: "OK",
+  1: "NACK_MISSING",
+  2: "NACK_NOT_READY",
+  3: "NACK_INCOMPAT",
+  4: "NACK_VERSION",
+  5: "NACK_INTERNAL",
+};
+
+/** EC-CONTRACT 3: NACKs that are part of normal operation (logged at info, not warn). */
+export const EXPECTED_NACKS: ReadonlySet<number> = new Set([
+  XferStatus.NACK_MISSING,
+  XferStatus.NACK_NOT_READY,
+]);
+/** EC-CONTRACT 3: NACKs after which another attempt may be granted. */
+export const RETRYABLE_NACKS: ReadonlySet<number> = new Set([XferStatus.NACK_NOT_READY]);
+
+/** EC-CONTRACT 3: the longest string field, in UTF-8 bytes. */
+export const MAX_STRING_BYTES = 256;
+/** Largest control message accepted (bytes); a ZeroMQ message above it is dropped by the socket. */
+export const MAX_CONTROL_MESSAGE_BYTES = 8 * 1024 * 1024;
+
+/** The inputs of the compatibility hash (EC-CONTRACT 2). */
+export interface CompatibilityInfo {
+  /** Model identifier (e.g. a Hugging Face repo id). */
+  modelId: string;
+  /** Embedding dtype name (e.g. `"bfloat16"`). */
+  dtype: string;
+  /** Hidden size of the embeddings. */
+  hiddenSize: number;
+  /** Cache block size in bytes. */
+  blockBytes: number;
+}
+
+/**
+ * EC-CONTRACT 2: lowercase hex SHA-256 of the canonical JSON array
+ * `[connector_version, model_id, dtype, hidden_size, block_bytes]` (canonical = `JSON.stringify`,
+ * no whitespace).
+ */
+export function compatibilityHash(info: CompatibilityInfo, version: number = EC_CONNECTOR_VERSION): string {
+  if (typeof info.modelId !== "string")
+    throw new EcError("EC_BAD_OPTION", "option modelId: expected a string");
+  if (typeof info.dtype !== "string") throw new EcError("EC_BAD_OPTION", "option dtype: expected a string");
+  for (const k of ["hiddenSize", "blockBytes"] as const) {
+    const v = info[k];
+    if (!Number.isSafeInteger(v) || v < 1) {
+      throw new EcError("EC_BAD_OPTION", `option ${k}: expected a positive integer, got ${String(v)}`);
+    }
+  }
+  const canonical = JSON.stringify([version, info.modelId, info.dtype, info.hiddenSize, info.blockBytes]);
+  return createHash("sha256").update(canonical).digest("hex");
+}
+
+/** EC-CONTRACT 3: a transfer request (consumer → producer). */
+export interface XferReq {
+  mmHash: string;
+  compatibilityHash: string;
+  sessionId: string;
+  connectorVersion: number;
+}
+
+/** EC-CONTRACT 3: a transfer answer (producer → consumer). On a NACK only mmHash and status mean anything. */
+export interface XferAck {
+  mmHash: string;
+  status: XferStatus;
+  sessionId: string;
+  srcBlockIndices: number[];
+  agentMetadata: Uint8Array;
+  memDescriptor: Uint8Array;
+  nbytes: number;
+  crc32: number;
+}
+
+const EMPTY = new Uint8Array(0);
+const encoder = new Encoder({ ignoreUndefined: true });
+const decoder = new Decoder({
+  maxStrLength: 64 * 1024,
+  maxBinLength: MAX_CONTROL_MESSAGE_BYTES,
+  maxArrayLength: 1 << 24,
+  maxMapLength: 4096,
+  maxExtLength: 64 * 1024,
+});
+
+/** Encodes any value as MessagePack (internal). */
+export function packMsg(value: unknown): Uint8Array {
+  return encoder.encode(value);
+}
+
+/**
+ * Decodes one MessagePack value that must be a map (internal); throws `EC_MALFORMED` otherwise or
+ * on bad/trailing bytes.
+ */
+export function unpackMap(bytes: Uint8Array, what: string): Record<string, unknown> {
+  let v: unknown;
+  try {
+    v = decoder.decode(bytes);
+  } catch (err) {
+    throw new EcError("EC_MALFORMED", `${what}: not valid MessagePack (${(err as Error).message})`, {
+      cause: err,
+    });
+  }
+  if (v === null || typeof v !== "object" || Array.isArray(v) || v instanceof Uint8Array) {
+    throw new EcError("EC_MALFORMED", `${what}: not a map`);
+  }
+  return v as Record<string, unknown>;
+}
+
+/** A nack answer for `mmHash` (EC-CONTRACT 3: the other fields empty). */
+export function nackAck(mmHash: string, status: XferStatus): XferAck {
+  return {
+    mmHash,
+    status,
+    sessionId: "",
+    srcBlockIndices: [],
+    agentMetadata: EMPTY,
+    memDescriptor: EMPTY,
+    nbytes: 0,
+    crc32: 0,
+  };
+}
+
+/** Encodes an XferReq as the EC-CONTRACT 3 map. */
+export function encodeXferReq(req: XferReq): Uint8Array {
+  return encoder.encode({
+    mm_hash: req.mmHash,
+    compatibility_hash: req.compatibilityHash,
+    session_id: req.sessionId,
+    connector_version: req.connectorVersion,
+  });
+}
+
+/** Encodes an XferAck as the EC-CONTRACT 3 map. */
+export function encodeXferAck(ack: XferAck): Uint8Array {
+  return encoder.encode({
+    mm_hash: ack.mmHash,
+    status: ack.status,
+    session_id: ack.sessionId,
+    src_block_indices: ack.srcBlockIndices,
+    agent_metadata: ack.agentMetadata,
+    mem_descriptor: ack.memDescriptor,
+    nbytes: ack.nbytes,
+    crc32: ack.crc32,
+  });
+}
+
+/** Decodes an XferReq strictly (EC-CONTRACT 3); throws `EC_MALFORMED` naming the first problem. */
+export function decodeXferReq(bytes: Uint8Array): XferReq {
+  const m = unpackMap(bytes, "XferReq");
+  return {
+    mmHash: str(m, "mm_hash", "XferReq"),
+    compatibilityHash: str(m, "compatibility_hash", "XferReq"),
+    sessionId: str(m, "session_id", "XferReq"),
+    connectorVersion: int(m, "connector_version", "XferReq", Number.MIN_SAFE_INTEGER),
+  };
+}
+
+/**
+ * Decodes an XferAck strictly (EC-CONTRACT 3); `maxBlocks` is the receiver's cache size (more
+ * block indices than that is malformed). `mm_hash` and `status` are always required; the other
+ * keys are required on OK and, on a NACK, optional but type-checked when present.
+ */
+export function decodeXferAck(bytes: Uint8Array, maxBlocks: number): XferAck {
+  const m = unpackMap(bytes, "XferAck");
+  const mmHash = str(m, "mm_hash", "XferAck");
+  const status = int(m, "status", "XferAck", 0);
+  if (status > XferStatus.NACK_INTERNAL)
+    throw new EcError("EC_MALFORMED", `XferAck: unknown status ${status}`);
+  const need = status === XferStatus.OK;
+  const has = (k: string) => need || Object.hasOwn(m, k);
+  const ack: XferAck = nackAck(mmHash, status as XferStatus);
+  if (has("session_id")) ack.sessionId = str(m, "session_id", "XferAck");
+  if (has("src_block_indices")) {
+    const v = m["src_block_indices"];
+    if (!Array.isArray(v)) throw new EcError("EC_MALFORMED", "XferAck: src_block_indices is not an array");
+    if (v.length > maxBlocks) {
+      throw new EcError("EC_MALFORMED", `XferAck: ${v.length} block indices exceed the cache's ${maxBlocks}`);
+    }
+    for (let i = 0; i < v.length; i++) {
+      const b = v[i];
+      if (typeof b !== "number" || !Number.isSafeInteger(b) || b < 0) {
+        throw new EcError("EC_MALFORMED", `XferAck: src_block_indices[${i}] is not a non-negative integer`);
+      }
+    }
+    ack.srcBlockIndices = v as number[];
+  }
+  if (has("agent_metadata")) ack.agentMetadata = bin(m, "agent_metadata", "XferAck");
+  if (has("mem_descriptor")) ack.memDescriptor = bin(m, "mem_descriptor", "XferAck");
+  if (has("nbytes")) ack.nbytes = int(m, "nbytes", "XferAck", 0);
+  if (has("crc32")) ack.crc32 = int(m, "crc32", "XferAck", 0, 0xffffffff);
+  return ack;
+}
+
+/** Reads a required string field of at most {@link MAX_STRING_BYTES} UTF-8 bytes (internal). */
+export function str(
+  m: Record<string, unknown>,
+  key: string,
+  what: string,
+  maxBytes = MAX_STRING_BYTES,
+): string {
+  if (!Object.hasOwn(m, key)) throw new EcError("EC_MALFORMED", `${what}: missing ${key}`);
+  const v = m[key];
+  if (typeof v !== "string") throw new EcError("EC_MALFORMED", `${what}: ${key} is not a string`);
+  if (v.length > maxBytes || Buffer.byteLength(v, "utf8") > maxBytes) {
+    throw new EcError("EC_MALFORMED", `${what}: ${key} is longer than ${maxBytes} bytes`);
+  }
+  return v;
+}
+
+/** Reads a required integer field in [min, max]; booleans are not integers (internal). */
+export function int(
+  m: Record<string, unknown>,
+  key: string,
+  what: string,
+  min: number,
+  max = Number.MAX_SAFE_INTEGER,
+): number {
+  if (!Object.hasOwn(m, key)) throw new EcError("EC_MALFORMED", `${what}: missing ${key}`);
+  const v = m[key];
+  if (typeof v !== "number" || !Number.isSafeInteger(v)) {
+    throw new EcError("EC_MALFORMED", `${what}: ${key} is not an integer`);
+  }
+  if (v < min || v > max) throw new EcError("EC_MALFORMED", `${what}: ${key} ${v} outside [${min}, ${max}]`);
+  return v;
+}
+
+/** Reads a required binary field (internal). */
+export function bin(m: Record<string, unknown>, key: string, what: string): Uint8Array {
+  if (!Object.hasOwn(m, key)) throw new EcError("EC_MALFORMED", `${what}: missing ${key}`);
+  const v = m[key];
+  if (!(v instanceof Uint8Array)) throw new EcError("EC_MALFORMED", `${what}: ${key} is not binary`);
+  return v;
+}
