@@ -34,6 +34,9 @@ export interface StatsSnapshot {
 /** Quantiles exposed for every histogram (as a Prometheus summary); 1 is the exact max. */
 export const PROMETHEUS_QUANTILES = [0.5, 0.9, 0.99, 1] as const;
 
+const SNAPSHOT_PERCENTILES = [50, 90, 99] as const;
+const PROM_PERCENTILES = PROMETHEUS_QUANTILES.map((q) => q * 100);
+
 const NAME_RE = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
 const PREFIX_RE = /^(?:[a-zA-Z_:][a-zA-Z0-9_:]*)?$/;
 
@@ -171,9 +174,12 @@ export class Registry {
       type: "summary",
       aggregator: "sum",
       get() {
+        const qs: number[] = [];
+        h.percentilesInto(PROM_PERCENTILES, qs);
         const values: { labels?: Record<string, number>; metricName?: string; value: number }[] = [];
-        for (const q of PROMETHEUS_QUANTILES)
-          values.push({ labels: { quantile: q }, value: h.percentile(q * 100) });
+        PROMETHEUS_QUANTILES.forEach((q, k) => {
+          values.push({ labels: { quantile: q }, value: qs[k]! });
+        });
         values.push({ metricName: `${exposedName}_sum`, value: h.sum });
         values.push({ metricName: `${exposedName}_count`, value: h.count });
         return { name: exposedName, help, type: "summary", aggregator: "sum", values };
@@ -191,16 +197,18 @@ export class Registry {
     for (const [name, c] of this.counters) s.counters[name] = c.value;
     for (const [name, g] of this.gauges) s.gauges[name] = g.value;
     for (const [name, v] of this.infos) s.info[name] = v.value;
+    const q = [0, 0, 0];
     for (const [name, h] of this.histograms) {
+      h.percentilesInto(SNAPSHOT_PERCENTILES, q);
       s.histograms[name] = {
         count: h.count,
         min: h.min,
         max: h.max,
         mean: h.mean,
         sum: h.sum,
-        p50: h.percentile(50),
-        p90: h.percentile(90),
-        p99: h.percentile(99),
+        p50: q[0]!,
+        p90: q[1]!,
+        p99: q[2]!,
         unit: h.unit,
       };
     }

@@ -1,8 +1,10 @@
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import fc from "fast-check";
+import { build } from "hdr-histogram-js";
 import { describe, expect, test } from "vitest";
 import { PROMETHEUS_QUANTILES, Registry, StatsError, serveMetrics } from "../src/index.js";
+import { HistogramImpl } from "../src/metrics.js";
 import { parseExposition } from "./prom-parse.js";
 
 function code(fn: () => unknown): string | undefined {
@@ -245,6 +247,46 @@ describe("histogram accuracy", () => {
     for (let i = 0; i <= 1000; i++) h.observe(i / 1000);
     expect(h.percentile(50)).toBeCloseTo(0.5, 3);
     expect(h.percentile(90)).toBeCloseTo(0.9, 3);
+  });
+});
+
+describe("fast bucket index", () => {
+  const configs = [
+    { unit: "seconds" as const },
+    { unit: "bytes" as const },
+    { unit: "seconds" as const, significantDigits: 1, lowest: 1e-3, highest: 10 },
+    { unit: "none" as const, significantDigits: 5, lowest: 8, highest: 2 ** 34 },
+  ];
+  test("observe's clz32 index equals hdr-histogram-js's own index at every magnitude", () => {
+    for (const cfg of configs) {
+      const h = new HistogramImpl("x", cfg);
+      const ref = build({
+        bitBucketSize: 64,
+        autoResize: false,
+        lowestDiscernibleValue: h.scale === 1e6 ? Math.round((cfg.lowest ?? 1e-6) * 1e6) : (cfg.lowest ?? 1),
+        highestTrackableValue: h.highestInt,
+        numberOfSignificantValueDigits: h.significantDigits as 1 | 2 | 3 | 4 | 5,
+      }) as unknown as { countsArrayIndex(v: number): number };
+      const values = [0, 1, 2, 3, h.highestInt];
+      for (let b = 1; b < 53 && 2 ** b <= h.highestInt; b++) values.push(2 ** b - 1, 2 ** b, 2 ** b + 1);
+      fc.assert(
+        fc.property(fc.integer({ min: 0, max: h.highestInt }), (v) => {
+          expect(h.indexOf(v)).toBe(ref.countsArrayIndex(v));
+        }),
+        { numRuns: 2000 },
+      );
+      for (const v of values) expect(h.indexOf(v), `value ${v}`).toBe(ref.countsArrayIndex(v));
+    }
+  });
+
+  test("the one-pass percentiles equal percentile() for every p", () => {
+    const rand = mulberry32(9);
+    const h = new HistogramImpl("x", {});
+    for (let i = 0; i < 20_000; i++) h.observe(10 ** (-5 + 4 * rand()));
+    const ps = [0, 0.1, 1, 5, 10, 33.3, 50, 66.6, 90, 99, 99.9, 99.99, 100];
+    const out: number[] = [];
+    h.percentilesInto(ps, out);
+    expect(out).toEqual(ps.map((p) => h.percentile(p)));
   });
 });
 
