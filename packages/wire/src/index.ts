@@ -2,8 +2,8 @@
  * `@tapwire/wire`: the DSPK frame codec of the tapwire remote drafter link (CONTRACT 2, 4-8).
  * @packageDocumentation
  */
+export { DEFAULT_MAX_FRAME_BYTES, FrameAccumulator } from "./accumulator.js";
 export { fromHex, toHex } from "./bytes.js";
-export type { ReplyContext } from "./check.js";
 export { checkReplyValues, consumedPositions, validateSampled } from "./check.js";
 export {
   APP_HEADER_SIZE,
@@ -50,9 +50,7 @@ export {
   VERSION,
 } from "./constants.js";
 export { WireError, WireErrorCode } from "./errors.js";
-export type { DecodeHeaderOptions, FrameHeader } from "./header.js";
 export { decodeHeader, encodeHeader, frame, partialHeader, splitFrame } from "./header.js";
-export type { Hello, HelloReply } from "./hello.js";
 export {
   checkHelloConfig,
   checkHelloReply,
@@ -63,7 +61,6 @@ export {
   helloAuth,
   verifyHelloAuth,
 } from "./hello.js";
-export type { ReplyShape, StepReplyLayout, StepReplyViews } from "./step-reply.js";
 export {
   beginStepReply,
   decodeStepReply,
@@ -72,7 +69,6 @@ export {
   stepReplyBodySize,
   stepReplyLayout,
 } from "./step-reply.js";
-export type { ReqEntry, SampleMeta, StepLimits, StepPrefixParams, StepRequest } from "./step-request.js";
 export {
   decodeStepRequest,
   maxStepBodySize,
@@ -80,3 +76,24 @@ export {
   stepRequestBodySize,
   writeStepPrefix,
 } from "./step-request.js";
+// Public types (one block; see types.ts).
+export type {
+  DecodeHeaderOptions,
+  FrameAccumulatorOptions,
+  FrameHeader,
+  Hello,
+  HelloReply,
+  ReplyContext,
+  ReplyShape,
+  ReqEntry,
+  SampleMeta,
+  StepLimits,
+  StepPrefixParams,
+  StepReplyLayout,
+  StepReplyViews,
+  StepRequest,
+  VectorCase,
+  VectorReport,
+  VectorResult,
+} from "./types.js";
+export { runVectorCase, runVectors } from "./vectors.js";
