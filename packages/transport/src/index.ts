@@ -20,6 +20,7 @@ import {
 } from "./options.js";
 import { StreamClient } from "./stream-client.js";
 import { StreamServer } from "./stream-server.js";
+import { ZmqClient, ZmqServer } from "./zmq.js";
 
 const MAX_TIMEOUT_MS = 0x7fff_ffff;
 
@@ -58,11 +59,9 @@ export function makeClient(endpoint: string, options: ClientOptions = {}): RpcCl
     case "unix":
     case "tls":
       return new StreamClient(endpoint, ep, { maxMessageBytes, connectTimeoutMs, tls: options.tls }, metrics);
-    default:
-      throw new TransportError(
-        "TRANSPORT_BAD_ENDPOINT",
-        `bad endpoint ${JSON.stringify(endpoint)}: not supported yet`,
-      );
+    case "zmq+tcp":
+    case "zmq+ipc":
+      return new ZmqClient(endpoint, ep, { maxMessageBytes, connectTimeoutMs }, metrics);
   }
 }
 
@@ -107,11 +106,12 @@ export async function listen(
       await s.start();
       return s;
     }
-    default:
-      throw new TransportError(
-        "TRANSPORT_BAD_ENDPOINT",
-        `bad endpoint ${JSON.stringify(endpoint)}: not supported yet`,
-      );
+    case "zmq+tcp":
+    case "zmq+ipc": {
+      const z = new ZmqServer(ep, handler, cfg);
+      await z.start();
+      return z;
+    }
   }
 }
 

@@ -132,6 +132,14 @@ export function matrix(): Case[] {
       client: { tls: { ca: c.ca } },
       stream: true,
     },
+    { scheme: "zmq+tcp", listen: () => "zmq+tcp://127.0.0.1:0", server: {}, client: {}, stream: false },
+    {
+      scheme: "zmq+ipc",
+      listen: () => `zmq+ipc://${uniqueSocketPath("z")}`,
+      server: {},
+      client: {},
+      stream: false,
+    },
   ];
 }
 

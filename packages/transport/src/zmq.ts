@@ -1,0 +1,619 @@
+import { unlinkSync } from "node:fs";
+import * as zmq from "zeromq";
+import { type Endpoint, formatEndpoint } from "./endpoint.js";
+import { CallSite, TransportError, type TransportErrorCode } from "./errors.js";
+import type { ClientMetrics, ServerMetrics } from "./metrics.js";
+import {
+  type ConnInfo,
+  checkBuffers,
+  type Handler,
+  type Reply,
+  type RpcClient,
+  type RpcServer,
+  type ServerOptions,
+  timeoutArg,
+} from "./options.js";
+
+const EMPTY_PART = new Uint8Array(0);
+const EMPTY: readonly Uint8Array[] = [];
+// Peers of a ROUTER are never announced as gone; forget idle ones after this long.
+const DEFAULT_PEER_IDLE_MS = 60_000;
+// A peer that pipelines requests (not allowed: CONTRACT 3) gets at most this many queued.
+const MAX_PEER_QUEUE = 64;
+
+/** ZeroMQ address of an endpoint; port 0 becomes `*` (any free port). */
+function zmqAddress(ep: Endpoint): string {
+  if ("path" in ep) return `ipc://${ep.path}`;
+  const host = ep.host.includes(":") ? `[${ep.host}]` : ep.host;
+  return `tcp://${host}:${ep.port === 0 ? "*" : ep.port}`;
+}
+
+function isIpv6(ep: Endpoint): boolean {
+  return "host" in ep && ep.host.includes(":");
+}
+
+function isThenable(v: unknown): v is PromiseLike<Reply> {
+  return typeof v === "object" && v !== null && typeof (v as { then?: unknown }).then === "function";
+}
+
+/**
+ * Client over a ZeroMQ DEALER (CONTRACT 3). One DEALER per connection: after a timeout or error
+ * the DEALER is closed, so a late reply (addressed to its routing id) can never reach a later
+ * request; `connect()` makes a new one.
+ */
+export class ZmqClient implements RpcClient {
+  readonly endpoint: string;
+  private readonly ep: Endpoint;
+  private readonly maxMessageBytes: number;
+  private readonly defaultConnectTimeoutMs: number;
+  private readonly m: ClientMetrics;
+  private dealer: zmq.Dealer | null = null;
+  private isOpen = false;
+  private connectPromise: Promise<void> | null = null;
+  private connectAbort: ((why: string) => void) | null = null;
+  private closeReason = "not connected (call connect() first)";
+
+  private pending = false;
+  private replyBuf: Uint8Array = EMPTY_PART;
+  private resolveFn: ((n: number) => void) | null = null;
+  private rejectFn: ((e: Error) => void) | null = null;
+  private site: CallSite | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  private timeoutMs = 0;
+
+  constructor(
+    endpoint: string,
+    ep: Endpoint,
+    opts: { maxMessageBytes: number; connectTimeoutMs: number },
+    metrics: ClientMetrics,
+  ) {
+    this.endpoint = endpoint;
+    this.ep = ep;
+    this.maxMessageBytes = opts.maxMessageBytes;
+    this.defaultConnectTimeoutMs = opts.connectTimeoutMs;
+    this.m = metrics;
+  }
+
+  get connected(): boolean {
+    return this.isOpen;
+  }
+
+  connect(timeoutMs?: number): Promise<void> {
+    if (this.isOpen) return Promise.resolve();
+    if (this.connectPromise !== null) return this.connectPromise;
+    const site = new CallSite(this.connect);
+    let ms: number;
+    try {
+      ms = timeoutArg("connect timeoutMs", timeoutMs ?? this.defaultConnectTimeoutMs);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    const p = new Promise<void>((resolve, reject) => {
+      const d = new zmq.Dealer({
+        linger: 0,
+        // ZMQ_MAXMSGSIZE: libzmq drops a connection announcing a bigger frame before reading it.
+        maxMessageSize: this.maxMessageBytes,
+        ipv6: isIpv6(this.ep),
+        // Queue requests only to completed connections.
+        immediate: true,
+      });
+      let done = false;
+      const finish = (err: Error | null): void => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        this.connectPromise = null;
+        this.connectAbort = null;
+        if (err !== null) {
+          d.close();
+          reject(err);
+          return;
+        }
+        this.dealer = d;
+        this.isOpen = true;
+        this.m.connects.inc();
+        this.armReceive(d);
+        resolve();
+      };
+      const timer = setTimeout(
+        () => finish(site.error("TRANSPORT_CONNECT", `connect to ${this.endpoint} timed out after ${ms} ms`)),
+        ms,
+      );
+      this.connectAbort = (why) => finish(site.error("TRANSPORT_CLOSED", why));
+      d.events.on("handshake", () => finish(null));
+      const lost = (why: string) => (): void => {
+        if (!done) return;
+        if (this.dealer === d) this.drop(`connection to ${this.endpoint} ${why}`);
+      };
+      d.events.on("disconnect", lost("closed by peer"));
+      d.events.on("handshake:error:protocol", lost("failed: ZMTP protocol error"));
+      d.events.on("handshake:error:other", lost("failed: handshake error"));
+      try {
+        d.connect(zmqAddress(this.ep));
+      } catch (e) {
+        finish(
+          site.error("TRANSPORT_CONNECT", `connect to ${this.endpoint} failed: ${(e as Error).message}`, e),
+        );
+      }
+    });
+    this.connectPromise = p;
+    return p;
+  }
+
+  /** Keeps one receive outstanding for the DEALER's lifetime, so unsolicited replies are seen. */
+  private armReceive(d: zmq.Dealer): void {
+    d.receive().then(
+      (frames) => {
+        if (this.dealer !== d) return;
+        this.onMessage(frames);
+        if (this.dealer === d) this.armReceive(d);
+      },
+      () => {
+        if (this.dealer === d) this.drop(`connection to ${this.endpoint} failed while receiving`);
+      },
+    );
+  }
+
+  private onMessage(frames: Buffer[]): void {
+    if (!this.pending) {
+      // CONTRACT 3: one reply per request; this is a duplicate or late one.
+      this.drop(`closed: ${this.endpoint} sent a message with no request outstanding`);
+      return;
+    }
+    let total = 0;
+    for (const f of frames) total += f.length;
+    if (total > this.maxMessageBytes) {
+      this.fail(
+        "TRANSPORT_TOO_LARGE",
+        `reply length ${total} above maxMessageBytes ${this.maxMessageBytes}`,
+        "closed after an oversized reply",
+      );
+      return;
+    }
+    const out = this.replyBuf;
+    if (total > out.length) {
+      this.fail(
+        "TRANSPORT_REPLY_TOO_LARGE",
+        `reply of ${total} bytes does not fit replyBuf of ${out.length} bytes`,
+        "closed after a reply larger than replyBuf",
+      );
+      return;
+    }
+    let off = 0;
+    for (const f of frames) {
+      out.set(f, off);
+      off += f.length;
+    }
+    const resolve = this.resolveFn as (n: number) => void;
+    this.clearPending();
+    this.m.requests.inc();
+    this.m.bytesIn.inc(total);
+    resolve(total);
+  }
+
+  request(msg: Uint8Array, replyBuf: Uint8Array, timeoutMs: number): Promise<number> {
+    return this.send(msg, EMPTY, replyBuf, timeoutMs, new CallSite(this.request));
+  }
+
+  requestParts(parts: readonly Uint8Array[], replyBuf: Uint8Array, timeoutMs: number): Promise<number> {
+    return this.send(null, parts, replyBuf, timeoutMs, new CallSite(this.requestParts));
+  }
+
+  private send(
+    msg: Uint8Array | null,
+    parts: readonly Uint8Array[],
+    replyBuf: Uint8Array,
+    timeoutMs: number,
+    site: CallSite,
+  ): Promise<number> {
+    let total: number;
+    let ms: number;
+    try {
+      if (msg !== null && !(msg instanceof Uint8Array))
+        throw site.error("TRANSPORT_BAD_OPTION", "msg: not a Uint8Array");
+      total = msg !== null ? msg.length + checkBuffers(EMPTY, replyBuf) : checkBuffers(parts, replyBuf);
+      ms = timeoutArg("request timeoutMs", timeoutMs);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    if (this.pending) {
+      return Promise.reject(
+        site.error("TRANSPORT_BUSY", `a request to ${this.endpoint} is already outstanding`),
+      );
+    }
+    const d = this.dealer;
+    if (!this.isOpen || d === null) {
+      return Promise.reject(site.error("TRANSPORT_CLOSED", `${this.endpoint}: ${this.closeReason}`));
+    }
+    if (total > this.maxMessageBytes) {
+      return Promise.reject(
+        site.error(
+          "TRANSPORT_TOO_LARGE",
+          `request of ${total} bytes above maxMessageBytes ${this.maxMessageBytes}`,
+        ),
+      );
+    }
+    return new Promise<number>((resolve, reject) => {
+      this.pending = true;
+      this.replyBuf = replyBuf;
+      this.resolveFn = resolve;
+      this.rejectFn = reject;
+      this.site = site;
+      this.timeoutMs = ms;
+      this.timer = setTimeout(this.onTimeout, ms);
+      // CONTRACT 3: a multipart message is the concatenation of its parts.
+      const out =
+        msg !== null ? msg : parts.length === 0 ? EMPTY_PART : parts.length === 1 ? parts[0] : parts;
+      d.send(out as zmq.MessageLike | zmq.MessageLike[]).then(
+        () => this.m.bytesOut.inc(total),
+        (e: unknown) => {
+          if (this.dealer === d) this.drop(`send to ${this.endpoint} failed: ${(e as Error).message}`);
+        },
+      );
+    });
+  }
+
+  private readonly onTimeout = (): void => {
+    this.timer = null;
+    if (!this.pending) return;
+    this.m.timeouts.inc();
+    this.fail(
+      "TRANSPORT_TIMEOUT",
+      `no reply from ${this.endpoint} within ${this.timeoutMs} ms`,
+      "closed after a request timed out",
+    );
+  };
+
+  private clearPending(): void {
+    if (this.timer !== null) {
+      clearTimeout(this.timer);
+      this.timer = null;
+    }
+    this.pending = false;
+    this.resolveFn = null;
+    this.rejectFn = null;
+    this.site = null;
+    this.replyBuf = EMPTY_PART;
+  }
+
+  private fail(code: TransportErrorCode, why: string, closeReason: string): void {
+    const reject = this.rejectFn;
+    const site = this.site;
+    this.clearPending();
+    const d = this.dealer;
+    this.dealer = null;
+    this.isOpen = false;
+    this.closeReason = closeReason;
+    // The pending receive rejects on close; armReceive ignores it (dealer no longer current).
+    if (d !== null) d.close();
+    if (reject !== null && site !== null) {
+      if (code !== "TRANSPORT_TIMEOUT") this.m.errors.inc();
+      reject(site.error(code, why));
+    }
+  }
+
+  private drop(why: string): void {
+    this.fail("TRANSPORT_CLOSED", why, why);
+  }
+
+  close(): void {
+    if (this.connectAbort !== null) this.connectAbort(`connect to ${this.endpoint} interrupted by close()`);
+    this.fail(
+      "TRANSPORT_CLOSED",
+      `request to ${this.endpoint} interrupted by close()`,
+      "closed by close() (call connect() again)",
+    );
+  }
+}
+
+/** State kept per ROUTER peer (routing id): ZeroMQ's idea of a connection. */
+class Peer implements ConnInfo {
+  readonly id: number;
+  readonly remote: string;
+  readonly routingId: Buffer;
+  readonly key: string;
+  busy = false;
+  lastActive = 0;
+  readonly queue: Buffer[][] = [];
+  asm: Buffer | null = null;
+  forgotten = false;
+  private readonly srv: ZmqServer;
+
+  constructor(id: number, routingId: Buffer, key: string, srv: ZmqServer) {
+    this.id = id;
+    this.routingId = routingId;
+    this.key = key;
+    this.remote = `zmq:${routingId.toString("hex")}`;
+    this.srv = srv;
+  }
+
+  /** ZeroMQ cannot close one peer of a ROUTER: forget it and never answer it again. */
+  close(): void {
+    this.srv.forget(this);
+  }
+}
+
+/** Server over a ZeroMQ ROUTER (CONTRACT 3): per peer one request at a time, in order. */
+export class ZmqServer implements RpcServer {
+  endpoint = "";
+  private readonly ep: Endpoint;
+  private readonly handler: Handler;
+  private readonly maxMessageBytes: number;
+  private readonly closeTimeoutMs: number;
+  private readonly peerIdleMs: number;
+  private readonly options: ServerOptions;
+  private readonly m: ServerMetrics;
+  private readonly router: zmq.Router;
+  private readonly peers = new Map<string, Peer>();
+  private nextId = 1;
+  private closing = false;
+  private closePromise: Promise<void> | null = null;
+  private readonly sendQueue: (zmq.MessageLike | readonly Uint8Array[])[][] = [];
+  private sending = false;
+  private inFlight = 0;
+  private idle: (() => void) | null = null;
+  private sweepTimer: NodeJS.Timeout | null = null;
+
+  constructor(
+    ep: Endpoint,
+    handler: Handler,
+    cfg: {
+      maxMessageBytes: number;
+      idleTimeoutMs: number;
+      closeTimeoutMs: number;
+      options: ServerOptions;
+      metrics: ServerMetrics;
+    },
+  ) {
+    this.ep = ep;
+    this.handler = handler;
+    this.maxMessageBytes = cfg.maxMessageBytes;
+    this.closeTimeoutMs = cfg.closeTimeoutMs;
+    this.peerIdleMs = cfg.idleTimeoutMs > 0 ? cfg.idleTimeoutMs : DEFAULT_PEER_IDLE_MS;
+    this.options = cfg.options;
+    this.m = cfg.metrics;
+    this.router = new zmq.Router({ linger: 0, maxMessageSize: cfg.maxMessageBytes, ipv6: isIpv6(ep) });
+  }
+
+  get connections(): number {
+    return this.peers.size;
+  }
+
+  async start(): Promise<void> {
+    try {
+      await this.router.bind(zmqAddress(this.ep));
+    } catch (e) {
+      this.router.close();
+      throw new TransportError(
+        "TRANSPORT_LISTEN",
+        `listen on ${formatEndpoint(this.ep)} failed: ${(e as Error).message}`,
+        {
+          cause: e,
+        },
+      );
+    }
+    const last = this.router.lastEndpoint ?? "";
+    if ("path" in this.ep) {
+      this.endpoint = formatEndpoint(this.ep);
+    } else {
+      const m = /^tcp:\/\/(?:\[([^\]]+)\]|([^:]+)):(\d+)$/.exec(last);
+      const host = m?.[1] ?? m?.[2] ?? this.ep.host;
+      this.endpoint = formatEndpoint({ scheme: "zmq+tcp", host, port: Number(m?.[3] ?? this.ep.port) });
+    }
+    this.router.events.on("accept", () => this.m.connections.inc());
+    this.sweepTimer = setInterval(() => this.sweep(), Math.max(1000, Math.min(this.peerIdleMs, 30_000)));
+    this.sweepTimer.unref();
+    void this.receiveLoop();
+  }
+
+  private async receiveLoop(): Promise<void> {
+    for (;;) {
+      let msg: Buffer[];
+      try {
+        msg = await this.router.receive();
+      } catch {
+        return; // closed
+      }
+      if (this.closing) continue;
+      this.onMessage(msg);
+    }
+  }
+
+  private onMessage(msg: Buffer[]): void {
+    const rid = msg[0];
+    if (rid === undefined) return;
+    const key = rid.toString("latin1");
+    let peer = this.peers.get(key);
+    if (peer === undefined) {
+      peer = new Peer(this.nextId++, rid, key, this);
+      this.peers.set(key, peer);
+      this.m.open.inc();
+      this.options.onConnection?.(peer);
+    }
+    peer.lastActive = Date.now();
+    if (peer.busy) {
+      if (peer.queue.length >= MAX_PEER_QUEUE) {
+        this.m.errors.inc();
+        return;
+      }
+      peer.queue.push(msg);
+      return;
+    }
+    this.dispatch(peer, msg);
+  }
+
+  private dispatch(peer: Peer, msg: Buffer[]): void {
+    let total = 0;
+    for (let i = 1; i < msg.length; i++) total += (msg[i] as Buffer).length;
+    // CONTRACT 3: a multipart message is the concatenation of its parts; enforce the limit on the sum.
+    if (total > this.maxMessageBytes) {
+      this.m.tooLarge.inc();
+      this.forget(peer);
+      return;
+    }
+    let req: Buffer;
+    if (msg.length === 2) {
+      req = msg[1] as Buffer;
+    } else if (msg.length < 2) {
+      req = Buffer.alloc(0);
+    } else {
+      if (peer.asm === null || peer.asm.length < total) peer.asm = Buffer.allocUnsafe(Math.max(total, 4096));
+      let off = 0;
+      for (let i = 1; i < msg.length; i++) {
+        const f = msg[i] as Buffer;
+        f.copy(peer.asm, off);
+        off += f.length;
+      }
+      req = peer.asm.subarray(0, total);
+    }
+    this.m.requests.inc();
+    this.m.bytesIn.inc(total);
+    peer.busy = true;
+    this.inFlight++;
+    let result: Reply | PromiseLike<Reply>;
+    try {
+      result = this.handler(req, peer);
+    } catch (e) {
+      this.handlerDone(peer, undefined, e);
+      return;
+    }
+    if (isThenable(result)) {
+      result.then(
+        (r) => this.handlerDone(peer, r, undefined),
+        (e: unknown) => this.handlerDone(peer, undefined, e ?? new Error("handler rejected")),
+      );
+    } else {
+      this.handlerDone(peer, result, undefined);
+    }
+  }
+
+  private handlerDone(peer: Peer, r: Reply | undefined, err: unknown): void {
+    this.inFlight--;
+    peer.busy = false;
+    if (err !== undefined) {
+      this.handlerFailed(peer, err);
+    } else if (!peer.forgotten) {
+      if (r === null) {
+        this.forget(peer);
+      } else {
+        const bad = this.replyProblem(r);
+        if (bad !== null) this.handlerFailed(peer, new TransportError(bad[0], bad[1]));
+        else this.enqueueSend(peer, r as Uint8Array | readonly Uint8Array[]);
+      }
+    }
+    if (!peer.forgotten) {
+      const next = peer.queue.shift();
+      if (next !== undefined) this.dispatch(peer, next);
+    }
+    if (this.inFlight === 0 && this.idle !== null) this.idle();
+  }
+
+  private replyProblem(r: unknown): [TransportErrorCode, string] | null {
+    let total = 0;
+    if (r instanceof Uint8Array) total = r.length;
+    else if (Array.isArray(r)) {
+      for (const p of r) {
+        if (!(p instanceof Uint8Array))
+          return ["TRANSPORT_BAD_OPTION", "handler reply part is not a Uint8Array"];
+        total += p.length;
+      }
+    } else
+      return ["TRANSPORT_BAD_OPTION", "handler returned neither a Uint8Array, an array of them, nor null"];
+    if (total > this.maxMessageBytes) {
+      return [
+        "TRANSPORT_TOO_LARGE",
+        `handler reply of ${total} bytes above maxMessageBytes ${this.maxMessageBytes}`,
+      ];
+    }
+    return null;
+  }
+
+  private handlerFailed(peer: Peer, e: unknown): void {
+    this.m.errors.inc();
+    this.options.onError?.(e, peer);
+    this.forget(peer);
+  }
+
+  private enqueueSend(peer: Peer, r: Uint8Array | readonly Uint8Array[]): void {
+    let total = 0;
+    const msg: (zmq.MessageLike | readonly Uint8Array[])[] = [peer.routingId];
+    if (r instanceof Uint8Array) {
+      msg.push(r);
+      total = r.length;
+    } else if (r.length === 0) {
+      msg.push(EMPTY_PART);
+    } else {
+      for (const p of r) {
+        msg.push(p);
+        total += p.length;
+      }
+    }
+    this.m.bytesOut.inc(total);
+    this.sendQueue.push(msg);
+    if (!this.sending) this.pumpSends();
+  }
+
+  // zeromq.js allows one send in progress per socket: replies of concurrent peers go through a queue.
+  private pumpSends(): void {
+    const msg = this.sendQueue.shift();
+    if (msg === undefined) {
+      this.sending = false;
+      if (this.idle !== null && this.inFlight === 0) this.idle();
+      return;
+    }
+    this.sending = true;
+    this.router.send(msg as zmq.MessageLike[]).then(
+      () => this.pumpSends(),
+      () => {
+        this.m.errors.inc();
+        this.pumpSends();
+      },
+    );
+  }
+
+  /** Drops a peer's state (ZeroMQ cannot close a single ROUTER peer). */
+  forget(peer: Peer): void {
+    if (peer.forgotten) return;
+    peer.forgotten = true;
+    peer.queue.length = 0;
+    if (this.peers.get(peer.key) === peer) this.peers.delete(peer.key);
+    this.m.open.dec();
+    this.options.onClose?.(peer);
+  }
+
+  private sweep(): void {
+    const cutoff = Date.now() - this.peerIdleMs;
+    for (const p of this.peers.values()) if (!p.busy && p.lastActive < cutoff) this.forget(p);
+  }
+
+  close(): Promise<void> {
+    if (this.closePromise !== null) return this.closePromise;
+    this.closing = true;
+    this.closePromise = (async () => {
+      if (this.sweepTimer !== null) clearInterval(this.sweepTimer);
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        new Promise<void>((resolve) => {
+          this.idle = () => {
+            if (this.inFlight === 0 && !this.sending) resolve();
+          };
+          this.idle();
+        }),
+        new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, this.closeTimeoutMs);
+        }),
+      ]);
+      clearTimeout(timer);
+      this.router.close();
+      for (const p of [...this.peers.values()]) this.forget(p);
+      if ("path" in this.ep) {
+        try {
+          unlinkSync(this.ep.path);
+        } catch {
+          // libzmq removed it
+        }
+      }
+    })();
+    return this.closePromise;
+  }
+}
