@@ -8,6 +8,7 @@
  * - `CLIENT_DISABLED`: the client is disabled (CONTRACT 9.3).
  * - `CLIENT_BAD_REPLY`: a PING / STATS / RESET reply that does not echo its request or cannot be parsed.
  * - `CLIENT_REFUSED`: a PING / STATS / RESET answered with a non-OK frame status.
+ * - `CLIENT_TRANSPORT`: a PING / STATS / RESET failed in the transport (timeout, closed); `cause` holds the transport error.
  */
 export const CLIENT_ERROR_CODES = [
   "CLIENT_BAD_OPTION",
@@ -17,6 +18,7 @@ export const CLIENT_ERROR_CODES = [
   "CLIENT_DISABLED",
   "CLIENT_BAD_REPLY",
   "CLIENT_REFUSED",
+  "CLIENT_TRANSPORT",
 ] as const;
 
 /** One of {@link CLIENT_ERROR_CODES}. */

@@ -1,8 +1,30 @@
+/**
+ * `@tapwire/client`: the rank-0 side of the tapwire remote drafter link (CONTRACT 6, 7.5, 9):
+ * {@link RemoteDraftClient}, the per-round {@link RoundCore}, and confidence-scheduled
+ * verification ({@link DepthPolicy}).
+ * @packageDocumentation
+ */
+
 export type { BackoffOptions } from "./backoff.js";
 export { BACKOFF_DEFAULTS, Backoff } from "./backoff.js";
+export type { StepCall, StepOutcome, StepOutcomeReason, WorkerInfo } from "./client.js";
+export { RemoteDraftClient, STEP_OUTCOMES } from "./client.js";
 export type { Clock } from "./clock.js";
 export { clampDelay, MAX_TIMER_DELAY_MS, systemClock } from "./clock.js";
 export type { DepthCandidate, DepthPolicyOptions, LoadCurve, LoadCurvePoint } from "./depth-policy.js";
 export { DepthPolicy, expectedAccepted, piecewiseLinearBudget } from "./depth-policy.js";
 export type { ClientErrorCode } from "./errors.js";
 export { CLIENT_ERROR_CODES, ClientError } from "./errors.js";
+export type { RemoteDraftClientOptions, ResolvedClientOptions, TransportFactory } from "./options.js";
+export { CLIENT_DEFAULTS, SAMPLE_MODES } from "./options.js";
+export type {
+  DraftReason,
+  RoundClient,
+  RoundCoreOptions,
+  RoundDraft,
+  RoundInput,
+  RoundRequest,
+  RoundResult,
+  SlotView,
+} from "./round-core.js";
+export { RoundCore } from "./round-core.js";

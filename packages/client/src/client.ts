@@ -1,0 +1,908 @@
+import type { Counter, Gauge, Histogram, InfoValue } from "@tapwire/stats";
+import { Registry } from "@tapwire/stats";
+import type { RpcClient } from "@tapwire/transport";
+import { makeClient, TransportError } from "@tapwire/transport";
+import type { Hello, HelloReply, ReqEntry, SampleMeta, StepReplyViews } from "@tapwire/wire";
+import {
+  APP_HEADER_SIZE,
+  checkHelloReply,
+  checkReplyValues,
+  decodeHelloReply,
+  decodeStepReply,
+  encodeHello,
+  FATAL_FRAME_STATUS,
+  FRAME_STATUS_NAMES,
+  FrameStatus,
+  frame,
+  HELLO_REPLY_BODY_SIZE,
+  HelloFlag,
+  helloAuth,
+  maxStepBodySize,
+  OP_NAMES,
+  Op,
+  PING_MAX_BODY,
+  RowDtype,
+  rowsOffsetFor,
+  SampleMode,
+  splitFrame,
+  stepReplyBodySize,
+  validateSampled,
+  WireError,
+  writeStepPrefix,
+} from "@tapwire/wire";
+import type { Logger } from "pino";
+import { pino } from "pino";
+import { Backoff } from "./backoff.js";
+import type { Clock } from "./clock.js";
+import { clampDelay, systemClock } from "./clock.js";
+import { ClientError } from "./errors.js";
+import type { RemoteDraftClientOptions, ResolvedClientOptions, TransportFactory } from "./options.js";
+import { resolveOptions } from "./options.js";
+
+/**
+ * The rows of CONTRACT 9.2: for each STEP outcome, whether the worker applied the frame and what
+ * the client did. `frame_<status>` covers every non-OK frame status (lower-case name).
+ */
+export const STEP_OUTCOMES = {
+  ok: { applied: "yes", action: "use the drafts of consumed entries" },
+  disabled: { applied: "no", action: "nothing" },
+  not_ready: { applied: "no", action: "nothing" },
+  reconnected: { applied: "no", action: "nothing sent" },
+  timeout: { applied: "unknown", action: "drop connection (backoff); resync the STEP's slots" },
+  transport_error: { applied: "unknown", action: "drop connection (backoff); resync the STEP's slots" },
+  bad_reply: { applied: "unknown", action: "drop connection (backoff); resync; record the first violation" },
+  frame_no_session: { applied: "no", action: "reconnect without backoff" },
+  frame_stale_seq: { applied: "no", action: "reconnect without backoff" },
+  frame_bad_frame: { applied: "no", action: "disable" },
+  frame_bad_version: { applied: "no", action: "disable" },
+  frame_identity_mismatch: { applied: "no", action: "disable" },
+  frame_config_mismatch: { applied: "no", action: "disable" },
+  frame_unknown_op: { applied: "no", action: "disable" },
+  frame_unauthorized: { applied: "no", action: "disable" },
+  frame_too_large: { applied: "no", action: "disable" },
+  frame_busy: { applied: "no", action: "reconnect with backoff" },
+  frame_internal: { applied: "no", action: "reconnect with backoff" },
+} as const;
+
+/** An outcome reason of {@link RemoteDraftClient.step} (CONTRACT 9.2). */
+export type StepOutcomeReason = keyof typeof STEP_OUTCOMES;
+
+/** The result of one STEP (CONTRACT 9.2). */
+export interface StepOutcome {
+  /** True exactly when `reason` is `"ok"`. */
+  readonly ok: boolean;
+  /** The 9.2 row. */
+  readonly reason: StepOutcomeReason;
+  /**
+   * True when the worker may have applied the frame but its result is unknown (timeout,
+   * transport error, bad reply): every slot of the STEP must resync (CONTRACT 7.5).
+   */
+  readonly unknownApply: boolean;
+  /** Round-trip time in microseconds (0 when nothing was sent or no reply came). */
+  readonly rttUs: number;
+  /**
+   * The validated reply (6.3, 7.4, 8) when ok; views into the client's reply buffer, valid until
+   * the next request on this client.
+   */
+  readonly reply: StepReplyViews | null;
+  /** Why it failed (the first violation, the transport error), or null. */
+  readonly error: string | null;
+}
+
+/** Arguments of {@link RemoteDraftClient.step}. */
+export interface StepCall {
+  /** Round id echoed by the reply. */
+  stepId: number;
+  /** The STEP's entries; only `entries[0..nEntries)` are sent. */
+  entries: readonly ReqEntry[];
+  /** Entries used (default `entries.length`); lets callers reuse preallocated entry arrays. */
+  nEntries?: number;
+  /** Rows carried in total (`sum(entry.nRows)`). */
+  nRows: number;
+  /** Per-entry sample meta; required in top32 sessions, refused otherwise. */
+  sampleMeta?: readonly SampleMeta[] | null;
+  /** The connection epoch the entries were built for; a newer connection gives `reconnected` (CONTRACT 7.5). */
+  epoch?: number;
+  /**
+   * Rows as parts sent after the prefix (scatter/gather), instead of rows staged in
+   * {@link RemoteDraftClient.sendBuffer} at {@link RemoteDraftClient.rowsOffset}. Their total
+   * length must be `nRows * rowBytes`.
+   */
+  rows?: readonly Uint8Array[];
+}
+
+/** What the client knows about the worker after a successful HELLO. */
+export interface WorkerInfo {
+  readonly name: string;
+  readonly capabilities: number;
+  readonly maxSlots: number;
+  readonly maxRowsPerStep: number;
+  readonly windowsKept: number;
+}
+
+const SEQ_MAX = 0xffffffff;
+const NOT_READY: StepOutcome = Object.freeze({
+  ok: false,
+  reason: "not_ready",
+  unknownApply: false,
+  rttUs: 0,
+  reply: null,
+  error: null,
+});
+const DISABLED: StepOutcome = Object.freeze({ ...NOT_READY, reason: "disabled" as const });
+const RECONNECTED: StepOutcome = Object.freeze({ ...NOT_READY, reason: "reconnected" as const });
+
+function failed(reason: StepOutcomeReason, unknownApply: boolean, rttUs: number, error: string): StepOutcome {
+  return { ok: false, reason, unknownApply, rttUs, reply: null, error };
+}
+
+function statusName(status: number): string {
+  return FRAME_STATUS_NAMES[status] ?? `STATUS_${status}`;
+}
+
+function errText(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}
+
+/**
+ * The rank-0 client of a remote drafter worker (CONTRACT 6, 9): session and sequence numbers, a
+ * background connect + HELLO loop with exponential backoff, and the STEP exchange.
+ *
+ * The engine path ({@link step}) never waits for a connect: without a ready connection it returns
+ * `not_ready` at once (a target-only round). One request is outstanding at a time; PING, STATS and
+ * RESET share the engine's connection and queue behind a STEP.
+ */
+export class RemoteDraftClient {
+  /** The validated options. */
+  readonly options: ResolvedClientOptions;
+  /** The stats registry (counters of the seed, RTT histogram). */
+  readonly registry: Registry;
+  /**
+   * The send buffer, sized once for the largest STEP of the HELLO's limits. Stage rows at
+   * `rowsOffset(nEntries)` then call {@link step}: the header, prefix and entries are written in
+   * front of them and the frame goes out without a copy.
+   */
+  readonly sendBuffer: Uint8Array;
+
+  readonly #factory: TransportFactory;
+  readonly #transportOptions: Record<string, unknown>;
+  readonly #clock: Clock;
+  readonly #log: Logger;
+  readonly #hello: Hello;
+  readonly #backoff: Backoff;
+  readonly #replyBuf: Uint8Array;
+  readonly #helloBuf = new Uint8Array(4096);
+  #ctrlBuf: Uint8Array | null = null;
+
+  #session: number;
+  #seq: number;
+  #cli: RpcClient | null = null;
+  #connecting: RpcClient | null = null;
+  #epoch = 0;
+  #disabledReason: string | null = null;
+  #closed = false;
+  #workerInfo: WorkerInfo | null = null;
+  #lastError: string | null = null;
+  #nextAttempt = 0;
+  #failRun = 0;
+  #failLogged = 0;
+  #loop: Promise<void> | null = null;
+  #wakeFn: (() => void) | null = null;
+  #readyWaiters = new Set<() => void>();
+  #busy = false;
+  #lockQueue: (() => void)[] = [];
+
+  readonly #c: {
+    hellos: Counter;
+    connectFailures: Counter;
+    disconnects: Counter;
+    disabled: Counter;
+    newSessions: Counter;
+    bytesSent: Counter;
+    bytesReceived: Counter;
+    steps: Counter;
+    badReplies: Counter;
+    epoch: Gauge;
+    ready: Gauge;
+    disabledReason: InfoValue;
+    lastBadReply: InfoValue;
+    lastError: InfoValue;
+    worker: InfoValue;
+    rtt: Histogram;
+  };
+  readonly #outcomeCounters = new Map<string, Counter>();
+
+  /** @throws ClientError `CLIENT_BAD_OPTION` naming the first bad option. */
+  constructor(options: RemoteDraftClientOptions) {
+    const o = resolveOptions(options);
+    this.options = o;
+    this.#factory = options.transportFactory ?? makeClient;
+    this.#clock = options.clock ?? systemClock;
+    this.#log = options.logger ?? pino({ name: "tapwire-client" }, pino.destination(2));
+    this.registry = options.registry ?? new Registry({ prefix: "tapwire_client_" });
+    this.#backoff = new Backoff({ initialMs: o.backoffMs, maxMs: o.backoffMaxMs });
+    this.#session = o.sessionId;
+    this.#seq = o.initialSeq;
+    this.#hello = {
+      drafterIdentity: o.drafterIdentity,
+      markovIdentity: o.markovIdentity,
+      window: o.window,
+      numSpec: o.numSpec,
+      sampleMode: o.sampled ? SampleMode.TOP32 : SampleMode.GREEDY,
+      rowDtype: RowDtype.BF16,
+      numTaps: o.numTaps,
+      hidden: o.hidden,
+      rowBytes: o.rowBytes,
+      vocabSize: o.vocabSize,
+      maxSlots: o.maxSlots,
+      maxRowsPerStep: o.maxRowsPerStep,
+      helloFlags: o.wantMargin ? HelloFlag.WANT_MARGIN : 0,
+      auth: new Uint8Array(32),
+      clientName: o.clientName,
+    };
+    const sendSize =
+      APP_HEADER_SIZE +
+      maxStepBodySize({
+        sampled: o.sampled,
+        rowBytes: o.rowBytes,
+        maxSlots: o.maxSlots,
+        maxRowsPerStep: o.maxRowsPerStep,
+        numSpec: o.numSpec,
+      });
+    const replySize =
+      APP_HEADER_SIZE +
+      stepReplyBodySize({ nReq: o.maxSlots, numSpec: o.numSpec, margin: o.wantMargin, sampled: o.sampled });
+    this.sendBuffer = new Uint8Array(sendSize);
+    this.#replyBuf = new Uint8Array(replySize);
+    const topts = { ...(options.transportOptions ?? {}) } as Record<string, unknown>;
+    topts.connectTimeoutMs = o.connectTimeoutMs;
+    if (topts.maxMessageBytes === undefined) {
+      topts.maxMessageBytes = Math.max(64 * 1024 * 1024, sendSize, replySize);
+    }
+    if (topts.registry === undefined) topts.registry = this.registry;
+    this.#transportOptions = topts;
+    const r = this.registry;
+    this.#c = {
+      hellos: r.counter("hellos", "successful HELLOs (epochs)"),
+      connectFailures: r.counter("connect_failures", "failed connect + HELLO attempts"),
+      disconnects: r.counter("disconnects", "connections dropped"),
+      disabled: r.counter("remote_disabled", "times the client was disabled"),
+      newSessions: r.counter("new_sessions", "new session ids taken"),
+      bytesSent: r.counter("bytes_sent", "STEP bytes sent"),
+      bytesReceived: r.counter("bytes_received", "STEP reply bytes received"),
+      steps: r.counter("steps", "STEP calls"),
+      badReplies: r.counter("bad_replies", "STEP replies refused"),
+      epoch: r.gauge("epoch", "connection epoch (successful HELLOs)"),
+      ready: r.gauge("ready", "1 when a connection is ready"),
+      disabledReason: r.info("disabled_reason", "why the client is disabled"),
+      lastBadReply: r.info("last_bad_reply", "first violation of the last refused reply"),
+      lastError: r.info("last_error", "the last connection error"),
+      worker: r.info("worker", "the worker of the current connection (JSON)"),
+      rtt: r.histogram("step_rtt_seconds", { help: "STEP round-trip time", unit: "seconds" }),
+    };
+    for (const reason of Object.keys(STEP_OUTCOMES)) this.#outcomeCounter(reason);
+    if (options.autoStart !== false) this.start();
+  }
+
+  // ------------------------------------------------------------------ state
+
+  /** The current session id (CONTRACT 6.2). */
+  get sessionId(): number {
+    return this.#session;
+  }
+
+  /** The seq of the last frame sent. */
+  get lastSeq(): number {
+    return this.#seq;
+  }
+
+  /** Successful HELLOs so far (CONTRACT 7.5). */
+  get epoch(): number {
+    return this.#epoch;
+  }
+
+  /** True when a connection is ready and the client is neither disabled nor closed. */
+  get ready(): boolean {
+    return this.#cli !== null && this.#disabledReason === null && !this.#closed;
+  }
+
+  /** True once disabled (CONTRACT 9.3). */
+  get disabled(): boolean {
+    return this.#disabledReason !== null;
+  }
+
+  /** Why the client is disabled, or null. */
+  get disabledReason(): string | null {
+    return this.#disabledReason;
+  }
+
+  /** The last connection / STEP error, or null. */
+  get lastError(): string | null {
+    return this.#lastError;
+  }
+
+  /** The worker of the last successful HELLO, or null. */
+  get workerInfo(): WorkerInfo | null {
+    return this.#workerInfo;
+  }
+
+  /** Row size in bytes (`numTaps * hidden * 2`). */
+  get rowBytes(): number {
+    return this.options.rowBytes;
+  }
+
+  /** Offset in {@link sendBuffer} where the rows of a STEP with `nEntries` entries start (`24 + rows_offset_for(n)`, CONTRACT 7.3). */
+  rowsOffset(nEntries: number): number {
+    return APP_HEADER_SIZE + rowsOffsetFor(nEntries, this.options.sampled);
+  }
+
+  /** The epoch of the ready connection, or null when there is none. */
+  connectionEpoch(): number | null {
+    return this.ready ? this.#epoch : null;
+  }
+
+  /**
+   * Resolves true once a connection is ready, false when `timeoutMs` passes or the client is
+   * disabled or closed first. For tools and tests; the engine path never waits.
+   */
+  waitReady(timeoutMs: number): Promise<boolean> {
+    if (this.ready) return Promise.resolve(true);
+    if (this.#closed || this.disabled) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      const done = (): void => {
+        this.#clock.clearTimeout(timer);
+        this.#readyWaiters.delete(done);
+        resolve(this.ready);
+      };
+      const timer = this.#clock.setTimeout(done, clampDelay(timeoutMs));
+      this.#readyWaiters.add(done);
+    });
+  }
+
+  #notify(): void {
+    for (const w of [...this.#readyWaiters]) w();
+    this.#c.ready.set(this.ready ? 1 : 0);
+  }
+
+  #outcomeCounter(reason: string): Counter {
+    let c = this.#outcomeCounters.get(reason);
+    if (c === undefined) {
+      c = this.registry.counter(`step_${reason}`, `STEP outcomes ${reason} (CONTRACT 9.2)`);
+      this.#outcomeCounters.set(reason, c);
+    }
+    return c;
+  }
+
+  #count(o: StepOutcome): StepOutcome {
+    this.#outcomeCounter(o.reason).inc();
+    return o;
+  }
+
+  // ------------------------------------------------------------------ transitions
+
+  /** Starts the background connect loop (one at a time; a no-op when it runs). */
+  start(): void {
+    if (this.#loop !== null || this.#closed || this.disabled) return;
+    this.#loop = this.#run().finally(() => {
+      this.#loop = null;
+    });
+  }
+
+  /**
+   * Stops the loop, closes the connection and resolves once the loop has ended. A pending STEP
+   * resolves with `transport_error`; later STEPs return `not_ready`; later PING / STATS / RESET
+   * reject with `CLIENT_CLOSED`.
+   */
+  async close(): Promise<void> {
+    if (!this.#closed) {
+      this.#closed = true;
+      const cli = this.#cli;
+      this.#cli = null;
+      cli?.close();
+      this.#connecting?.close();
+      this.#wake();
+      this.#notify();
+    }
+    await this.#loop;
+  }
+
+  /**
+   * Drops the connection; the loop reconnects after the backoff (or at once with
+   * `backoff: false`). Slots resync on the next epoch.
+   */
+  markFailed(reason: string, options: { backoff?: boolean } = {}): void {
+    this.#drop(null, reason, options.backoff ?? true);
+  }
+
+  /**
+   * Takes a new random session id and reconnects at once (CONTRACT 6.2): the HELLO with the new
+   * id makes the worker drop every window; the epoch change then resyncs every live slot. For
+   * STALE_GENERATION (7.1) and before the seq would wrap.
+   */
+  newSession(reason: string): void {
+    if (this.#closed || this.disabled) return;
+    const old = this.#session;
+    this.#session = this.#freshSession(old);
+    this.#seq = 0;
+    this.#c.newSessions.inc();
+    this.#log.error(
+      { session: this.#session, previous: old, reason },
+      `tapwire client: new session 0x${this.#session.toString(16).padStart(8, "0")}: ${reason}`,
+    );
+    this.#drop(null, `new session: ${reason}`, false);
+  }
+
+  #freshSession(old: number): number {
+    let s = old;
+    while (s === old) s = 1 + Math.floor(Math.random() * SEQ_MAX);
+    return s;
+  }
+
+  // cli === null: whatever is installed; else only if that connection is still the installed one
+  #drop(cli: RpcClient | null, reason: string, backoff: boolean): void {
+    if (cli !== null && this.#cli !== cli) return;
+    this.#lastError = reason;
+    this.#c.lastError.set(reason);
+    const had = this.#cli;
+    if (had !== null) {
+      this.#cli = null;
+      had.close();
+      this.#c.disconnects.inc();
+    }
+    if (this.#closed || this.disabled) return;
+    const now = this.#clock.now();
+    this.#nextAttempt = backoff ? now + this.#backoff.next() : now;
+    this.#notify();
+    this.#wake();
+  }
+
+  #disable(reason: string): void {
+    if (this.#disabledReason !== null) return;
+    this.#disabledReason = reason;
+    this.#c.disabled.inc();
+    this.#c.disabledReason.set(reason);
+    this.#log.error({ reason }, `tapwire client disabled for this engine run: ${reason}`);
+    const cli = this.#cli;
+    this.#cli = null;
+    if (cli !== null) {
+      cli.close();
+      this.#c.disconnects.inc();
+    }
+    this.#wake();
+    this.#notify();
+  }
+
+  // ------------------------------------------------------------------ connect loop (CONTRACT 9.1)
+
+  #wake(): void {
+    const f = this.#wakeFn;
+    this.#wakeFn = null;
+    f?.();
+  }
+
+  #sleep(ms: number | null): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = ms === null ? null : this.#clock.setTimeout(() => this.#wake(), clampDelay(ms));
+      this.#wakeFn = () => {
+        if (timer !== null) this.#clock.clearTimeout(timer);
+        resolve();
+      };
+    });
+  }
+
+  async #run(): Promise<void> {
+    try {
+      while (!this.#closed && !this.disabled) {
+        if (this.#cli !== null) {
+          await this.#sleep(null);
+          continue;
+        }
+        const delay = this.#nextAttempt - this.#clock.now();
+        if (delay > 0) {
+          await this.#sleep(delay);
+          continue;
+        }
+        const ok = await this.connectNow();
+        if (!ok && !this.#closed && !this.disabled && this.#cli === null) {
+          this.#nextAttempt = this.#clock.now() + this.#backoff.next();
+        }
+      }
+    } catch (e) {
+      // a bug, not a connection failure: never leave it unhandled
+      this.#log.error({ err: e }, "tapwire client connect loop failed");
+      this.#disable(`connect loop failed: ${errText(e)}`);
+    }
+  }
+
+  /**
+   * One connect + HELLO attempt (CONTRACT 6.1, 9.1); true when a ready connection was installed.
+   * The background loop calls it; exposed for tools that want to connect synchronously.
+   */
+  async connectNow(): Promise<boolean> {
+    if (this.#closed || this.disabled) return false;
+    if (this.#cli !== null) return true;
+    if (this.#seq >= SEQ_MAX) {
+      // no connection to drop: just take a fresh session before the seq wraps (CONTRACT 6.2)
+      this.#session = this.#freshSession(this.#session);
+      this.#seq = 0;
+      this.#c.newSessions.inc();
+    }
+    const session = this.#session;
+    const o = this.options;
+    let cli: RpcClient | null = null;
+    try {
+      cli = this.#factory(o.endpoint, this.#transportOptions);
+      this.#connecting = cli;
+      await cli.connect(o.connectTimeoutMs);
+      if (this.#closed) throw new ClientError("CLIENT_CLOSED", "client closed");
+      const seq = ++this.#seq;
+      const hello = this.#hello;
+      hello.auth = o.token === null ? new Uint8Array(32) : helloAuth(o.token, session, seq);
+      const msg = frame({ op: Op.HELLO, seq, session }, encodeHello(hello));
+      const n = await cli.request(msg, this.#helloBuf, o.connectTimeoutMs);
+      const { header: h, body } = splitFrame(this.#helloBuf, n);
+      if (h.op !== Op.HELLO || h.seq !== seq || h.session !== session) {
+        throw new WireError(
+          "WIRE_BAD_REPLY",
+          `HELLO reply echoes op=${h.op} seq=${h.seq} session=0x${h.session.toString(16)} (sent seq ${seq} session 0x${session.toString(16)})`,
+        );
+      }
+      if (h.status !== FrameStatus.OK) {
+        const name = statusName(h.status);
+        if (FATAL_FRAME_STATUS.has(h.status)) {
+          let detail = "";
+          if (body.length === HELLO_REPLY_BODY_SIZE) {
+            // IDENTITY_MISMATCH / CONFIG_MISMATCH carry the worker's HelloReply (CONTRACT 6.1)
+            const rep = decodeHelloReply(body);
+            detail = `: ${checkHelloReply(hello, rep) ?? "worker refused an identical configuration"}`;
+          }
+          cli.close();
+          this.#connecting = null;
+          this.#disable(`HELLO refused: ${name}${detail}`);
+          return false;
+        }
+        throw new ClientError("CLIENT_REFUSED", `HELLO refused: ${name}`, { status: h.status });
+      }
+      const rep = decodeHelloReply(body);
+      const mismatch = checkHelloReply(hello, rep);
+      if (mismatch !== null) {
+        cli.close();
+        this.#connecting = null;
+        this.#disable(`HELLO reply mismatch: ${mismatch}`);
+        return false;
+      }
+      this.#connecting = null;
+      if (this.#closed) {
+        cli.close();
+        return false;
+      }
+      if (session !== this.#session) {
+        // newSession() ran meanwhile: HELLO again at once under the new id
+        cli.close();
+        return this.connectNow();
+      }
+      this.#install(cli, rep, session);
+      return true;
+    } catch (e) {
+      this.#connecting = null;
+      cli?.close();
+      if (this.#closed) return false;
+      this.#connectFailed(e);
+      return false;
+    }
+  }
+
+  #install(cli: RpcClient, rep: HelloReply, session: number): void {
+    this.#cli = cli;
+    this.#epoch++;
+    this.#backoff.reset();
+    this.#workerInfo = {
+      name: rep.workerName,
+      capabilities: rep.capabilities,
+      maxSlots: rep.maxSlots,
+      maxRowsPerStep: rep.maxRowsPerStep,
+      windowsKept: rep.windowsKept,
+    };
+    this.#c.hellos.inc();
+    this.#c.epoch.set(this.#epoch);
+    this.#c.worker.set(JSON.stringify(this.#workerInfo));
+    const failedBefore = this.#failRun;
+    this.#failRun = 0;
+    this.#log.info(
+      { worker: rep.workerName, endpoint: this.options.endpoint, session, epoch: this.#epoch, failedBefore },
+      `tapwire worker ${JSON.stringify(rep.workerName)} ready at ${this.options.endpoint} (epoch ${this.#epoch})${
+        failedBefore > 0 ? ` after ${failedBefore} failed connect attempts` : ""
+      }`,
+    );
+    this.#notify();
+  }
+
+  #connectFailed(e: unknown): void {
+    const msg = errText(e);
+    this.#lastError = `connect: ${msg}`;
+    this.#c.lastError.set(this.#lastError);
+    this.#c.connectFailures.inc();
+    this.#failRun++;
+    const now = this.#clock.now();
+    if (this.#failRun === 1) {
+      this.#failLogged = now;
+      this.#log.warn(
+        { endpoint: this.options.endpoint, err: msg },
+        `tapwire connect/HELLO to ${this.options.endpoint} failed: ${msg} (target-only rounds; retrying, further failures logged once per ${Math.round(this.options.connectFailLogMs / 1000)} s)`,
+      );
+    } else if (now - this.#failLogged >= this.options.connectFailLogMs) {
+      this.#failLogged = now;
+      this.#log.warn(
+        { endpoint: this.options.endpoint, err: msg, attempts: this.#failRun },
+        `tapwire connect/HELLO to ${this.options.endpoint} still failing after ${this.#failRun} attempts: ${msg}`,
+      );
+    }
+  }
+
+  // ------------------------------------------------------------------ one request at a time
+
+  #lock(): Promise<void> | null {
+    if (!this.#busy) {
+      this.#busy = true;
+      return null;
+    }
+    return new Promise((resolve) => this.#lockQueue.push(resolve));
+  }
+
+  #unlock(): void {
+    const next = this.#lockQueue.shift();
+    if (next !== undefined) next();
+    else this.#busy = false;
+  }
+
+  // ------------------------------------------------------------------ STEP (CONTRACT 7, 9.2)
+
+  /**
+   * Sends one STEP and returns its 9.2 outcome; never waits for a connect and never rejects for
+   * a connection problem. Rows are either staged in {@link sendBuffer} at
+   * `rowsOffset(nEntries)` (default) or passed as `call.rows` parts.
+   *
+   * @throws ClientError `CLIENT_BAD_ARGUMENT` when the call itself is malformed (nothing sent).
+   */
+  async step(call: StepCall): Promise<StepOutcome> {
+    this.#c.steps.inc();
+    if (this.disabled) return this.#count(DISABLED);
+    if (this.#cli === null || this.#closed) return this.#count(NOT_READY);
+    if (call.epoch !== undefined && call.epoch !== this.#epoch) return this.#count(RECONNECTED);
+    const wait = this.#lock();
+    if (wait !== null) await wait;
+    try {
+      // state may have moved while a PING / STATS / RESET ran
+      if (this.disabled) return this.#count(DISABLED);
+      if (this.#cli === null || this.#closed) return this.#count(NOT_READY);
+      if (call.epoch !== undefined && call.epoch !== this.#epoch) return this.#count(RECONNECTED);
+      return this.#count(await this.#stepLocked(call, this.#cli));
+    } finally {
+      this.#unlock();
+    }
+  }
+
+  async #stepLocked(call: StepCall, cli: RpcClient): Promise<StepOutcome> {
+    const o = this.options;
+    if (this.#seq >= SEQ_MAX) {
+      this.newSession("sequence number would wrap");
+      return NOT_READY;
+    }
+    const nEntries = call.nEntries ?? call.entries.length;
+    const sampleMeta = call.sampleMeta ?? null;
+    if (o.sampled !== (sampleMeta !== null)) {
+      throw new ClientError(
+        "CLIENT_BAD_ARGUMENT",
+        o.sampled ? "top32 session: sampleMeta is required" : "greedy session: sampleMeta must be null",
+      );
+    }
+    const session = this.#session;
+    const seq = this.#seq + 1;
+    let frameLen: number;
+    try {
+      frameLen = writeStepPrefix(this.sendBuffer, {
+        seq,
+        session,
+        stepId: call.stepId,
+        entries: call.entries,
+        nEntries,
+        sampleMeta,
+        nRows: call.nRows,
+        rowBytes: o.rowBytes,
+      });
+    } catch (e) {
+      throw new ClientError("CLIENT_BAD_ARGUMENT", `STEP not sent: ${errText(e)}`, { cause: e });
+    }
+    let parts: Uint8Array[] | null = null;
+    if (call.rows !== undefined) {
+      const head = this.rowsOffset(nEntries);
+      let total = 0;
+      parts = [this.sendBuffer.subarray(0, head)];
+      for (const r of call.rows) {
+        total += r.length;
+        parts.push(r);
+      }
+      if (total !== call.nRows * o.rowBytes) {
+        throw new ClientError(
+          "CLIENT_BAD_ARGUMENT",
+          `rows hold ${total} bytes, ${call.nRows} rows need ${call.nRows * o.rowBytes}`,
+        );
+      }
+    }
+    this.#seq = seq;
+    const t0 = performance.now();
+    let n: number;
+    try {
+      n =
+        parts === null
+          ? await cli.request(this.sendBuffer.subarray(0, frameLen), this.#replyBuf, o.requestTimeoutMs)
+          : await cli.requestParts(parts, this.#replyBuf, o.requestTimeoutMs);
+    } catch (e) {
+      const rttUs = (performance.now() - t0) * 1000;
+      const text = errText(e);
+      if (e instanceof TransportError && e.code === "TRANSPORT_TIMEOUT") {
+        this.#drop(cli, `STEP timeout: ${text}`, true);
+        return failed("timeout", true, rttUs, text);
+      }
+      if (e instanceof TransportError && e.code === "TRANSPORT_REPLY_TOO_LARGE") {
+        return this.#badReply(cli, rttUs, `reply larger than the largest valid STEP reply: ${text}`);
+      }
+      this.#drop(cli, `STEP transport error: ${text}`, true);
+      return failed("transport_error", true, rttUs, text);
+    }
+    const rttUs = (performance.now() - t0) * 1000;
+    this.#c.bytesSent.inc(frameLen);
+    this.#c.bytesReceived.inc(n);
+    this.#c.rtt.observe(rttUs / 1e6);
+    let reply: StepReplyViews;
+    try {
+      const { header: h, body } = splitFrame(this.#replyBuf, n);
+      if (h.op !== Op.STEP || h.seq !== seq || h.session !== session) {
+        return this.#badReply(
+          cli,
+          rttUs,
+          `reply echoes op=${h.op} seq=${h.seq} session=0x${h.session.toString(16)} (sent op=${Op.STEP} seq=${seq} session=0x${session.toString(16)})`,
+        );
+      }
+      if (h.status !== FrameStatus.OK) return this.#frameStatus(cli, h.status, rttUs);
+      reply = decodeStepReply(body, {
+        nReq: nEntries,
+        numSpec: o.numSpec,
+        margin: o.wantMargin,
+        sampled: o.sampled,
+      });
+      const ctx = {
+        stepId: call.stepId,
+        vocabSize: o.vocabSize,
+        window: o.window,
+        numSpec: o.numSpec,
+        entries: call.entries,
+        nEntries,
+        sampleMeta,
+      };
+      checkReplyValues(reply, ctx);
+      if (o.sampled) validateSampled(reply, ctx);
+    } catch (e) {
+      if (!(e instanceof WireError)) throw e;
+      return this.#badReply(cli, rttUs, e.message);
+    }
+    return { ok: true, reason: "ok", unknownApply: false, rttUs, reply, error: null };
+  }
+
+  #badReply(cli: RpcClient, rttUs: number, what: string): StepOutcome {
+    this.#c.badReplies.inc();
+    this.#c.lastBadReply.set(what);
+    this.#log.warn({ violation: what }, `tapwire STEP reply refused (round fails, slots resync): ${what}`);
+    this.#drop(cli, `bad reply: ${what}`, true);
+    return failed("bad_reply", true, rttUs, what);
+  }
+
+  // non-OK frame statuses: the worker changed nothing (CONTRACT 5, 9.2)
+  #frameStatus(cli: RpcClient, status: number, rttUs: number): StepOutcome {
+    const name = FRAME_STATUS_NAMES[status];
+    if (name === undefined) return this.#badReply(cli, rttUs, `unknown frame status ${status}`);
+    const what = `STEP refused: ${name}`;
+    if (FATAL_FRAME_STATUS.has(status)) this.#disable(what);
+    else if (status === FrameStatus.NO_SESSION || status === FrameStatus.STALE_SEQ)
+      this.#drop(cli, what, false);
+    else this.#drop(cli, what, true);
+    return failed(`frame_${name.toLowerCase()}` as StepOutcomeReason, false, rttUs, what);
+  }
+
+  // ------------------------------------------------------------------ PING / STATS / RESET (CONTRACT 10)
+
+  /** PING on the engine's connection: echoes `body` (at most 1 KiB); resolves the RTT in microseconds. */
+  async ping(body: Uint8Array = new Uint8Array(0)): Promise<number> {
+    if (body.length > PING_MAX_BODY) {
+      throw new ClientError(
+        "CLIENT_BAD_ARGUMENT",
+        `PING body of ${body.length} bytes exceeds ${PING_MAX_BODY}`,
+      );
+    }
+    const t0 = performance.now();
+    const echo = await this.#control(Op.PING, body);
+    if (echo.length !== body.length || !echo.every((v, i) => v === body[i])) {
+      throw new ClientError("CLIENT_BAD_REPLY", "PING reply does not echo the body");
+    }
+    return (performance.now() - t0) * 1000;
+  }
+
+  /** STATS: the worker's stats snapshot (parsed JSON). */
+  async stats(): Promise<unknown> {
+    const body = await this.#control(Op.STATS, new Uint8Array(0));
+    try {
+      return JSON.parse(Buffer.from(body).toString("utf8"));
+    } catch (e) {
+      throw new ClientError("CLIENT_BAD_REPLY", `STATS reply is not JSON: ${errText(e)}`, { cause: e });
+    }
+  }
+
+  /**
+   * RESET: the worker drops all slot state of this session. With a RoundCore use
+   * `RoundCore.reset()`, which also marks every slot for resync.
+   */
+  async reset(): Promise<void> {
+    await this.#control(Op.RESET, new Uint8Array(0));
+  }
+
+  /** The client's own stats snapshot (counters of the seed plus the RTT histogram). */
+  snapshot(): ReturnType<Registry["snapshot"]> {
+    return this.registry.snapshot();
+  }
+
+  async #control(op: number, body: Uint8Array): Promise<Uint8Array> {
+    const wait = this.#lock();
+    if (wait !== null) await wait;
+    try {
+      if (this.#closed) throw new ClientError("CLIENT_CLOSED", "client closed");
+      if (this.disabled) throw new ClientError("CLIENT_DISABLED", `client disabled: ${this.#disabledReason}`);
+      const cli = this.#cli;
+      if (cli === null) throw new ClientError("CLIENT_NOT_READY", "no ready connection to the worker");
+      if (this.#seq >= SEQ_MAX) {
+        this.newSession("sequence number would wrap");
+        throw new ClientError("CLIENT_NOT_READY", "new session started before the seq wrapped; reconnecting");
+      }
+      const seq = ++this.#seq;
+      const session = this.#session;
+      this.#ctrlBuf ??= new Uint8Array(4 * 1024 * 1024);
+      let n: number;
+      try {
+        n = await cli.request(
+          frame({ op, seq, session }, body),
+          this.#ctrlBuf,
+          this.options.requestTimeoutMs,
+        );
+      } catch (e) {
+        this.#drop(cli, `${OP_NAMES[op] ?? op} failed: ${errText(e)}`, true);
+        throw new ClientError("CLIENT_TRANSPORT", `request failed: ${errText(e)}`, { cause: e });
+      }
+      let h: ReturnType<typeof splitFrame>["header"];
+      let rb: Uint8Array;
+      try {
+        ({ header: h, body: rb } = splitFrame(this.#ctrlBuf, n));
+      } catch (e) {
+        this.#drop(cli, `bad reply: ${errText(e)}`, true);
+        throw new ClientError("CLIENT_BAD_REPLY", `reply cannot be parsed: ${errText(e)}`, { cause: e });
+      }
+      if (h.op !== op || h.seq !== seq || h.session !== session) {
+        this.#drop(cli, "bad reply: echo", true);
+        throw new ClientError(
+          "CLIENT_BAD_REPLY",
+          `reply echoes op=${h.op} seq=${h.seq} (sent op=${op} seq=${seq})`,
+        );
+      }
+      if (h.status !== FrameStatus.OK) {
+        const name = statusName(h.status);
+        const what = `request refused: ${name}`;
+        if (FATAL_FRAME_STATUS.has(h.status)) this.#disable(what);
+        else if (h.status === FrameStatus.NO_SESSION || h.status === FrameStatus.STALE_SEQ)
+          this.#drop(cli, what, false);
+        else this.#drop(cli, what, true);
+        throw new ClientError("CLIENT_REFUSED", what, { status: h.status });
+      }
+      return Uint8Array.from(rb);
+    } finally {
+      this.#unlock();
+    }
+  }
+}

@@ -1,0 +1,242 @@
+import { randomInt } from "node:crypto";
+import type { Registry } from "@tapwire/stats";
+import type { ClientOptions, RpcClient } from "@tapwire/transport";
+import type { Logger } from "pino";
+import type { Clock } from "./clock.js";
+import { ClientError } from "./errors.js";
+
+/** Sample modes accepted by {@link RemoteDraftClientOptions.sampleMode} (CONTRACT 6.1, 8). */
+export const SAMPLE_MODES = { greedy: 0, top32: 1 } as const;
+
+/** Creates the transport client of one connection attempt (default: `makeClient` of `@tapwire/transport`). */
+export type TransportFactory = (endpoint: string, options: ClientOptions) => RpcClient;
+
+/** Defaults of {@link RemoteDraftClientOptions}. */
+export const CLIENT_DEFAULTS = {
+  /** connect + HELLO timeout, ms. */
+  connectTimeoutMs: 2_000,
+  /** STEP / PING / STATS / RESET timeout, ms. */
+  requestTimeoutMs: 1_000,
+  /** First reconnect delay, ms (CONTRACT 9.1; the seed's production value). */
+  backoffMs: 5_000,
+  /** Reconnect delay ceiling, ms. */
+  backoffMaxMs: 60_000,
+  /** Connect-failure log cadence after the first failure of a run, ms (CONTRACT 9.1). */
+  connectFailLogMs: 60_000,
+  clientName: "tapwire-client",
+  wantMargin: true,
+  sampleMode: "greedy",
+} as const;
+
+/** Options of {@link RemoteDraftClient}. Every option is validated in the constructor. */
+export interface RemoteDraftClientOptions {
+  /** Worker endpoint URL (`tcp://`, `unix://`, `tls://`, `zmq+tcp://`, `zmq+ipc://`; CONTRACT 3). */
+  endpoint: string;
+  /** connect + HELLO timeout in ms (default 2000). */
+  connectTimeoutMs?: number;
+  /** STEP / PING / STATS / RESET timeout in ms (default 1000). */
+  requestTimeoutMs?: number;
+  /** First reconnect delay in ms (default 5000); doubles per failure (CONTRACT 9.1). */
+  backoffMs?: number;
+  /** Reconnect delay ceiling in ms (default 60000); >= backoffMs. */
+  backoffMaxMs?: number;
+  /** Window `W`, rows kept per slot (1..4096). */
+  window: number;
+  /** Draft tokens per request `N` (1..32). */
+  numSpec: number;
+  /** `"greedy"` (default) or `"top32"` (CONTRACT 8). */
+  sampleMode?: "greedy" | "top32";
+  /** Tap vectors per row. */
+  numTaps: number;
+  /** bf16 values per tap vector; `row_bytes = numTaps * hidden * 2`. */
+  hidden: number;
+  /** Target vocabulary size (>= 32 for top32). */
+  vocabSize: number;
+  /** Slots this client uses (`slot < maxSlots`), asked in HELLO. */
+  maxSlots: number;
+  /** Rows per STEP at most, asked in HELLO. */
+  maxRowsPerStep: number;
+  /** SHA-256 of the drafter's weights (32 bytes). */
+  drafterIdentity: Uint8Array;
+  /** SHA-256 of the Markov head's weights (32 bytes). */
+  markovIdentity: Uint8Array;
+  /** Ask for margins (HELLO WANT_MARGIN; default true). */
+  wantMargin?: boolean;
+  /** Shared token for the HELLO HMAC (CONTRACT 6.1); none by default. */
+  token?: string | Uint8Array;
+  /** Client name sent in HELLO (at most 32 UTF-8 bytes; default "tapwire-client"). */
+  clientName?: string;
+  /** Session id (1..2^32-1); default a random non-zero u32 from node:crypto (CONTRACT 6.2). */
+  sessionId?: number;
+  /**
+   * Sequence number of the last frame sent before this client's first (default 0, so the first
+   * frame is seq 1). For tests of the wrap rule: the client starts a new session before its seq
+   * would wrap (CONTRACT 6.2).
+   */
+  initialSeq?: number;
+  /** Transport client factory (default `makeClient` of `@tapwire/transport`). */
+  transportFactory?: TransportFactory;
+  /** Extra transport options (TLS, maxMessageBytes); the client sets connectTimeoutMs. */
+  transportOptions?: ClientOptions;
+  /** Time source (default the real clock with unref'd timers). */
+  clock?: Clock;
+  /** pino logger (default: a pino logger named "tapwire-client" on stderr). */
+  logger?: Logger;
+  /** Stats registry (default a new one with prefix "tapwire_client_"). */
+  registry?: Registry;
+  /** Start the background connect loop in the constructor (default true). */
+  autoStart?: boolean;
+  /** Connect-failure log cadence in ms after the first failure of a run (default 60000). */
+  connectFailLogMs?: number;
+}
+
+/** The options after validation and defaults. */
+export interface ResolvedClientOptions {
+  readonly endpoint: string;
+  readonly connectTimeoutMs: number;
+  readonly requestTimeoutMs: number;
+  readonly backoffMs: number;
+  readonly backoffMaxMs: number;
+  readonly window: number;
+  readonly numSpec: number;
+  readonly sampleMode: "greedy" | "top32";
+  readonly sampled: boolean;
+  readonly numTaps: number;
+  readonly hidden: number;
+  readonly rowBytes: number;
+  readonly vocabSize: number;
+  readonly maxSlots: number;
+  readonly maxRowsPerStep: number;
+  readonly drafterIdentity: Uint8Array;
+  readonly markovIdentity: Uint8Array;
+  readonly wantMargin: boolean;
+  readonly token: string | Uint8Array | null;
+  readonly clientName: string;
+  readonly sessionId: number;
+  readonly initialSeq: number;
+  readonly connectFailLogMs: number;
+}
+
+function bad(name: string, what: string, got: unknown): ClientError {
+  const shown = typeof got === "string" ? JSON.stringify(got) : String(got);
+  return new ClientError("CLIENT_BAD_OPTION", `${name} must be ${what}, got ${shown}`);
+}
+
+function int(o: Record<string, unknown>, name: string, min: number, max: number, dflt?: number): number {
+  const v = o[name] ?? dflt;
+  if (typeof v !== "number" || !Number.isInteger(v) || v < min || v > max) {
+    throw bad(name, `an integer in ${min}..${max}`, v);
+  }
+  return v;
+}
+
+function ms(o: Record<string, unknown>, name: string, min: number, dflt: number): number {
+  const v = o[name] ?? dflt;
+  if (typeof v !== "number" || !Number.isFinite(v) || v < min)
+    throw bad(name, `a finite number >= ${min}`, v);
+  return v;
+}
+
+/** Validates every option, naming the first bad one; fills defaults. */
+export function resolveOptions(options: RemoteDraftClientOptions): ResolvedClientOptions {
+  if (options === null || typeof options !== "object") {
+    throw new ClientError("CLIENT_BAD_OPTION", "options must be an object");
+  }
+  const o = options as unknown as Record<string, unknown>;
+  const endpoint = o.endpoint;
+  if (typeof endpoint !== "string" || !/^(tcp|unix|tls|zmq\+tcp|zmq\+ipc):\/\/./.test(endpoint)) {
+    throw bad("endpoint", "a tcp://, unix://, tls://, zmq+tcp:// or zmq+ipc:// URL", endpoint);
+  }
+  const connectTimeoutMs = ms(o, "connectTimeoutMs", 1, CLIENT_DEFAULTS.connectTimeoutMs);
+  const requestTimeoutMs = ms(o, "requestTimeoutMs", 1, CLIENT_DEFAULTS.requestTimeoutMs);
+  const backoffMs = ms(o, "backoffMs", 0, CLIENT_DEFAULTS.backoffMs);
+  const backoffMaxMs = ms(o, "backoffMaxMs", 0, CLIENT_DEFAULTS.backoffMaxMs);
+  if (backoffMaxMs < backoffMs) throw bad("backoffMaxMs", `>= backoffMs (${backoffMs})`, backoffMaxMs);
+  const window = int(o, "window", 1, 4096);
+  const numSpec = int(o, "numSpec", 1, 32);
+  const sampleMode = o.sampleMode ?? CLIENT_DEFAULTS.sampleMode;
+  if (sampleMode !== "greedy" && sampleMode !== "top32")
+    throw bad("sampleMode", '"greedy" or "top32"', sampleMode);
+  const numTaps = int(o, "numTaps", 1, 0xffff);
+  const hidden = int(o, "hidden", 1, 0x7fffffff);
+  const rowBytes = numTaps * hidden * 2;
+  if (rowBytes > 0xffffffff) throw bad("hidden", "small enough that numTaps * hidden * 2 fits a u32", hidden);
+  const vocabSize = int(o, "vocabSize", sampleMode === "top32" ? 32 : 1, 0x7fffffff);
+  const maxSlots = int(o, "maxSlots", 1, 0xffffffff);
+  const maxRowsPerStep = int(o, "maxRowsPerStep", 1, 0xffffffff);
+  for (const name of ["drafterIdentity", "markovIdentity"] as const) {
+    const v = o[name];
+    if (!(v instanceof Uint8Array) || v.length !== 32) throw bad(name, "a 32-byte Uint8Array (SHA-256)", v);
+  }
+  const wantMargin = o.wantMargin ?? CLIENT_DEFAULTS.wantMargin;
+  if (typeof wantMargin !== "boolean") throw bad("wantMargin", "a boolean", wantMargin);
+  const token = o.token ?? null;
+  if (token !== null && !(typeof token === "string" && token.length > 0) && !(token instanceof Uint8Array)) {
+    throw bad("token", "a non-empty string or a Uint8Array", token);
+  }
+  const clientName = o.clientName ?? CLIENT_DEFAULTS.clientName;
+  if (
+    typeof clientName !== "string" ||
+    Buffer.byteLength(clientName, "utf8") > 32 ||
+    clientName.includes("\0")
+  ) {
+    throw bad("clientName", "a string of at most 32 UTF-8 bytes without NUL", clientName);
+  }
+  const sessionId = o.sessionId === undefined ? randomInt(1, 2 ** 32) : int(o, "sessionId", 1, 0xffffffff);
+  const initialSeq = int(o, "initialSeq", 0, 0xffffffff, 0);
+  if (o.transportFactory !== undefined && typeof o.transportFactory !== "function") {
+    throw bad("transportFactory", "a function", o.transportFactory);
+  }
+  if (
+    o.transportOptions !== undefined &&
+    (o.transportOptions === null || typeof o.transportOptions !== "object")
+  ) {
+    throw bad("transportOptions", "an object", o.transportOptions);
+  }
+  const clock = o.clock as Clock | undefined;
+  if (
+    clock !== undefined &&
+    (clock === null ||
+      typeof clock.now !== "function" ||
+      typeof clock.setTimeout !== "function" ||
+      typeof clock.clearTimeout !== "function")
+  ) {
+    throw bad("clock", "an object with now, setTimeout and clearTimeout", clock);
+  }
+  const logger = o.logger as Logger | undefined;
+  if (logger !== undefined && (logger === null || typeof logger.warn !== "function")) {
+    throw bad("logger", "a pino logger", logger);
+  }
+  const registry = o.registry as Registry | undefined;
+  if (registry !== undefined && (registry === null || typeof registry.counter !== "function")) {
+    throw bad("registry", "a @tapwire/stats Registry", registry);
+  }
+  if (o.autoStart !== undefined && typeof o.autoStart !== "boolean")
+    throw bad("autoStart", "a boolean", o.autoStart);
+  const connectFailLogMs = ms(o, "connectFailLogMs", 0, CLIENT_DEFAULTS.connectFailLogMs);
+  return {
+    endpoint,
+    connectTimeoutMs,
+    requestTimeoutMs,
+    backoffMs,
+    backoffMaxMs,
+    window,
+    numSpec,
+    sampleMode,
+    sampled: sampleMode === "top32",
+    numTaps,
+    hidden,
+    rowBytes,
+    vocabSize,
+    maxSlots,
+    maxRowsPerStep,
+    drafterIdentity: Uint8Array.from(o.drafterIdentity as Uint8Array),
+    markovIdentity: Uint8Array.from(o.markovIdentity as Uint8Array),
+    wantMargin,
+    token: token as string | Uint8Array | null,
+    clientName,
+    sessionId,
+    initialSeq,
+    connectFailLogMs,
+  };
+}

@@ -1,0 +1,757 @@
+import type { ReqEntry, SampleMeta, StepReplyViews } from "@tapwire/wire";
+import { EntryFlag, REQ_STATUS_NAMES, ReqStatus, serialNewer } from "@tapwire/wire";
+import type { StepCall, StepOutcome, StepOutcomeReason } from "./client.js";
+import type { DepthCandidate, DepthPolicy } from "./depth-policy.js";
+import { ClientError } from "./errors.js";
+
+/** The part of {@link RemoteDraftClient} RoundCore uses (a fake implements it in unit tests). */
+export interface RoundClient {
+  readonly options: {
+    readonly window: number;
+    readonly numSpec: number;
+    readonly rowBytes: number;
+    readonly maxSlots: number;
+    readonly maxRowsPerStep: number;
+    readonly sampled: boolean;
+    readonly wantMargin: boolean;
+  };
+  readonly sendBuffer: Uint8Array;
+  readonly disabled: boolean;
+  connectionEpoch(): number | null;
+  rowsOffset(nEntries: number): number;
+  step(call: StepCall): Promise<StepOutcome>;
+  newSession(reason: string): void;
+  reset(): Promise<void>;
+}
+
+/** One running request as the engine reports it for a round (CONTRACT 7.5). */
+export interface RoundRequest {
+  /** Slot index (< maxSlots). */
+  readonly slot: number;
+  /** The request's generation in the slot (u32, serial; newer for every new request, CONTRACT 7.1). */
+  readonly generation: number;
+  /** Position of the anchor token (the last accepted token; rows exist for `[0, anchorPos)`). */
+  readonly anchorPos: number;
+  /** The anchor token id. */
+  readonly anchorToken: number;
+  /**
+   * Tap rows of the tokens accepted since the last round (`n * rowBytes` bytes, positions
+   * `[newRowsStart, anchorPos)`), or null/empty when none. Copied into the slot's ring.
+   */
+  readonly newRows?: Uint8Array | null;
+  /** Position of the first new row (default `anchorPos - n`); it must continue the ring unless the request is new. */
+  readonly newRowsStart?: number;
+  /** Ask for drafts this round (default true). */
+  readonly needDraft?: boolean;
+  /** Draft tokens wanted (0 = N, default 0; at most N). */
+  readonly nOut?: number;
+  /** Sampling of this request in top32 sessions (default greedy: `{seed 0, topK 1, tempMilli 0}`). */
+  readonly sampleMeta?: SampleMeta | null;
+}
+
+/** The input of one decode round. */
+export interface RoundInput {
+  /** Running requests. */
+  readonly requests: readonly RoundRequest[];
+  /** Use only `requests[0..nRequests)` (default all); lets engines reuse arrays. */
+  readonly nRequests?: number;
+  /** Slots whose requests finished since the last round: sent as RELEASE (retried until answered). */
+  readonly release?: readonly number[];
+  /** Batch size for the depth policy's load curve (default the number of requests). */
+  readonly batchSize?: number;
+}
+
+/** Why a request got (or did not get) drafts this round. */
+export type DraftReason =
+  | "ok"
+  | "partial_window"
+  | "deferred"
+  | "not_requested"
+  | "need_resync"
+  | "stale_generation"
+  | "skipped"
+  | "draft_failed"
+  | Exclude<StepOutcomeReason, "ok">;
+
+/**
+ * The drafts of one request for one round. The arrays belong to the slot and are overwritten by
+ * the next round that carries the slot: copy what must outlive the round.
+ */
+export interface RoundDraft {
+  readonly slot: number;
+  /** `"ok"` / `"partial_window"` when `k > 0`, else why there is no draft. */
+  readonly reason: DraftReason;
+  /** The per-request status of the reply (CONTRACT 7.2), or -1 when the entry got none. */
+  readonly status: number;
+  /** Draft tokens usable: `ids[0..k)` (CONTRACT 6.3); 0 when none. */
+  readonly k: number;
+  /** Tokens the target should verify (the depth policy's choice, `<= k`; `k` without a policy). */
+  readonly depth: number;
+  /** The worker's window rows for the entry (CONTRACT 7.2 step 6). */
+  readonly windowRows: number;
+  /** Draft ids, length N. */
+  readonly ids: Int32Array;
+  /** Confidences, length N. */
+  readonly conf: Float32Array;
+  /** Margins, length N, or null without WANT_MARGIN. */
+  readonly margin: Float32Array | null;
+  /** Sampled mask, length N, in top32 sessions (CONTRACT 8). */
+  readonly sampledMask: Uint8Array | null;
+  /** Support ids, length N*32, in top32 sessions. */
+  readonly supportIds: Int32Array | null;
+  /** Dyadic q (units of 2^-24), length N*32, in top32 sessions. */
+  readonly proposalQ: Uint32Array | null;
+}
+
+/** The result of one round. The object and its drafts are reused: valid until the next round. */
+export interface RoundResult {
+  /** The STEP's 9.2 outcome, or `"idle"` when there was nothing to send. */
+  readonly outcome: StepOutcomeReason | "idle";
+  /** The round's step id (u32; one per round that sent a STEP). */
+  readonly stepId: number;
+  /** The connection epoch the round was built for, or null for a target-only round. */
+  readonly epoch: number | null;
+  /** STEP round-trip time in microseconds (0 when nothing was sent). */
+  readonly rttUs: number;
+  /** One per input request, in input order. */
+  readonly drafts: readonly RoundDraft[];
+  /** Entries sent with RESYNC this round. */
+  readonly resynced: number;
+  /** Entries deferred to a later round (rows over max_rows_per_step). */
+  readonly deferred: number;
+  /** RELEASE entries sent. */
+  readonly released: number;
+  /** Rows carried by the STEP. */
+  readonly rowsSent: number;
+  /** Expected accepted tokens of the chosen depths (0 without a depth policy). */
+  readonly expectedAccepted: number;
+}
+
+/** Options of {@link RoundCore}. */
+export interface RoundCoreOptions {
+  /** The client (a {@link RemoteDraftClient}). */
+  client: RoundClient;
+  /** Confidence-scheduled verification; without it every draft's depth is its k. */
+  depthPolicy?: DepthPolicy;
+}
+
+/** What RoundCore keeps for one slot, for inspection in tests and tools. */
+export interface SlotView {
+  readonly active: boolean;
+  readonly generation: number;
+  /** Positions the ring holds: `[ringStart, ringEnd)`. */
+  readonly ringStart: number;
+  readonly ringEnd: number;
+  /** Where the worker's window is known to end, or -1 when unknown (resync due). */
+  readonly workerEnd: number;
+  readonly needResync: boolean;
+  readonly pendingRelease: boolean;
+  /** A copy of the ring's rows, oldest first. */
+  readonly rows: Uint8Array;
+}
+
+const GREEDY_META: SampleMeta = Object.freeze({ seed: 0, topK: 1, tempMilli: 0 });
+
+class Slot {
+  active = false;
+  known = false; // a generation was seen for the slot
+  generation = 0;
+  ring: Uint8Array | null = null;
+  ringStart = 0;
+  ringEnd = 0;
+  workerEnd = -1;
+  syncedEpoch = -1;
+  needResync = true;
+  pendingRelease = false;
+  seenRound = -1;
+  waitedRounds = 0;
+  draft: DraftOut | null = null;
+}
+
+class DraftOut implements RoundDraft {
+  slot: number;
+  reason: DraftReason = "not_requested";
+  status = -1;
+  k = 0;
+  depth = 0;
+  windowRows = 0;
+  readonly ids: Int32Array;
+  readonly conf: Float32Array;
+  readonly margin: Float32Array | null;
+  readonly sampledMask: Uint8Array | null;
+  readonly supportIds: Int32Array | null;
+  readonly proposalQ: Uint32Array | null;
+  constructor(slot: number, n: number, margin: boolean, sampled: boolean) {
+    this.slot = slot;
+    this.ids = new Int32Array(n);
+    this.conf = new Float32Array(n);
+    this.margin = margin ? new Float32Array(n) : null;
+    this.sampledMask = sampled ? new Uint8Array(n) : null;
+    this.supportIds = sampled ? new Int32Array(n * 32) : null;
+    this.proposalQ = sampled ? new Uint32Array(n * 32) : null;
+  }
+  clear(reason: DraftReason): void {
+    this.reason = reason;
+    this.status = -1;
+    this.k = 0;
+    this.depth = 0;
+    this.windowRows = 0;
+  }
+}
+
+class Result implements RoundResult {
+  outcome: StepOutcomeReason | "idle" = "idle";
+  stepId = 0;
+  epoch: number | null = null;
+  rttUs = 0;
+  drafts: DraftOut[] = [];
+  resynced = 0;
+  deferred = 0;
+  released = 0;
+  rowsSent = 0;
+  expectedAccepted = 0;
+}
+
+function bad(message: string): ClientError {
+  return new ClientError("CLIENT_BAD_ARGUMENT", message);
+}
+
+function isU32(v: number): boolean {
+  return Number.isInteger(v) && v >= 0 && v <= 0xffffffff;
+}
+
+/**
+ * The rank-0 round core (CONTRACT 7.5): called once per decode round. It keeps per slot a ring
+ * of the last W rows and where the worker's window is known to end; decides per slot between
+ * sending new rows and RESYNC with the whole ring (epoch change, unknown outcome,
+ * PARTIAL_WINDOW / NEED_RESYNC, new request); stages rows straight into the client's send
+ * buffer; defers whole entries past `max_rows_per_step`; sends RELEASE for finished requests;
+ * calls `step`; and returns per request the drafts or why there are none. On STALE_GENERATION
+ * it starts a new session. Without a ready connection the round is target-only.
+ *
+ * Rounds must not overlap: await each `round()` before the next.
+ */
+export class RoundCore {
+  readonly client: RoundClient;
+  readonly depthPolicy: DepthPolicy | null;
+  readonly #W: number;
+  readonly #N: number;
+  readonly #rowBytes: number;
+  readonly #maxSlots: number;
+  readonly #maxRows: number;
+  readonly #sampled: boolean;
+  readonly #slots: Slot[];
+  readonly #entries: ReqEntry[];
+  readonly #meta: SampleMeta[];
+  readonly #entryReq: Int32Array; // request index of entry e, or -1 for RELEASE
+  readonly #order: Int32Array;
+  readonly #plannedRows: Int32Array; // per request: rows to send (-1 deferred)
+  readonly #plannedStart: Float64Array;
+  readonly #plannedResync: Uint8Array;
+  readonly #result = new Result();
+  readonly #cands: { k: number; conf: Float32Array; margin: Float32Array | null }[] = [];
+  #depthOut: Int32Array;
+  #round = 0;
+  #stepId = 0;
+  #running = false;
+
+  constructor(options: RoundCoreOptions) {
+    const c = options?.client;
+    if (c === undefined || c === null || typeof c.step !== "function") {
+      throw new ClientError("CLIENT_BAD_OPTION", "client must be a RemoteDraftClient");
+    }
+    const dp = options.depthPolicy;
+    if (dp !== undefined && (dp === null || typeof dp.allocate !== "function")) {
+      throw new ClientError("CLIENT_BAD_OPTION", "depthPolicy must be a DepthPolicy");
+    }
+    this.client = c;
+    this.depthPolicy = dp ?? null;
+    const o = c.options;
+    this.#W = o.window;
+    this.#N = o.numSpec;
+    this.#rowBytes = o.rowBytes;
+    this.#maxSlots = o.maxSlots;
+    this.#maxRows = o.maxRowsPerStep;
+    this.#sampled = o.sampled;
+    const n = o.maxSlots;
+    this.#slots = [];
+    this.#entries = [];
+    this.#meta = [];
+    this.#entryReq = new Int32Array(n);
+    this.#order = new Int32Array(n);
+    this.#plannedRows = new Int32Array(n);
+    this.#plannedStart = new Float64Array(n);
+    this.#plannedResync = new Uint8Array(n);
+    this.#depthOut = new Int32Array(Math.min(n, 1024));
+  }
+
+  #slot(i: number): Slot {
+    let s = this.#slots[i];
+    if (s === undefined) {
+      while (this.#slots.length <= i) this.#slots.push(new Slot());
+      s = this.#slots[i]!;
+    }
+    return s;
+  }
+
+  #entry(e: number): ReqEntry {
+    let en = this.#entries[e];
+    if (en === undefined) {
+      en = { slot: 0, generation: 0, anchorPos: 0, anchorToken: 0, rowStart: 0, nRows: 0, nOut: 0, flags: 0 };
+      this.#entries[e] = en;
+      this.#meta[e] = { seed: 0, topK: 1, tempMilli: 0 };
+    }
+    return en;
+  }
+
+  #draftOf(slot: number, s: Slot): DraftOut {
+    s.draft ??= new DraftOut(slot, this.#N, this.client.options.wantMargin, this.#sampled);
+    return s.draft;
+  }
+
+  /** A snapshot of what RoundCore keeps for `slot` (copies the ring; for tests and tools). */
+  slotView(slot: number): SlotView {
+    const s = this.#slots[slot];
+    if (s === undefined) {
+      return {
+        active: false,
+        generation: 0,
+        ringStart: 0,
+        ringEnd: 0,
+        workerEnd: -1,
+        needResync: true,
+        pendingRelease: false,
+        rows: new Uint8Array(0),
+      };
+    }
+    const n = s.ringEnd - s.ringStart;
+    const rows = new Uint8Array(n * this.#rowBytes);
+    if (n > 0) this.#copyRing(s, s.ringStart, s.ringEnd, rows, 0);
+    return {
+      active: s.active,
+      generation: s.generation,
+      ringStart: s.ringStart,
+      ringEnd: s.ringEnd,
+      workerEnd: s.workerEnd,
+      needResync: s.needResync || s.workerEnd < 0,
+      pendingRelease: s.pendingRelease,
+      rows,
+    };
+  }
+
+  /** Slots RoundCore currently tracks as running. */
+  activeSlots(): number[] {
+    const out: number[] = [];
+    for (let i = 0; i < this.#slots.length; i++) if (this.#slots[i]!.active) out.push(i);
+    return out;
+  }
+
+  /** RESET on the worker (CONTRACT 10) and resync of every slot on the next round. */
+  async reset(): Promise<void> {
+    for (const s of this.#slots) s.needResync = true;
+    await this.client.reset();
+  }
+
+  // copies ring positions [a, b) into dst at off
+  #copyRing(s: Slot, a: number, b: number, dst: Uint8Array, off: number): void {
+    const W = this.#W;
+    const rb = this.#rowBytes;
+    const ring = s.ring!;
+    let p = a;
+    while (p < b) {
+      const idx = p % W;
+      const run = Math.min(b - p, W - idx);
+      dst.set(ring.subarray(idx * rb, (idx + run) * rb), off);
+      off += run * rb;
+      p += run;
+    }
+  }
+
+  // appends rows of positions [start, start + n) to the ring (only the last W are kept)
+  #appendRing(s: Slot, rows: Uint8Array, start: number, n: number): void {
+    const W = this.#W;
+    const rb = this.#rowBytes;
+    s.ring ??= new Uint8Array(W * rb);
+    const ring = s.ring;
+    let skip = n > W ? n - W : 0;
+    let p = start + skip;
+    const end = start + n;
+    while (p < end) {
+      const idx = p % W;
+      const run = Math.min(end - p, W - idx);
+      ring.set(rows.subarray(skip * rb, (skip + run) * rb), idx * rb);
+      skip += run;
+      p += run;
+    }
+    s.ringEnd = end;
+    if (s.ringEnd - s.ringStart > W) s.ringStart = s.ringEnd - W;
+  }
+
+  /**
+   * Runs one round: updates the rings with the new rows, builds and sends the STEP (or none
+   * when not ready), validates the reply through the client, and returns the drafts.
+   *
+   * @throws ClientError `CLIENT_BAD_ARGUMENT` for input the worker would refuse (a slot twice,
+   *   an older generation, rows that do not end at the anchor, nOut > N, bad top_k); nothing
+   *   is sent and no slot state changes for that round.
+   */
+  async round(input: RoundInput): Promise<RoundResult> {
+    if (this.#running) throw bad("round() called while the previous round is still running");
+    this.#running = true;
+    try {
+      return await this.#roundImpl(input);
+    } finally {
+      this.#running = false;
+    }
+  }
+
+  #validate(input: RoundInput, nReq: number): void {
+    const round = this.#round;
+    const rb = this.#rowBytes;
+    for (let i = 0; i < nReq; i++) {
+      const r = input.requests[i]!;
+      const where = `request ${i} (slot ${r.slot})`;
+      if (!Number.isInteger(r.slot) || r.slot < 0 || r.slot >= this.#maxSlots) {
+        throw bad(`request ${i}: slot ${r.slot} outside 0..${this.#maxSlots - 1}`);
+      }
+      const s = this.#slot(r.slot);
+      if (s.seenRound === round) throw bad(`${where}: slot appears twice in the round`);
+      s.seenRound = round;
+      if (!isU32(r.generation)) throw bad(`${where}: generation ${r.generation} is not a u32`);
+      if (s.known && r.generation !== s.generation && !serialNewer(r.generation, s.generation)) {
+        throw bad(`${where}: generation ${r.generation} is older than ${s.generation} (CONTRACT 7.1)`);
+      }
+      if (s.known && !s.active && r.generation === s.generation) {
+        throw bad(`${where}: generation ${r.generation} was released; a new request needs a newer one`);
+      }
+      if (!isU32(r.anchorPos)) throw bad(`${where}: anchorPos ${r.anchorPos} is not a u32`);
+      if (!isU32(r.anchorToken)) throw bad(`${where}: anchorToken ${r.anchorToken} is not a u32`);
+      const nOut = r.nOut ?? 0;
+      if (!Number.isInteger(nOut) || nOut < 0 || nOut > this.#N) {
+        throw bad(`${where}: nOut ${nOut} outside 0..${this.#N}`);
+      }
+      const rows = r.newRows ?? null;
+      const bytes = rows === null ? 0 : rows.length;
+      if (bytes % rb !== 0)
+        throw bad(`${where}: newRows holds ${bytes} bytes, not a multiple of row_bytes ${rb}`);
+      const n = bytes / rb;
+      const start = r.newRowsStart ?? r.anchorPos - n;
+      if (n > 0 && (!Number.isInteger(start) || start < 0 || start + n !== r.anchorPos)) {
+        throw bad(`${where}: ${n} new rows from position ${start} do not end at anchorPos ${r.anchorPos}`);
+      }
+      const fresh = !s.known || r.generation !== s.generation;
+      if (!fresh) {
+        if (n > 0 && start !== s.ringEnd) {
+          throw bad(`${where}: new rows start at position ${start} but the ring ends at ${s.ringEnd}`);
+        }
+        if (n === 0 && r.anchorPos !== s.ringEnd) {
+          throw bad(`${where}: anchorPos ${r.anchorPos} moved past the ring end ${s.ringEnd} without rows`);
+        }
+      }
+      if (this.#sampled && r.sampleMeta != null) {
+        const m = r.sampleMeta;
+        if (!isU32(m.seed)) throw bad(`${where}: sampleMeta.seed ${m.seed} is not a u32`);
+        if (!Number.isInteger(m.topK) || m.topK < 1 || m.topK > 32) {
+          throw bad(`${where}: sampleMeta.topK ${m.topK} outside 1..32 (CONTRACT 7.3)`);
+        }
+        if (!Number.isInteger(m.tempMilli) || m.tempMilli < 0 || m.tempMilli > 0xffff) {
+          throw bad(`${where}: sampleMeta.tempMilli ${m.tempMilli} is not a u16`);
+        }
+      }
+    }
+    for (const slot of input.release ?? []) {
+      if (!Number.isInteger(slot) || slot < 0 || slot >= this.#maxSlots) {
+        throw bad(`release: slot ${slot} outside 0..${this.#maxSlots - 1}`);
+      }
+    }
+  }
+
+  async #roundImpl(input: RoundInput): Promise<RoundResult> {
+    this.#round++;
+    const nReq = input.nRequests ?? input.requests.length;
+    if (!Number.isInteger(nReq) || nReq < 0 || nReq > input.requests.length) {
+      throw bad(`nRequests ${nReq} outside 0..${input.requests.length}`);
+    }
+    this.#validate(input, nReq);
+    const W = this.#W;
+    const rb = this.#rowBytes;
+    const res = this.#result;
+    res.drafts.length = nReq;
+    res.resynced = 0;
+    res.deferred = 0;
+    res.released = 0;
+    res.rowsSent = 0;
+    res.rttUs = 0;
+    res.expectedAccepted = 0;
+
+    // 1. rings: every round, ready or not (CONTRACT 7.5)
+    for (let i = 0; i < nReq; i++) {
+      const r = input.requests[i]!;
+      const s = this.#slot(r.slot);
+      const rows = r.newRows ?? null;
+      const n = rows === null ? 0 : rows.length / rb;
+      if (!s.known || r.generation !== s.generation) {
+        // a new request in the slot: its ring starts over, the worker must resync it
+        s.known = true;
+        s.generation = r.generation;
+        s.active = true;
+        s.pendingRelease = false;
+        s.needResync = true;
+        s.workerEnd = -1;
+        s.waitedRounds = 0;
+        s.ringStart = s.ringEnd = n > 0 ? (r.newRowsStart ?? r.anchorPos - n) : r.anchorPos;
+      }
+      if (n > 0) this.#appendRing(s, rows!, s.ringEnd, n);
+      res.drafts[i] = this.#draftOf(r.slot, s);
+    }
+    for (const slot of input.release ?? []) {
+      const s = this.#slot(slot);
+      if (s.seenRound === this.#round || !s.known) continue; // a new request took it, or never used
+      if (s.active || s.pendingRelease) {
+        s.active = false;
+        s.pendingRelease = true;
+      }
+    }
+
+    const client = this.client;
+    const epoch = client.connectionEpoch();
+    res.epoch = epoch;
+    if (epoch === null) {
+      const why: DraftReason = client.disabled ? "disabled" : "not_ready";
+      for (let i = 0; i < nReq; i++) res.drafts[i]!.clear(why);
+      res.outcome = why;
+      return res;
+    }
+
+    // 2. plan: resync or new rows per request; defer whole entries past max_rows_per_step
+    const order = this.#order;
+    let nOrd = 0;
+    // requests deferred before go first, so that none starves
+    for (let pass = 0; pass < 2; pass++) {
+      for (let i = 0; i < nReq; i++) {
+        const waited = this.#slots[input.requests[i]!.slot]!.waitedRounds > 0;
+        if (waited === (pass === 0)) order[nOrd++] = i;
+      }
+    }
+    let totalRows = 0;
+    let nEntries = 0;
+    const plannedRows = this.#plannedRows;
+    for (let o = 0; o < nOrd; o++) {
+      const i = order[o]!;
+      const r = input.requests[i]!;
+      const s = this.#slots[r.slot]!;
+      const anchor = r.anchorPos;
+      let resync =
+        s.needResync || s.syncedEpoch !== epoch || s.workerEnd < s.ringStart || s.workerEnd > anchor;
+      let start = resync ? s.ringStart : s.workerEnd;
+      let count = anchor - start;
+      if (count > this.#maxRows) {
+        // more rows than one STEP may carry: send the newest as a RESYNC (the worker answers PARTIAL_WINDOW)
+        resync = true;
+        start = anchor - this.#maxRows;
+        count = this.#maxRows;
+      }
+      if (totalRows + count > this.#maxRows) {
+        plannedRows[i] = -1;
+        s.waitedRounds++;
+        res.drafts[i]!.clear("deferred");
+        res.deferred++;
+        continue;
+      }
+      s.waitedRounds = 0;
+      totalRows += count;
+      plannedRows[i] = count;
+      this.#plannedStart[i] = start;
+      this.#plannedResync[i] = resync ? 1 : 0;
+      nEntries++;
+    }
+    for (const s of this.#slots) if (s.pendingRelease && s.seenRound !== this.#round) nEntries++;
+    if (nEntries === 0) {
+      res.outcome = "idle";
+      return res;
+    }
+
+    // 3. entries, then rows staged straight into the send buffer (CONTRACT 7.3)
+    const buf = client.sendBuffer;
+    let off = client.rowsOffset(nEntries);
+    let e = 0;
+    for (let o = 0; o < nOrd; o++) {
+      const i = order[o]!;
+      const count = plannedRows[i]!;
+      if (count < 0) continue;
+      const r = input.requests[i]!;
+      const s = this.#slots[r.slot]!;
+      const en = this.#entry(e);
+      const start = this.#plannedStart[i]!;
+      const resync = this.#plannedResync[i] === 1;
+      const needDraft = r.needDraft ?? true;
+      en.slot = r.slot;
+      en.generation = r.generation;
+      en.anchorPos = r.anchorPos;
+      en.anchorToken = r.anchorToken;
+      en.rowStart = count > 0 ? start : 0;
+      en.nRows = count;
+      en.nOut = r.nOut ?? 0;
+      en.flags = (needDraft ? EntryFlag.NEED_DRAFT : 0) | (resync ? EntryFlag.RESYNC : 0);
+      if (this.#sampled) {
+        const m = this.#meta[e]!;
+        const src = r.sampleMeta ?? GREEDY_META;
+        m.seed = src.seed;
+        m.topK = src.topK;
+        m.tempMilli = src.tempMilli;
+      }
+      if (resync) res.resynced++;
+      if (count > 0) {
+        this.#copyRing(s, start, start + count, buf, off);
+        off += count * rb;
+      }
+      this.#entryReq[e] = i;
+      e++;
+    }
+    for (let slot = 0; slot < this.#slots.length; slot++) {
+      const s = this.#slots[slot]!;
+      if (!s.pendingRelease || s.seenRound === this.#round) continue;
+      const en = this.#entry(e);
+      en.slot = slot;
+      en.generation = s.generation;
+      en.anchorPos = 0;
+      en.anchorToken = 0;
+      en.rowStart = 0;
+      en.nRows = 0;
+      en.nOut = 0;
+      en.flags = EntryFlag.RELEASE;
+      if (this.#sampled) {
+        const m = this.#meta[e]!;
+        m.seed = 0;
+        m.topK = 1;
+        m.tempMilli = 0;
+      }
+      this.#entryReq[e] = -1;
+      res.released++;
+      e++;
+    }
+    res.rowsSent = totalRows;
+    this.#stepId = (this.#stepId + 1) >>> 0;
+    res.stepId = this.#stepId;
+
+    // 4. the STEP
+    const outcome = await client.step({
+      stepId: this.#stepId,
+      entries: this.#entries,
+      nEntries,
+      nRows: totalRows,
+      sampleMeta: this.#sampled ? this.#meta : null,
+      epoch,
+    });
+    res.outcome = outcome.reason;
+    res.rttUs = outcome.rttUs;
+
+    if (!outcome.ok || outcome.reply === null) {
+      for (let k = 0; k < nEntries; k++) {
+        const i = this.#entryReq[k]!;
+        if (outcome.unknownApply) {
+          // the worker may or may not hold these rows: resync (CONTRACT 7.5, 9.2)
+          const s = this.#slots[this.#entries[k]!.slot]!;
+          s.needResync = true;
+        }
+        if (i >= 0) res.drafts[i]!.clear(outcome.reason as DraftReason);
+      }
+      return res;
+    }
+
+    // 5. apply the reply
+    const reply = outcome.reply;
+    let stale = -1;
+    for (let k = 0; k < nEntries; k++) {
+      const en = this.#entries[k]!;
+      const s = this.#slots[en.slot]!;
+      const st = reply.status[k]!;
+      const held = reply.windowRows[k]!;
+      const i = this.#entryReq[k]!;
+      if (i < 0) {
+        if (st === ReqStatus.STALE_GENERATION) stale = en.slot;
+        else s.pendingRelease = false;
+        continue;
+      }
+      const d = res.drafts[i]!;
+      d.windowRows = held;
+      if (st === ReqStatus.STALE_GENERATION) {
+        stale = en.slot;
+        s.needResync = true;
+        d.clear("stale_generation");
+        d.windowRows = held;
+        continue;
+      }
+      const expected = Math.min(W, en.anchorPos);
+      const have = Math.min(W, en.anchorPos - s.ringStart);
+      if (held === expected || held === have) {
+        s.workerEnd = en.anchorPos;
+        s.syncedEpoch = epoch;
+        s.needResync = false;
+      } else {
+        s.needResync = true;
+      }
+      d.status = st;
+      if ((en.flags & EntryFlag.NEED_DRAFT) === 0) {
+        d.clear("not_requested");
+        d.status = st;
+        d.windowRows = held;
+        continue;
+      }
+      if (st !== ReqStatus.OK && st !== ReqStatus.PARTIAL_WINDOW) {
+        d.clear((REQ_STATUS_NAMES[st] ?? "draft_failed").toLowerCase() as DraftReason);
+        d.status = st;
+        d.windowRows = held;
+        continue;
+      }
+      this.#copyDraft(reply, k, en.nOut, d);
+      d.reason = st === ReqStatus.OK ? "ok" : "partial_window";
+    }
+    if (stale >= 0) {
+      client.newSession(`STALE_GENERATION for slot ${stale} (CONTRACT 7.1)`);
+    }
+
+    // 6. confidence-scheduled verification
+    const dp = this.depthPolicy;
+    if (dp !== null) {
+      const cands = this.#cands;
+      cands.length = nReq;
+      for (let i = 0; i < nReq; i++) {
+        const d = res.drafts[i]!;
+        let c = cands[i];
+        if (c === undefined) {
+          c = { k: 0, conf: d.conf, margin: d.margin };
+          cands[i] = c;
+        }
+        c.k = d.k;
+        c.conf = d.conf;
+        c.margin = d.margin;
+      }
+      if (this.#depthOut.length < nReq) this.#depthOut = new Int32Array(nReq);
+      const out = this.#depthOut;
+      res.expectedAccepted = dp.allocate(
+        cands as readonly DepthCandidate[],
+        dp.budgetFor(input.batchSize ?? nReq),
+        out,
+      );
+      for (let i = 0; i < nReq; i++) res.drafts[i]!.depth = out[i]!;
+    }
+    return res;
+  }
+
+  #copyDraft(reply: StepReplyViews, k: number, nOut: number, d: DraftOut): void {
+    const N = this.#N;
+    const kk = nOut === 0 ? N : Math.min(nOut, N);
+    const a = k * N;
+    d.k = kk;
+    d.depth = kk;
+    d.ids.set(reply.draftIds.subarray(a, a + N));
+    d.conf.set(reply.confidence.subarray(a, a + N));
+    if (d.margin !== null && reply.margin !== null) d.margin.set(reply.margin.subarray(a, a + N));
+    if (d.sampledMask !== null && reply.sampledMask !== null) {
+      d.sampledMask.set(reply.sampledMask.subarray(a, a + N));
+      d.supportIds!.set(reply.supportIds!.subarray(a * 32, (a + N) * 32));
+      d.proposalQ!.set(reply.proposalQ!.subarray(a * 32, (a + N) * 32));
+    }
+  }
+}
