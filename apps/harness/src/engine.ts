@@ -1,0 +1,439 @@
+/**
+ * The engine: continuous batching over S slots, one drafter-link round per decode round, the depth
+ * policy, and target verification. It talks to the drafter only through {@link DraftLink} and to
+ * the encoder only through {@link MediaSource}, so it runs the same over any transport.
+ */
+import type { TargetModel } from "@tapwire/reference-model";
+import type { Counter, Histogram, Registry } from "@tapwire/stats";
+import type { HarnessConfig } from "./cli.js";
+import { HarnessError, HarnessErrorCode } from "./errors.js";
+import { deriveSeed, Rng } from "./prng.js";
+import { ArrivalQueue, type Placement, SlotScheduler } from "./scheduler.js";
+import { mediaConditioning, TargetSequence } from "./sequence.js";
+import { type SampledDrafts, SampleScratch, verifyGreedy, verifySampled } from "./verify.js";
+import { type RequestSpec, STREAM } from "./workload.js";
+
+/** Sampling parameters of one entry (CONTRACT 7.3 sample meta). */
+export interface EntrySample {
+  seed: number;
+  topK: number;
+  tempMilli: number;
+}
+
+/** What the engine hands the drafter link for one running request in one round. */
+export interface LinkRequest {
+  slot: number;
+  generation: number;
+  /** Position of the anchor (the last accepted token; its row is not known yet, CONTRACT 2). */
+  anchorPos: number;
+  anchorToken: number;
+  /** Rows of positions `[anchorPos - nRows, anchorPos)`: the tokens accepted since the last round. */
+  rows: Uint8Array;
+  nRows: number;
+  /** Drafts wanted (0: none, only keep the window in sync). */
+  want: number;
+  sample: EntrySample | null;
+}
+
+/** Drafts of one request: the consumed positions of a valid reply (CONTRACT 6.3). */
+export interface LinkDrafts extends SampledDrafts {
+  /** Usable draft positions. */
+  k: number;
+  /** Positions the depth policy chose to verify (`<= k`). */
+  depth: number;
+  conf: ArrayLike<number>;
+  margin: ArrayLike<number> | null;
+}
+
+/** The result of one link round. */
+export interface LinkRound {
+  /** Per request, in the order given: drafts, or null (no draft this round). */
+  drafts: Array<LinkDrafts | null>;
+  /** Client outcome of the STEP (CONTRACT 9.2 reason), or "none" when no STEP went out. */
+  outcome: string;
+  /** STEP round trip in ms when a STEP got a reply; null otherwise. */
+  rttMs: number | null;
+  /** Entries sent with RESYNC (CONTRACT 7.5). */
+  resynced: number;
+  /** Entries deferred past max_rows_per_step. */
+  deferred: number;
+}
+
+/** The drafter link as the engine sees it (adapter over RoundCore + RemoteDraftClient). */
+export interface DraftLink {
+  /**
+   * One round: send the new rows of every running request and the RELEASE of finished ones,
+   * return drafts. Never throws for link failures (those are outcomes); target-only when down.
+   */
+  round(
+    reqs: readonly LinkRequest[],
+    released: ReadonlyArray<{ slot: number; generation: number }>,
+  ): Promise<LinkRound>;
+}
+
+/** A multimodal request whose embeddings are available. */
+export interface MediaReady {
+  spec: RequestSpec;
+  /** Embedding bytes, one per media item in order (transferred or computed locally). */
+  embeddings: Uint8Array[];
+  /** Release whatever holds the embeddings (unpin); called once the engine has read them. */
+  release(): void;
+}
+
+/** The encoder side as the engine sees it (adapter over ConsumerConnector). */
+export interface MediaSource {
+  /** Starts loading the media of a request that just arrived. */
+  request(spec: RequestSpec): void;
+  /** Advances transfers (never blocks); returns requests whose media are all available. */
+  poll(): MediaReady[];
+  /** Requests still waiting for media. */
+  readonly waiting: number;
+}
+
+/** Called once per round (and while idle) with the engine's progress; may inject faults. */
+export type RoundHook = (p: {
+  round: number;
+  completed: number;
+  total: number;
+  elapsedMs: number;
+}) => void | Promise<void>;
+
+/** Everything the engine produced. */
+export interface EngineResult {
+  /** Generated tokens per request id. */
+  outputs: Map<number, number[]>;
+  /** The media conditioning each multimodal request was decoded with (for the reference run). */
+  wallMs: number;
+  /** Milliseconds spent per round part, summed. */
+  linkMs: number;
+  verifyMs: number;
+  schedulingMs: number;
+}
+
+interface Live {
+  spec: RequestSpec;
+  place: Placement<RequestSpec>;
+  seq: TargetSequence;
+  out: number[];
+  anchor: number;
+  verifyRng: Rng;
+  draftRng: Rng;
+}
+
+/** Metrics of the engine, in its registry (served by `--metrics-port`). */
+export class EngineMetrics {
+  readonly requestsArrived: Counter;
+  readonly requestsCompleted: Counter;
+  readonly tokensGenerated: Counter;
+  readonly promptTokens: Counter;
+  readonly rounds: Counter;
+  readonly roundsWithDrafts: Counter;
+  readonly roundsTargetOnly: Counter;
+  readonly targetForwards: Counter;
+  readonly targetSteps: Counter;
+  readonly draftsReceived: Counter;
+  readonly draftsVerified: Counter;
+  readonly draftsAccepted: Counter;
+  readonly draftsSkipped: Counter;
+  readonly verificationsWithDrafts: Counter;
+  readonly acceptedLengthSum: Counter;
+  readonly budgetSum: Counter;
+  readonly resyncs: Counter;
+  readonly deferred: Counter;
+  readonly roundTime: Histogram;
+  readonly linkTime: Histogram;
+  readonly verifyTime: Histogram;
+  readonly stepRtt: Histogram;
+  readonly running;
+  readonly queued;
+  readonly waitingMedia;
+  private readonly outcomes = new Map<string, Counter>();
+
+  constructor(readonly registry: Registry) {
+    const c = (n: string, h: string) => registry.counter(n, h);
+    this.requestsArrived = c("requests_arrived", "requests that arrived");
+    this.requestsCompleted = c("requests_completed", "requests that finished generating");
+    this.tokensGenerated = c("tokens_generated", "tokens generated (speculative run)");
+    this.promptTokens = c("prompt_tokens", "prompt tokens prefilled");
+    this.rounds = c("rounds", "decode rounds");
+    this.roundsWithDrafts = c("rounds_with_drafts", "rounds in which at least one request got drafts");
+    this.roundsTargetOnly = c("rounds_target_only", "rounds without any draft");
+    this.targetForwards = c("target_forwards", "verification passes (one per running request per round)");
+    this.targetSteps = c("target_steps", "target token steps in verification");
+    this.draftsReceived = c("drafts_received", "draft tokens received from the worker");
+    this.draftsVerified = c("drafts_verified", "draft tokens the depth policy chose to verify");
+    this.draftsAccepted = c("drafts_accepted", "draft tokens accepted by verification");
+    this.draftsSkipped = c("drafts_skipped_by_policy", "draft tokens left unverified by the depth policy");
+    this.verificationsWithDrafts = c(
+      "verifications_with_drafts",
+      "verification passes with at least one draft",
+    );
+    this.acceptedLengthSum = c("accepted_length_sum", "sum of (accepted + 1) over verifications with drafts");
+    this.budgetSum = c("budget_sum", "sum of per-round verification budgets");
+    this.resyncs = c("resync_entries", "STEP entries sent with RESYNC (CONTRACT 7.5)");
+    this.deferred = c("deferred_entries", "STEP entries deferred past max_rows_per_step");
+    const h = (n: string, help: string) => registry.histogram(n, { help, unit: "seconds" });
+    this.roundTime = h("round_seconds", "wall time of a decode round");
+    this.linkTime = h("draft_link_seconds", "time a round waits for the drafter link");
+    this.verifyTime = h("verify_seconds", "time a round spends in target verification");
+    this.stepRtt = h("step_rtt_seconds", "STEP round trip time");
+    this.running = registry.gauge("running_requests", "requests holding a slot");
+    this.queued = registry.gauge("queued_requests", "requests waiting for a slot");
+    this.waitingMedia = registry.gauge("waiting_media_requests", "requests waiting for embeddings");
+  }
+
+  /** Counts one link outcome (CONTRACT 9.2 reason). */
+  outcome(reason: string): void {
+    let ctr = this.outcomes.get(reason);
+    if (!ctr) {
+      ctr = this.registry.counter(
+        `link_outcome_${reason.replace(/[^a-zA-Z0-9_]/g, "_")}`,
+        `link rounds with outcome ${reason}`,
+      );
+      this.outcomes.set(reason, ctr);
+    }
+    ctr.inc();
+  }
+
+  /** Link outcome counts by reason. */
+  outcomeCounts(): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const [k, v] of this.outcomes) out[k] = v.value;
+    return out;
+  }
+}
+
+/** Options of {@link Engine}. */
+export interface EngineOptions {
+  cfg: HarnessConfig;
+  target: TargetModel;
+  requests: readonly RequestSpec[];
+  link: DraftLink;
+  media: MediaSource;
+  /** The verification budget at a batch size (for the report; the link applies the policy). */
+  budgetFor: (batch: number) => number;
+  metrics: EngineMetrics;
+  /** Per-round hook (progress, faults). */
+  onRound?: RoundHook;
+  /** Media conditioning per request id, recorded for the reference decode. */
+  conditioning?: Map<number, Uint8Array | undefined>;
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** The speculative-decoding engine of the harness. */
+export class Engine {
+  private readonly cfg: HarnessConfig;
+  private readonly sched: SlotScheduler<RequestSpec>;
+  private readonly live: Array<Live | null>;
+  private readonly scratch: SampleScratch;
+  private readonly outputs = new Map<number, number[]>();
+  private readonly conditioning: Map<number, Uint8Array | undefined>;
+  private readonly capacityRows: number;
+
+  constructor(private readonly o: EngineOptions) {
+    this.cfg = o.cfg;
+    const genRng = new Rng(deriveSeed(o.cfg.seed, STREAM.GENERATIONS));
+    // Start every slot a few requests short of the u32 wrap: each run crosses it (CONTRACT 2, 7.1).
+    this.sched = new SlotScheduler({
+      slots: o.cfg.slots,
+      initialGeneration: () => (0xffffffff - genRng.int(0, 3)) >>> 0,
+    });
+    this.live = new Array<Live | null>(o.cfg.slots).fill(null);
+    this.scratch = new SampleScratch(o.cfg.vocab);
+    this.conditioning = o.conditioning ?? new Map();
+    let maxPrompt = 2;
+    for (const r of o.requests) maxPrompt = Math.max(maxPrompt, r.prompt.length);
+    this.capacityRows = Math.max(maxPrompt, o.cfg.numSpec + 1);
+  }
+
+  /** Runs every request to completion. */
+  async run(): Promise<EngineResult> {
+    const { cfg, metrics: m, link, media } = this.o;
+    const arrivals = new ArrivalQueue(this.o.requests);
+    const total = this.o.requests.length;
+    const t0 = performance.now();
+    let linkMs = 0;
+    let verifyMs = 0;
+    let schedMs = 0;
+    let round = 0;
+    let released: Array<{ slot: number; generation: number }> = [];
+    const linkReqs: LinkRequest[] = [];
+    const liveOrder: Live[] = [];
+    const emitted: number[] = [];
+
+    while (this.outputs.size < total) {
+      const tr0 = performance.now();
+      const elapsed = tr0 - t0;
+      for (const spec of arrivals.due(elapsed)) {
+        m.requestsArrived.inc();
+        if (spec.media.length > 0) media.request(spec);
+        else this.sched.submit(spec);
+      }
+      for (const ready of media.poll()) {
+        this.conditioning.set(ready.spec.id, mediaConditioning(ready.embeddings));
+        ready.release();
+        this.sched.submit(ready.spec);
+      }
+      for (const p of this.sched.admit()) this.start(p);
+      m.running.set(this.sched.runningCount);
+      m.queued.set(this.sched.queued);
+      m.waitingMedia.set(media.waiting);
+
+      liveOrder.length = 0;
+      linkReqs.length = 0;
+      for (const l of this.live) {
+        if (!l) continue;
+        liveOrder.push(l);
+        const { rows, nRows } = l.seq.takeRows();
+        const remaining = l.spec.maxNewTokens - l.out.length;
+        linkReqs.push({
+          slot: l.place.slot,
+          generation: l.place.generation,
+          anchorPos: l.seq.position,
+          anchorToken: l.anchor,
+          rows,
+          nRows,
+          want: Math.min(cfg.numSpec, remaining - 1),
+          sample: cfg.sample
+            ? {
+                seed: l.draftRng.u32(),
+                topK: cfg.topK,
+                tempMilli: Math.max(1, Math.round(cfg.temperature * 1000)),
+              }
+            : null,
+        });
+      }
+
+      if (liveOrder.length === 0) {
+        if (released.length > 0) {
+          // nothing to decode, but tell the worker about finished slots
+          await link.round(linkReqs, released);
+          released = [];
+        }
+        await this.o.onRound?.({
+          round,
+          completed: this.outputs.size,
+          total,
+          elapsedMs: performance.now() - t0,
+        });
+        const next = arrivals.nextArrivalMs();
+        const waitMs = next === null ? 2 : Math.max(0, Math.min(next - (performance.now() - t0), 2));
+        await sleep(waitMs);
+        continue;
+      }
+
+      round++;
+      m.rounds.inc();
+      const tl0 = performance.now();
+      const res = await link.round(linkReqs, released);
+      const tl1 = performance.now();
+      released = [];
+      m.outcome(res.outcome);
+      if (res.rttMs !== null) m.stepRtt.observe(res.rttMs / 1000);
+
+      m.resyncs.inc(res.resynced);
+      m.deferred.inc(res.deferred);
+      let anyDrafts = false;
+      for (let i = 0; i < liveOrder.length; i++) {
+        const d = res.drafts[i] ?? null;
+        if (d && d.k > 0) {
+          anyDrafts = true;
+          m.draftsReceived.inc(d.k);
+        }
+      }
+      if (anyDrafts) {
+        m.roundsWithDrafts.inc();
+        m.budgetSum.inc(this.o.budgetFor(liveOrder.length));
+      } else {
+        m.roundsTargetOnly.inc();
+      }
+
+      for (let i = 0; i < liveOrder.length; i++) {
+        const l = liveOrder[i] as Live;
+        const d = res.drafts[i] ?? null;
+        // the depth policy's choice, never past the request's last token
+        const k = d ? Math.min(d.depth, d.k, (linkReqs[i] as LinkRequest).want) : 0;
+        if (d) m.draftsSkipped.inc(d.k - k);
+        emitted.length = 0;
+        const before = l.seq.steps;
+        let accepted: number;
+        if (cfg.sample) {
+          accepted = verifySampled(
+            l.seq,
+            l.anchor,
+            d ?? NO_DRAFTS,
+            d ? k : 0,
+            cfg.temperature,
+            l.verifyRng,
+            this.scratch,
+            emitted,
+          );
+        } else {
+          accepted = verifyGreedy(l.seq, l.anchor, d ? d.ids : EMPTY, d ? d.offset : 0, d ? k : 0, emitted);
+        }
+        m.targetSteps.inc(l.seq.steps - before);
+        m.targetForwards.inc();
+        if (k > 0) {
+          m.draftsVerified.inc(k);
+          m.draftsAccepted.inc(accepted);
+          m.verificationsWithDrafts.inc();
+          m.acceptedLengthSum.inc(accepted + 1);
+        }
+        for (const t of emitted) l.out.push(t);
+        l.anchor = emitted[emitted.length - 1] as number;
+        m.tokensGenerated.inc(emitted.length);
+        if (l.out.length >= l.spec.maxNewTokens) {
+          if (l.out.length > l.spec.maxNewTokens) {
+            throw new HarnessError(HarnessErrorCode.INTERNAL, `request ${l.spec.id} overran its length`);
+          }
+          this.finish(l);
+          released.push({ slot: l.place.slot, generation: l.place.generation });
+        }
+      }
+      const tv1 = performance.now();
+      const roundMs = tv1 - tr0;
+      linkMs += tl1 - tl0;
+      verifyMs += tv1 - tl1;
+      schedMs += roundMs - (tl1 - tl0) - (tv1 - tl1);
+      m.roundTime.observe(roundMs / 1000);
+      m.linkTime.observe((tl1 - tl0) / 1000);
+      m.verifyTime.observe((tv1 - tl1) / 1000);
+      await this.o.onRound?.({
+        round,
+        completed: this.outputs.size,
+        total,
+        elapsedMs: performance.now() - t0,
+      });
+    }
+    if (released.length > 0) await link.round([], released);
+    return { outputs: this.outputs, wallMs: performance.now() - t0, linkMs, verifyMs, schedulingMs: schedMs };
+  }
+
+  /** Admits a request into its slot: prefill (rows of the prompt but its last token, the anchor). */
+  private start(p: Placement<RequestSpec>): void {
+    const spec = p.req;
+    const seq = new TargetSequence(this.o.target, this.conditioning.get(spec.id), this.capacityRows);
+    for (let i = 0; i < spec.prompt.length - 1; i++) seq.feed(spec.prompt[i] as number);
+    this.o.metrics.promptTokens.inc(spec.prompt.length);
+    this.live[p.slot] = {
+      spec,
+      place: p,
+      seq,
+      out: [],
+      anchor: spec.prompt[spec.prompt.length - 1] as number,
+      verifyRng: new Rng(deriveSeed(spec.seed, STREAM.VERIFY)),
+      draftRng: new Rng(deriveSeed(spec.seed, STREAM.DRAFT)),
+    };
+  }
+
+  private finish(l: Live): void {
+    this.outputs.set(l.spec.id, l.out);
+    this.live[l.place.slot] = null;
+    this.sched.release(l.place.slot);
+    this.o.metrics.requestsCompleted.inc();
+  }
+}
+
+const EMPTY = new Float32Array(0);
+const NO_DRAFTS: SampledDrafts = { ids: EMPTY, offset: 0, mask: null, support: null, q: null };

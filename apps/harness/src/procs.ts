@@ -1,0 +1,189 @@
+/**
+ * Child processes of the harness (the drafter worker and the encoder): spawned from their
+ * packages' bins, ready once they print their pino `"listening"` line, killed and restarted on
+ * demand by the fault schedule.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import { createInterface } from "node:readline";
+import { HarnessError, HarnessErrorCode } from "./errors.js";
+
+const require = createRequire(import.meta.url);
+
+/** Absolute path of bin `name` of workspace package `pkg` (from its package.json `bin`). */
+export function binPath(pkg: string, name: string): string {
+  let pj: string;
+  try {
+    pj = require.resolve(`${pkg}/package.json`);
+  } catch (e) {
+    throw new HarnessError(HarnessErrorCode.PROCESS, `${pkg} is not installed (run pnpm install)`, {
+      cause: e,
+    });
+  }
+  const meta = JSON.parse(readFileSync(pj, "utf8")) as { bin?: string | Record<string, string> };
+  const rel = typeof meta.bin === "string" ? meta.bin : meta.bin?.[name];
+  if (!rel) throw new HarnessError(HarnessErrorCode.PROCESS, `${pkg} has no bin "${name}"`);
+  return join(dirname(pj), rel);
+}
+
+/** Options of {@link ChildService}. */
+export interface ChildOptions {
+  /** Name used in logs and errors ("worker", "encoder"). */
+  name: string;
+  /** The JS file to run with node. */
+  script: string;
+  /** Arguments (without the script). */
+  args: string[];
+  /** ms to wait for the listening line (default 20000). */
+  readyTimeoutMs?: number;
+  /** Where the child's stderr and non-JSON stdout go (default: dropped). */
+  log?: (line: string) => void;
+}
+
+/** A parsed pino line: every JSON object the child prints on stdout. */
+export type LogLine = Record<string, unknown>;
+
+/**
+ * One child service. `start()` resolves with the listening line (its `endpoints` etc.);
+ * `kill()` and `start()` again restart it with the same arguments.
+ */
+export class ChildService {
+  private child: ChildProcess | null = null;
+  private exited: Promise<number | null> = Promise.resolve(null);
+  private expectedExit = false;
+  /** Starts of the service so far. */
+  starts = 0;
+  /** Exits nobody asked for. */
+  unexpectedExits = 0;
+  /** Last listening line. */
+  listening: LogLine | null = null;
+  /** Called with each JSON line the child prints (after the listening one too). */
+  onLine: ((l: LogLine) => void) | null = null;
+
+  constructor(private opts: ChildOptions) {}
+
+  /** Replaces the arguments used by the next start (e.g. to pin a port chosen by the first start). */
+  setArgs(args: string[]): void {
+    this.opts = { ...this.opts, args };
+  }
+
+  /** The arguments of the next start. */
+  get args(): readonly string[] {
+    return this.opts.args;
+  }
+
+  /** True while the process runs. */
+  get running(): boolean {
+    return this.child !== null;
+  }
+
+  /** The pid of the running process, or null. */
+  get pid(): number | null {
+    return this.child?.pid ?? null;
+  }
+
+  /** Spawns the process and waits for its `"listening"` log line. */
+  start(): Promise<LogLine> {
+    if (this.child)
+      return Promise.reject(new HarnessError(HarnessErrorCode.PROCESS, `${this.opts.name} already running`));
+    const { name, script, args } = this.opts;
+    const child = spawn(process.execPath, [script, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    this.child = child;
+    this.expectedExit = false;
+    this.starts++;
+    const log = this.opts.log;
+    const tail: string[] = [];
+    const remember = (line: string) => {
+      tail.push(line);
+      if (tail.length > 20) tail.shift();
+    };
+    createInterface({ input: child.stderr! }).on("line", (l) => {
+      remember(l);
+      log?.(`[${name}] ${l}`);
+    });
+    this.exited = new Promise((resolve) => {
+      child.once("exit", (code, signal) => {
+        if (this.child === child) this.child = null;
+        if (!this.expectedExit) {
+          this.unexpectedExits++;
+          log?.(`[${name}] exited unexpectedly (code ${code}, signal ${signal})`);
+        }
+        resolve(code);
+      });
+    });
+    return new Promise<LogLine>((resolve, reject) => {
+      let done = false;
+      const timer = setTimeout(() => {
+        if (done) return;
+        done = true;
+        this.kill("SIGKILL").catch(() => {});
+        reject(
+          new HarnessError(
+            HarnessErrorCode.PROCESS,
+            `${name} did not report listening within ${this.opts.readyTimeoutMs ?? 20000} ms; last output:\n${tail.join("\n")}`,
+          ),
+        );
+      }, this.opts.readyTimeoutMs ?? 20000);
+      child.once("error", (e) => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        reject(
+          new HarnessError(HarnessErrorCode.PROCESS, `${name} failed to spawn: ${e.message}`, { cause: e }),
+        );
+      });
+      child.once("exit", (code, signal) => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        reject(
+          new HarnessError(
+            HarnessErrorCode.PROCESS,
+            `${name} exited (code ${code}, signal ${signal}) before listening; last output:\n${tail.join("\n")}`,
+          ),
+        );
+      });
+      createInterface({ input: child.stdout! }).on("line", (l) => {
+        let obj: LogLine | null = null;
+        if (l.startsWith("{")) {
+          try {
+            obj = JSON.parse(l) as LogLine;
+          } catch {
+            obj = null;
+          }
+        }
+        if (!obj) {
+          remember(l);
+          log?.(`[${name}] ${l}`);
+          return;
+        }
+        remember(l);
+        if (!done && obj["msg"] === "listening") {
+          done = true;
+          clearTimeout(timer);
+          this.listening = obj;
+          resolve(obj);
+        }
+        this.onLine?.(obj);
+        log?.(`[${name}] ${l}`);
+      });
+    });
+  }
+
+  /** Sends `signal` and waits for the exit (SIGKILL after `graceMs` for other signals). */
+  async kill(signal: NodeJS.Signals = "SIGTERM", graceMs = 3000): Promise<void> {
+    const child = this.child;
+    if (!child) return;
+    this.expectedExit = true;
+    child.kill(signal);
+    if (signal !== "SIGKILL") {
+      const t = setTimeout(() => child.kill("SIGKILL"), graceMs);
+      await this.exited;
+      clearTimeout(t);
+    } else {
+      await this.exited;
+    }
+  }
+}

@@ -1,0 +1,249 @@
+/**
+ * The run report: one JSON object (`--json FILE`) and the same numbers as a table on stdout.
+ * docs/harness.md explains every field.
+ */
+
+/** Percentiles of a latency, milliseconds. */
+export interface LatencySummary {
+  count: number;
+  p50: number;
+  p99: number;
+  mean: number;
+  max: number;
+}
+
+/** One fault the harness injected and what recovering from it took. */
+export interface FaultRecord {
+  kind: "worker_kill" | "link_stall" | "corrupt_reply" | "encoder_restart";
+  /** ms after the run started. */
+  atMs: number;
+  detail: string;
+  /** Counter deltas between the injection and the recovery (reconnects, resyncs, retries, ...). */
+  recovery: Record<string, number>;
+  /** ms from injection until the link (or encoder) served normally again; null when it never did. */
+  recoveredAfterMs: number | null;
+}
+
+/** The result of the lossless check. */
+export interface LosslessResult {
+  mode: "greedy" | "sampled";
+  ok: boolean;
+  /** Requests compared with target-only decoding. */
+  checked: number;
+  /** Greedy: requests whose output differs from target-only. */
+  mismatched: number;
+  /** Greedy: the first difference. */
+  firstMismatch: { request: number; position: number; speculative: number; targetOnly: number } | null;
+  /** Sampled: the distribution test. */
+  test: {
+    name: string;
+    positions: number[];
+    statistic: number;
+    df: number;
+    pValue: number;
+    alpha: number;
+    perPosition: Array<{ position: number; statistic: number; df: number; pValue: number }>;
+  } | null;
+}
+
+/** The complete report of a run. */
+export interface Report {
+  tool: "tapwire-harness";
+  ok: boolean;
+  config: Record<string, unknown>;
+  lossless: LosslessResult;
+  requests: { total: number; completed: number; multimodal: number; mediaItems: number };
+  tokens: { generated: number; prompt: number; targetOnlyGenerated: number };
+  rounds: { total: number; withDrafts: number; targetOnly: number };
+  speculation: {
+    /** Request-rounds: one verification pass (target forward over anchor + drafts) each. */
+    targetForwards: number;
+    draftsReceived: number;
+    draftsVerified: number;
+    draftsAccepted: number;
+    /** draftsAccepted / draftsVerified. */
+    acceptanceRate: number;
+    /** Mean of (accepted drafts + 1) over request-rounds that verified at least one draft. */
+    meanAcceptedLength: number;
+    /** Generated tokens per target forward (1.0 without speculation). */
+    tokensPerTargetForward: number;
+    /** Mean verification budget per round (depth policy). */
+    meanBudget: number;
+    /** Drafts the depth policy left unverified (beyond the budget or not worth it). */
+    draftsSkippedByPolicy: number;
+  };
+  latency: { stepRtt: LatencySummary; round: LatencySummary };
+  roundTime: { draftLinkMs: number; verifyMs: number; schedulingMs: number; totalMs: number };
+  throughput: {
+    wallSeconds: number;
+    tokensPerSecond: number;
+    requestsPerSecond: number;
+    targetOnlySeconds: number;
+  };
+  ec: {
+    requestsWaited: number;
+    lookups: number;
+    transfers: number;
+    bytes: number;
+    cacheHits: number;
+    fallbacks: number;
+    retries: number;
+    meanWaitMs: number;
+    statusCounts: Record<string, number>;
+    consumer: Record<string, number>;
+    producer: Record<string, number>;
+  };
+  client: {
+    outcomes: Record<string, number>;
+    hellos: number;
+    reconnects: number;
+    resyncs: number;
+    newSessions: number;
+    connectFailures: number;
+    disabledReason: string;
+    other: Record<string, number>;
+  };
+  worker: Record<string, unknown>;
+  faults: { enabled: boolean; injected: FaultRecord[] };
+  leaks: {
+    ok: boolean;
+    consumerPinnedBlocks: number;
+    consumerInFlightBlocks: number;
+    consumerRetiredBlocks: number;
+    producerPinnedBlocks: number;
+    producerGrants: number;
+    notes: string[];
+  };
+  workarounds: string[];
+}
+
+const num = (v: number, d = 2) => (Number.isFinite(v) ? v.toFixed(d) : "-");
+const int = (v: number) => (Number.isFinite(v) ? Math.round(v).toLocaleString("en-US") : "-");
+
+function bytes(n: number): string {
+  if (n >= 1 << 30) return `${(n / 2 ** 30).toFixed(2)} GiB`;
+  if (n >= 1 << 20) return `${(n / 2 ** 20).toFixed(1)} MiB`;
+  if (n >= 1 << 10) return `${(n / 2 ** 10).toFixed(1)} KiB`;
+  return `${n} B`;
+}
+
+function counts(rec: Record<string, number>): string {
+  const parts = Object.entries(rec)
+    .filter(([, v]) => v !== 0)
+    .map(([k, v]) => `${k} ${int(v)}`);
+  return parts.length > 0 ? parts.join(", ") : "none";
+}
+
+/** Renders the report as the summary table printed on stdout. */
+export function formatReport(r: Report): string {
+  const rows: Array<[string, string] | string> = [];
+  const sec = (t: string) => rows.push(t);
+  const row = (k: string, v: string) => rows.push([k, v]);
+  const c = r.config;
+  sec(
+    `tapwire harness: ${c["requests"]} requests, S=${c["slots"]} N=${c["numSpec"]} W=${c["window"]}, rows ${c["numTaps"]}x${c["hidden"]} bf16, ` +
+      `${c["sample"] ? "sampled" : "greedy"}, link ${c["draftTransport"]}, ec data ${c["ecData"]}${c["faults"] ? ", faults" : ""}`,
+  );
+  sec("");
+  sec("lossless");
+  if (r.lossless.mode === "greedy") {
+    row(
+      "  greedy vs target-only",
+      r.lossless.ok
+        ? `identical: ${r.lossless.checked}/${r.lossless.checked} requests token for token`
+        : `DIFFERS: ${r.lossless.mismatched} of ${r.lossless.checked} requests (first: request ${r.lossless.firstMismatch?.request} at token ${r.lossless.firstMismatch?.position})`,
+    );
+  } else if (r.lossless.test) {
+    const t = r.lossless.test;
+    row(
+      "  sampled vs target-only",
+      `${r.lossless.ok ? "consistent" : "REJECTED"}: ${t.name}, chi2 ${num(t.statistic, 1)} df ${t.df}, p = ${num(t.pValue, 4)} (alpha ${t.alpha})`,
+    );
+    for (const p of t.perPosition) {
+      row(`    token ${p.position}`, `chi2 ${num(p.statistic, 1)} df ${p.df}, p = ${num(p.pValue, 4)}`);
+    }
+  }
+  sec("");
+  sec("decoding");
+  row(
+    "  requests",
+    `${int(r.requests.completed)}/${int(r.requests.total)} done, ${int(r.requests.multimodal)} multimodal`,
+  );
+  row("  tokens generated", `${int(r.tokens.generated)} (prompts ${int(r.tokens.prompt)})`);
+  row(
+    "  rounds",
+    `${int(r.rounds.total)} (${int(r.rounds.withDrafts)} with drafts, ${int(r.rounds.targetOnly)} target-only)`,
+  );
+  row(
+    "  drafts received / verified",
+    `${int(r.speculation.draftsReceived)} / ${int(r.speculation.draftsVerified)} (budget ${num(r.speculation.meanBudget, 1)}/round)`,
+  );
+  row(
+    "  drafts accepted",
+    `${int(r.speculation.draftsAccepted)} (${num(r.speculation.acceptanceRate * 100, 1)}% of verified)`,
+  );
+  row(
+    "  mean accepted length",
+    `${num(r.speculation.meanAcceptedLength)} tokens per verification with drafts`,
+  );
+  row("  tokens per target forward", `${num(r.speculation.tokensPerTargetForward)} (target-only: 1.00)`);
+  sec("");
+  sec("time");
+  row(
+    "  STEP RTT p50 / p99",
+    `${num(r.latency.stepRtt.p50, 3)} / ${num(r.latency.stepRtt.p99, 3)} ms (${int(r.latency.stepRtt.count)} STEPs)`,
+  );
+  row("  round p50 / p99", `${num(r.latency.round.p50, 3)} / ${num(r.latency.round.p99, 3)} ms`);
+  const tot = r.roundTime.totalMs || 1;
+  const pct = (v: number) => `${num(v, 0)} ms (${num((100 * v) / tot, 0)}%)`;
+  row("  round time: draft link", pct(r.roundTime.draftLinkMs));
+  row("  round time: verify", pct(r.roundTime.verifyMs));
+  row("  round time: scheduling", pct(r.roundTime.schedulingMs));
+  row(
+    "  throughput",
+    `${num(r.throughput.tokensPerSecond, 0)} tokens/s, ${num(r.throughput.requestsPerSecond, 1)} requests/s over ${num(r.throughput.wallSeconds, 1)} s`,
+  );
+  sec("");
+  sec("encoder cache");
+  row(
+    "  media lookups",
+    `${int(r.ec.lookups)} for ${int(r.ec.requestsWaited)} requests (mean wait ${num(r.ec.meanWaitMs, 1)} ms)`,
+  );
+  row("  transfers", `${int(r.ec.transfers)} (${bytes(r.ec.bytes)})`);
+  row(
+    "  cache hits / fallbacks / retries",
+    `${int(r.ec.cacheHits)} / ${int(r.ec.fallbacks)} / ${int(r.ec.retries)}`,
+  );
+  row("  EC statuses", counts(r.ec.statusCounts));
+  sec("");
+  sec("drafter link");
+  row("  client outcomes", counts(r.client.outcomes));
+  row(
+    "  hellos / reconnects / resyncs",
+    `${int(r.client.hellos)} / ${int(r.client.reconnects)} / ${int(r.client.resyncs)}`,
+  );
+  row("  new sessions / connect failures", `${int(r.client.newSessions)} / ${int(r.client.connectFailures)}`);
+  if (r.client.disabledReason) row("  DISABLED", r.client.disabledReason);
+  if (r.faults.enabled) {
+    sec("");
+    sec("faults injected");
+    if (r.faults.injected.length === 0) row("  (none)", "");
+    for (const f of r.faults.injected) {
+      const rec =
+        f.recoveredAfterMs === null ? "NOT recovered" : `recovered in ${num(f.recoveredAfterMs, 0)} ms`;
+      row(`  ${f.kind} @${num(f.atMs / 1000, 1)}s`, `${f.detail}; ${rec}: ${counts(f.recovery)}`);
+    }
+  }
+  sec("");
+  sec("end state");
+  row(
+    "  leaks",
+    `${r.leaks.ok ? "none" : "LEAKED"}: consumer pinned ${r.leaks.consumerPinnedBlocks}, in flight ${r.leaks.consumerInFlightBlocks}, retired ${r.leaks.consumerRetiredBlocks}; producer pinned ${r.leaks.producerPinnedBlocks}, grants ${r.leaks.producerGrants}`,
+  );
+  for (const n of r.leaks.notes) row("  note", n);
+  sec("");
+  sec(`result: ${r.ok ? "OK (lossless)" : "FAILED"}`);
+
+  const width = Math.max(...rows.map((x) => (typeof x === "string" ? 0 : x[0].length))) + 2;
+  return `${rows.map((x) => (typeof x === "string" ? x : `${x[0].padEnd(width)}${x[1]}`)).join("\n")}\n`;
+}
