@@ -1,0 +1,99 @@
+import type { Registry } from "@tapwire/stats";
+import type { ConnInfo, RpcServer, ServerTlsOptions } from "@tapwire/transport";
+import { listen } from "@tapwire/transport";
+import type { WorkerCoreOptions } from "./core.js";
+import { WorkerCore } from "./core.js";
+import { WorkerError } from "./errors.js";
+import type { WindowSnapshot } from "./window-store.js";
+
+/** Default endpoint: loopback only (CONTRACT 11). */
+export const DEFAULT_LISTEN = "tcp://127.0.0.1:7878";
+
+/** Options of {@link createWorker}: those of {@link WorkerCore} plus where and how to listen. */
+export interface WorkerOptions extends WorkerCoreOptions {
+  /** Endpoints to listen on (tcp, unix, tls, zmq through `@tapwire/transport`); default `tcp://127.0.0.1:7878`. */
+  listen?: readonly string[];
+  /** TLS material for `tls://` endpoints. */
+  tls?: ServerTlsOptions;
+  /** Close connections idle this long (ms; 0 = never, the default). */
+  idleTimeoutMs?: number;
+}
+
+/** A running worker. */
+export interface Worker {
+  /** The bound endpoints (port 0 resolved), in the order of `listen`. */
+  readonly endpoints: string[];
+  /** The stats registry (worker and transport counters). */
+  readonly registry: Registry;
+  /** The frame handler shared by every connection. */
+  readonly core: WorkerCore;
+  /** The stats snapshot STATS answers (CONTRACT 10). */
+  stats(): Record<string, unknown>;
+  /** Test hook: a copy of a slot's generation and window. */
+  debugWindow(slot: number): WindowSnapshot;
+  /** Stops listening and closes every connection. */
+  close(): Promise<void>;
+}
+
+/**
+ * Asks the transport to close `conn` once the reply being returned is written (CONTRACT 4:
+ * unreadable header). The stream transport honours a `closeAfterReply` flag on its connection
+ * object; other transports get a close on the next turn of the event loop, after the reply has
+ * been handed to the socket.
+ */
+function closeAfterReply(conn: ConnInfo): void {
+  const c = conn as ConnInfo & { closeAfterReply?: unknown };
+  if (typeof c.closeAfterReply === "boolean") {
+    c.closeAfterReply = true;
+  } else {
+    setImmediate(() => conn.close());
+  }
+}
+
+/**
+ * Starts a worker: one {@link WorkerCore} (one session, one slot store) behind a transport
+ * server per endpoint. Resolves once every endpoint is bound.
+ *
+ * @throws {WorkerError} `WORKER_BAD_OPTION` naming the bad option; transport errors when an
+ *   endpoint cannot be bound (the others are closed again).
+ */
+export async function createWorker(options: WorkerOptions): Promise<Worker> {
+  const core = new WorkerCore(options);
+  const eps = options.listen ?? [DEFAULT_LISTEN];
+  if (!Array.isArray(eps) || eps.length === 0 || eps.some((e) => typeof e !== "string")) {
+    throw new WorkerError("WORKER_BAD_OPTION", "option listen must be a non-empty array of endpoint strings");
+  }
+  const log = options.logger ?? null;
+  const handler = (req: Uint8Array, conn: ConnInfo) => core.handle(req, () => closeAfterReply(conn));
+  const servers: RpcServer[] = [];
+  try {
+    for (const ep of eps) {
+      const s = await listen(ep, handler, {
+        maxMessageBytes: core.maxMessageBytes,
+        ...(options.idleTimeoutMs !== undefined ? { idleTimeoutMs: options.idleTimeoutMs } : {}),
+        ...(options.tls !== undefined ? { tls: options.tls } : {}),
+        registry: core.registry,
+        onError: (err, c) =>
+          log?.warn({ err: String(err), conn: c.id, remote: c.remote }, "connection error"),
+      });
+      servers.push(s);
+    }
+  } catch (e) {
+    await Promise.allSettled(servers.map((s) => s.close()));
+    throw e;
+  }
+  let closing: Promise<void> | null = null;
+  return {
+    endpoints: servers.map((s) => s.endpoint),
+    registry: core.registry,
+    core,
+    stats: () => core.stats(),
+    debugWindow: (slot: number) => core.debugWindow(slot),
+    close(): Promise<void> {
+      if (closing === null) {
+        closing = Promise.allSettled(servers.map((s) => s.close())).then(() => undefined);
+      }
+      return closing;
+    },
+  };
+}
