@@ -1,0 +1,187 @@
+import { randomBytes } from "node:crypto";
+import { EcError } from "../errors.js";
+import { int, packMsg, str, unpackMap } from "../protocol.js";
+
+/** EC-CONTRACT 5.1: the state of a posted read. */
+export const XferHandleState = { DONE: "DONE", PROC: "PROC", ERR: "ERR" } as const;
+/** One of {@link XferHandleState}. */
+export type XferHandleState = (typeof XferHandleState)[keyof typeof XferHandleState];
+
+/** An opaque read handle returned by {@link DataTransport.postRead}. */
+export type XferHandle = number;
+
+/** Extra, optional arguments of {@link DataTransport.postRead} (beyond the NIXL shape). */
+export interface ReadOptions {
+  /** Bytes to copy (default: every byte of every block). Must need exactly the given blocks. */
+  nbytes?: number;
+  /** Compute the CRC-32 of the received bytes incrementally as they arrive (EC-CONTRACT 6.3). */
+  checksum?: boolean;
+}
+
+/**
+ * EC-CONTRACT 5.1: one-sided reads of a remote agent's blocks into local blocks, with a completion
+ * notification delivered to the remote agent (the NIXL shape). Both sides of a transfer hold one
+ * transport over their cache region; the producer side also grants and revokes reads (5.3).
+ */
+export interface DataTransport {
+  /** Implementation name: `"tcp"`, `"unix"` or `"loopback"`. */
+  readonly kind: string;
+  /** This agent's metadata (MessagePack bin: name, per-process instance id, endpoint). */
+  getAgentMetadata(): Uint8Array;
+  /** This agent's memory descriptor (MessagePack bin: block count and size). */
+  getMemDescriptor(): Uint8Array;
+  /** Registers a remote agent; returns the agent name to read from (new for a restarted agent). */
+  addRemotePeer(metadata: Uint8Array, memDescriptor: Uint8Array): string;
+  /** Forgets a remote agent, aborting reads still in flight from it. */
+  removeRemotePeer(agentName: string): void;
+  /**
+   * EC-CONTRACT 5.2: starts copying `remoteBlocks` of `agentName`, in order, into `localBlocks`, then
+   * delivers `notifMsg` to it. `notifMsg` (UTF-8) is also the grant key the remote checks (5.3).
+   * Throws `EC_BAD_ARGUMENT` for an unknown agent or a bad block list.
+   */
+  postRead(
+    localBlocks: readonly number[],
+    agentName: string,
+    remoteBlocks: readonly number[],
+    notifMsg: Uint8Array,
+    options?: ReadOptions,
+  ): XferHandle;
+  /** `DONE`: every byte is local and the notification was sent; `PROC`: in flight; `ERR`: failed. */
+  checkXferState(handle: XferHandle): XferHandleState;
+  /** CRC-32 of the bytes received by a `DONE` read posted with `checksum: true`, else `null`. */
+  getXferChecksum(handle: XferHandle): number | null;
+  /** Why a read is `ERR` (for logs), else `null`. */
+  getXferError(handle: XferHandle): string | null;
+  /**
+   * EC-CONTRACT 5.2: forgets a handle; on a `PROC` handle aborts the read and returns whether it can
+   * guarantee that no byte lands in local memory afterwards (finished handles return true).
+   */
+  releaseXferHandle(handle: XferHandle): boolean;
+  /** Drains completion notifications received so far, by remote agent name. */
+  getNewNotifs(): Map<string, Uint8Array[]>;
+  /** Producer side, EC-CONTRACT 5.3: allows reads of exactly `blocks` under `key` until `deadline` (ms). */
+  grant(key: string, blocks: readonly number[], deadline: number): void;
+  /** Producer side: withdraws a grant and stops reads of it that are still streaming. */
+  revoke(key: string): void;
+  /** Called (if set) whenever a notification arrives, so a driver can schedule a step. */
+  onNotification: (() => void) | null;
+  /** Stops serving and aborts every read. */
+  close(): Promise<void>;
+}
+
+/** Decoded agent metadata (EC-CONTRACT 5.3). */
+export interface AgentMetadata {
+  /** Agent name as configured (e.g. "encoder-0"). */
+  name: string;
+  /** Random id made once per process/transport: a restarted agent has a new one. */
+  instance: string;
+  /** Where its data server listens (`tcp://host:port`, `unix:///path`, `loopback://name`). */
+  endpoint: string;
+}
+
+/** Decoded memory descriptor. */
+export interface MemDescriptor {
+  numBlocks: number;
+  blockBytes: number;
+}
+
+/** A fresh per-process instance id (internal). */
+export function newInstanceId(): string {
+  return randomBytes(8).toString("hex");
+}
+
+/** Encodes agent metadata as a MessagePack bin. */
+export function encodeAgentMetadata(m: AgentMetadata): Uint8Array {
+  return packMsg({ name: m.name, instance: m.instance, endpoint: m.endpoint });
+}
+
+/** Decodes agent metadata; throws `EC_MALFORMED`. */
+export function decodeAgentMetadata(bytes: Uint8Array): AgentMetadata {
+  const m = unpackMap(bytes, "agent metadata");
+  return {
+    name: str(m, "name", "agent metadata"),
+    instance: str(m, "instance", "agent metadata"),
+    endpoint: str(m, "endpoint", "agent metadata", 1024),
+  };
+}
+
+/** Encodes a memory descriptor. */
+export function encodeMemDescriptor(d: MemDescriptor): Uint8Array {
+  return packMsg({ num_blocks: d.numBlocks, block_bytes: d.blockBytes });
+}
+
+/** Decodes a memory descriptor; throws `EC_MALFORMED`. */
+export function decodeMemDescriptor(bytes: Uint8Array): MemDescriptor {
+  const m = unpackMap(bytes, "memory descriptor");
+  return {
+    numBlocks: int(m, "num_blocks", "memory descriptor", 1),
+    blockBytes: int(m, "block_bytes", "memory descriptor", 1),
+  };
+}
+
+/** The agent name a reader uses for a peer: name plus instance, so a restart yields a new name. */
+export function agentNameOf(m: AgentMetadata): string {
+  return `${m.name}/${m.instance}`;
+}
+
+/** Validates a read request against both regions (internal); returns the byte count. */
+export function checkReadShape(
+  localBlocks: readonly number[],
+  remoteBlocks: readonly number[],
+  localNumBlocks: number,
+  remote: MemDescriptor,
+  blockBytes: number,
+  nbytes: number | undefined,
+): number {
+  if (!Array.isArray(localBlocks) || !Array.isArray(remoteBlocks)) {
+    throw new EcError("EC_BAD_ARGUMENT", "postRead: block lists must be arrays");
+  }
+  if (localBlocks.length === 0 || localBlocks.length !== remoteBlocks.length) {
+    throw new EcError(
+      "EC_BAD_ARGUMENT",
+      `postRead: ${localBlocks.length} local blocks for ${remoteBlocks.length} remote blocks`,
+    );
+  }
+  if (remote.blockBytes !== blockBytes) {
+    throw new EcError(
+      "EC_BAD_ARGUMENT",
+      `postRead: remote block size ${remote.blockBytes} != local ${blockBytes}`,
+    );
+  }
+  for (let i = 0; i < localBlocks.length; i++) {
+    const l = localBlocks[i]!;
+    const r = remoteBlocks[i]!;
+    if (!Number.isInteger(l) || l < 0 || l >= localNumBlocks) {
+      throw new EcError("EC_BAD_ARGUMENT", `postRead: local block ${l} outside [0, ${localNumBlocks})`);
+    }
+    if (!Number.isInteger(r) || r < 0 || r >= remote.numBlocks) {
+      throw new EcError("EC_BAD_ARGUMENT", `postRead: remote block ${r} outside [0, ${remote.numBlocks})`);
+    }
+  }
+  const max = localBlocks.length * blockBytes;
+  const n = nbytes ?? max;
+  if (!Number.isSafeInteger(n) || n <= max - blockBytes || n > max) {
+    throw new EcError(
+      "EC_BAD_ARGUMENT",
+      `postRead: nbytes ${n} does not need exactly ${localBlocks.length} blocks`,
+    );
+  }
+  return n;
+}
+
+/** Parses `tcp://host:port` or `unix:///path` (internal). */
+export function parseDataEndpoint(endpoint: string): { host: string; port: number } | { path: string } {
+  if (typeof endpoint !== "string") throw new EcError("EC_BAD_ENDPOINT", "endpoint: expected a string");
+  if (endpoint.startsWith("unix://")) {
+    const path = endpoint.slice("unix://".length);
+    if (path.length === 0) throw new EcError("EC_BAD_ENDPOINT", `endpoint ${endpoint}: empty socket path`);
+    return { path };
+  }
+  const m = /^tcp:\/\/(\[[^\]]+\]|[^:/]+):(\d+)$/.exec(endpoint);
+  if (m === null)
+    throw new EcError("EC_BAD_ENDPOINT", `endpoint ${endpoint}: expected tcp://host:port or unix:///path`);
+  const port = Number(m[2]);
+  if (port > 65535) throw new EcError("EC_BAD_ENDPOINT", `endpoint ${endpoint}: port ${port} > 65535`);
+  const host = m[1]!.startsWith("[") ? m[1]!.slice(1, -1) : m[1]!;
+  return { host, port };
+}

@@ -1,0 +1,120 @@
+import type { Counter, Gauge, Histogram } from "@tapwire/stats";
+import { Registry } from "@tapwire/stats";
+import type { Logger } from "pino";
+import pino from "pino";
+
+/** The default Prometheus prefix of registries this package creates. */
+export const EC_METRICS_PREFIX = "tapwire_ec_";
+
+/** A registry with the package prefix (internal default). */
+export function defaultRegistry(): Registry {
+  return new Registry({ prefix: EC_METRICS_PREFIX });
+}
+
+/** A logger that logs nothing (internal default: libraries stay quiet unless given a logger). */
+export function silentLogger(): Logger {
+  return pino({ level: "silent" });
+}
+
+/** Producer-side control-plane metrics (EC-CONTRACT 4). */
+export interface ProducerMetrics {
+  requests: Counter;
+  grants: Counter;
+  regrants: Counter;
+  nacks: Record<number, Counter>;
+  completions: Counter;
+  unknownNotifs: Counter;
+  leaseExpiries: Counter;
+  malformed: Counter;
+  adminRequests: Counter;
+  activeGrants: Gauge;
+  pinnedBlocks: Gauge;
+  freeBlocks: Gauge;
+  cacheEntries: Gauge;
+  evictions: Counter;
+}
+
+/** Registers (idempotently) and returns the producer metrics. */
+export function producerMetrics(r: Registry): ProducerMetrics {
+  return {
+    requests: r.counter("producer_requests", "XferReqs received (EC-CONTRACT 4.2)"),
+    grants: r.counter("producer_grants", "OK acks sent: blocks pinned and granted"),
+    regrants: r.counter("producer_regrants", "re-requests of a held grant (old pin released first)"),
+    nacks: {
+      1: r.counter("producer_nacks_missing", "NACK_MISSING sent"),
+      2: r.counter("producer_nacks_not_ready", "NACK_NOT_READY sent"),
+      3: r.counter("producer_nacks_incompat", "NACK_INCOMPAT sent"),
+      4: r.counter("producer_nacks_version", "NACK_VERSION sent"),
+      5: r.counter("producer_nacks_internal", "NACK_INTERNAL sent"),
+    },
+    completions: r.counter("producer_completions", "completion notifications that released a grant"),
+    unknownNotifs: r.counter("producer_unknown_notifications", "notifications for no live grant (4.3)"),
+    leaseExpiries: r.counter("producer_lease_expiries", "grants revoked and unpinned past their lease (4.4)"),
+    malformed: r.counter("producer_malformed_messages", "control messages dropped as malformed (3)"),
+    adminRequests: r.counter("producer_admin_requests", "admin control messages (stats/encode/check)"),
+    activeGrants: r.gauge("producer_active_grants", "grants currently held"),
+    pinnedBlocks: r.gauge("producer_pinned_blocks", "cache blocks pinned by grants"),
+    freeBlocks: r.gauge("producer_free_blocks", "free cache blocks"),
+    cacheEntries: r.gauge("producer_cache_entries", "entries in the producer cache"),
+    evictions: r.counter("producer_evictions", "cache entries evicted (LRU)"),
+  };
+}
+
+/** Consumer-side metrics (EC-CONTRACT 6, 7). */
+export interface ConsumerMetrics {
+  requests: Counter;
+  acksOk: Counter;
+  nacks: Record<number, Counter>;
+  ignoredAcks: Counter;
+  ackTimeouts: Counter;
+  reads: Counter;
+  readsCompleted: Counter;
+  readBytes: Counter;
+  readSeconds: Histogram;
+  readFailures: Counter;
+  checksumFailures: Counter;
+  quarantines: Counter;
+  settles: Counter;
+  quarantineTimeouts: Counter;
+  blocksRetired: Counter;
+  malformed: Counter;
+  peerDown: Counter;
+}
+
+/** Registers (idempotently) and returns the consumer session metrics. */
+export function consumerMetrics(r: Registry): ConsumerMetrics {
+  return {
+    requests: r.counter("consumer_requests", "XferReqs sent (EC-CONTRACT 6.1)"),
+    acksOk: r.counter("consumer_acks_ok", "OK acks received"),
+    nacks: {
+      1: r.counter("consumer_nacks_missing", "NACK_MISSING received"),
+      2: r.counter("consumer_nacks_not_ready", "NACK_NOT_READY received"),
+      3: r.counter("consumer_nacks_incompat", "NACK_INCOMPAT received"),
+      4: r.counter("consumer_nacks_version", "NACK_VERSION received"),
+      5: r.counter("consumer_nacks_internal", "NACK_INTERNAL received"),
+    },
+    ignoredAcks: r.counter("consumer_ignored_acks", "unknown, duplicate or foreign-session acks (6.2)"),
+    ackTimeouts: r.counter("consumer_ack_timeouts", "requests without an ack in ack_timeout (6.3)"),
+    reads: r.counter("consumer_reads", "data-plane reads posted"),
+    readsCompleted: r.counter("consumer_reads_completed", "reads DONE with a valid checksum"),
+    readBytes: r.counter("consumer_read_bytes", "bytes of completed reads"),
+    readSeconds: r.histogram("consumer_read_seconds", {
+      help: "read time from post to DONE",
+      unit: "seconds",
+    }),
+    readFailures: r.counter("consumer_read_failures", "reads ending READ_FAILED"),
+    checksumFailures: r.counter("consumer_checksum_failures", "reads whose CRC-32 differed from the ack's"),
+    quarantines: r.counter("consumer_quarantines", "reads quarantined (PROC past deadline or peer down)"),
+    settles: r.counter("consumer_settles", "quarantined reads that left PROC (blocks freed)"),
+    quarantineTimeouts: r.counter(
+      "consumer_quarantine_timeouts",
+      "quarantined reads released after the timeout",
+    ),
+    blocksRetired: r.counter(
+      "consumer_blocks_retired",
+      "blocks retired: released without a no-write guarantee",
+    ),
+    malformed: r.counter("consumer_malformed_messages", "acks dropped as malformed (3)"),
+    peerDown: r.counter("consumer_peer_down", "peer-down events (heartbeat or disconnect)"),
+  };
+}

@@ -1,0 +1,317 @@
+import type { Registry } from "@tapwire/stats";
+import type { Logger } from "pino";
+import type { EmbeddingCache } from "./cache.js";
+import type { DataTransport } from "./data/transport.js";
+import { checkNumberOption, EcError } from "./errors.js";
+import type { ProducerMetrics } from "./metrics.js";
+import { defaultRegistry, producerMetrics, silentLogger } from "./metrics.js";
+import type { XferAck, XferReq } from "./protocol.js";
+import {
+  EC_CONNECTOR_VERSION,
+  EXPECTED_NACKS,
+  encodeXferAck,
+  int,
+  nackAck,
+  packMsg,
+  str,
+  unpackMap,
+  XFER_STATUS_NAMES,
+  XferStatus,
+} from "./protocol.js";
+
+/** EC-CONTRACT 4.2 default: `pin_lease_s` = 30 s. */
+export const PRODUCER_DEFAULTS = { pinLeaseMs: 30_000 } as const;
+
+/** One message received on the producer's ROUTER: the peer identity and the frames after it. */
+export interface ControlMessage {
+  identity: Uint8Array;
+  frames: Uint8Array[];
+}
+
+/** The producer's control socket as the session sees it (a ZeroMQ ROUTER, or a fake in tests). */
+export interface ControlServer {
+  /** The bound endpoint. */
+  readonly endpoint: string;
+  /** Drains received messages without blocking. */
+  poll(): ControlMessage[];
+  /** Queues one single-frame message to `identity`. Never blocks or throws. */
+  send(identity: Uint8Array, payload: Uint8Array): void;
+  close(): Promise<void>;
+}
+
+/**
+ * An admin request (a control map whose `op` key is a string — a tapwire extension next to the
+ * XferReq; see docs/ec-protocol.md). Return the reply map, or `null` to answer nothing.
+ */
+export type AdminHandler = (op: string, msg: Record<string, unknown>) => Record<string, unknown> | null;
+
+/** One grant (EC-CONTRACT 4.2). */
+interface Grant {
+  mmHash: string;
+  blocks: readonly number[];
+  deadline: number;
+}
+
+/** Options of {@link ProducerSession}. */
+export interface ProducerSessionOptions {
+  control: ControlServer;
+  data: DataTransport;
+  cache: EmbeddingCache;
+  /** This producer's compatibility hash (EC-CONTRACT 2). */
+  compatibilityHash: string;
+  /** Grant lease (default 30 000 ms, EC-CONTRACT 4.2). */
+  pinLeaseMs?: number;
+  /** Monotonic clock in ms (default `performance.now`). */
+  now?: () => number;
+  /**
+   * Called for a request whose mm_hash has no entry. Return true if the entry now exists (an encode
+   * started): the request is answered NACK_NOT_READY (retryable) instead of NACK_MISSING.
+   */
+  onMiss?: (mmHash: string) => boolean;
+  /** Handles admin requests (`{"op": ...}` maps). Without it they are malformed. */
+  onAdmin?: AdminHandler;
+  registry?: Registry;
+  logger?: Logger;
+}
+
+/**
+ * EC-CONTRACT 4: the producer's session. `pollStep()` (once per engine step, never blocking)
+ * drains the ROUTER and grants or NACKs each request, drains data-plane notifications, and sweeps
+ * leases. Every pin it takes is released exactly once (4.5).
+ */
+export class ProducerSession {
+  readonly #control: ControlServer;
+  readonly #data: DataTransport;
+  readonly #cache: EmbeddingCache;
+  readonly #compat: string;
+  readonly #lease: number;
+  readonly #now: () => number;
+  readonly #onMiss: ((mmHash: string) => boolean) | undefined;
+  readonly #onAdmin: AdminHandler | undefined;
+  readonly #m: ProducerMetrics;
+  readonly #log: Logger;
+  readonly #grants = new Map<string, Grant>();
+  readonly #decoder = new TextDecoder("utf-8", { fatal: true });
+  #closed = false;
+
+  constructor(options: ProducerSessionOptions) {
+    for (const k of ["control", "data", "cache"] as const) {
+      if (options[k] === null || typeof options[k] !== "object") {
+        throw new EcError("EC_BAD_OPTION", `option ${k}: expected an object`);
+      }
+    }
+    if (typeof options.compatibilityHash !== "string") {
+      throw new EcError("EC_BAD_OPTION", "option compatibilityHash: expected a string");
+    }
+    this.#control = options.control;
+    this.#data = options.data;
+    this.#cache = options.cache;
+    this.#compat = options.compatibilityHash;
+    this.#lease = checkNumberOption("pinLeaseMs", options.pinLeaseMs ?? PRODUCER_DEFAULTS.pinLeaseMs, 0);
+    this.#now = options.now ?? (() => performance.now());
+    this.#onMiss = options.onMiss;
+    this.#onAdmin = options.onAdmin;
+    this.#m = producerMetrics(options.registry ?? defaultRegistry());
+    this.#log = options.logger ?? silentLogger();
+    this.#m.freeBlocks.set(this.#cache.freeBlocks);
+  }
+
+  /** The bound control endpoint. */
+  get endpoint(): string {
+    return this.#control.endpoint;
+  }
+
+  /** Number of live grants. */
+  get grantCount(): number {
+    return this.#grants.size;
+  }
+
+  /** EC-CONTRACT 4.1: drains the control socket and processes what arrived. Never blocks or throws. */
+  pollStep(): void {
+    if (this.#closed) return;
+    this.poll(this.#control.poll());
+  }
+
+  /** Processes `messages` (from the ROUTER), drains notifications (4.3) and sweeps leases (4.4). */
+  poll(messages: readonly ControlMessage[]): void {
+    if (this.#closed) return;
+    const now = this.#now();
+    for (const msg of messages) {
+      let reply: Uint8Array | null;
+      try {
+        reply = this.#handle(msg, now);
+      } catch (err) {
+        // EC-CONTRACT 3: malformed → dropped, counted, logged; nothing is sent back.
+        this.#m.malformed.inc();
+        this.#log.warn({ err: (err as Error).message }, "dropped malformed control message");
+        continue;
+      }
+      if (reply !== null) this.#control.send(msg.identity, reply);
+    }
+    this.#drainNotifs();
+    this.#sweep(now);
+    this.#gauges();
+  }
+
+  /** EC-CONTRACT 4.5: unpins every grant and closes the ROUTER. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const [key, g] of this.#grants) this.#end(key, g);
+    this.#grants.clear();
+    this.#gauges();
+    await this.#control.close();
+  }
+
+  #handle(msg: ControlMessage, now: number): Uint8Array | null {
+    if (msg.frames.length !== 1)
+      throw new EcError("EC_MALFORMED", `control message with ${msg.frames.length} frames`);
+    const m = unpackMap(msg.frames[0]!, "XferReq");
+    const op = m["op"];
+    if (typeof op === "string" && Object.hasOwn(m, "op")) {
+      if (this.#onAdmin === undefined) throw new EcError("EC_MALFORMED", `admin op ${op}: not served`);
+      this.#m.adminRequests.inc();
+      const reply = this.#onAdmin(op, m);
+      return reply === null ? null : packMsg(reply);
+    }
+    const req: XferReq = {
+      mmHash: str(m, "mm_hash", "XferReq"),
+      compatibilityHash: str(m, "compatibility_hash", "XferReq"),
+      sessionId: str(m, "session_id", "XferReq"),
+      connectorVersion: int(m, "connector_version", "XferReq", Number.MIN_SAFE_INTEGER),
+    };
+    this.#m.requests.inc();
+    const ack = this.#grantOrNack(req, now);
+    if (ack.status === XferStatus.OK) this.#m.grants.inc();
+    else this.#m.nacks[ack.status]?.inc();
+    return encodeXferAck(ack);
+  }
+
+  /** EC-CONTRACT 4.2, in order: version → hash → session id → pin_if_ready. */
+  #grantOrNack(req: XferReq, now: number): XferAck {
+    const h = req.mmHash;
+    if (req.connectorVersion !== EC_CONNECTOR_VERSION) {
+      this.#log.warn({ mmHash: h, version: req.connectorVersion }, "incompatible connector version");
+      return nackAck(h, XferStatus.NACK_VERSION);
+    }
+    if (req.compatibilityHash !== this.#compat) {
+      this.#log.warn({ mmHash: h }, "incompatible compatibility hash");
+      return nackAck(h, XferStatus.NACK_INCOMPAT);
+    }
+    // Grants are keyed "session_id:mm_hash": an empty id would alias two consumers, and a ':' in the
+    // id would let "a:b"+"c" alias "a"+"b:c".
+    if (req.sessionId.length === 0 || req.sessionId.includes(":")) {
+      this.#log.warn({ mmHash: h }, "XferReq without a usable session_id");
+      return nackAck(h, XferStatus.NACK_INTERNAL);
+    }
+    let entry = this.#cache.pinIfReady(h);
+    if (entry === undefined && this.#onMiss !== undefined) {
+      let started = false;
+      try {
+        started = this.#onMiss(h) === true;
+      } catch (err) {
+        this.#log.warn({ err, mmHash: h }, "onMiss failed");
+      }
+      if (started) entry = this.#cache.pinIfReady(h);
+    }
+    if (entry === undefined || !entry.ready) {
+      const status = entry === undefined ? XferStatus.NACK_MISSING : XferStatus.NACK_NOT_READY;
+      this.#log[EXPECTED_NACKS.has(status) ? "info" : "warn"](
+        { mmHash: h },
+        `not serveable: ${XFER_STATUS_NAMES[status]}`,
+      );
+      return nackAck(h, status);
+    }
+    const key = `${req.sessionId}:${h}`;
+    const old = this.#grants.get(key);
+    if (old !== undefined) {
+      // The consumer timed out waiting and asked again: release the old pin first (the seed's fix).
+      this.#m.regrants.inc();
+      this.#grants.delete(key);
+      this.#end(key, old);
+    }
+    const grant: Grant = { mmHash: h, blocks: entry.blocks, deadline: now + this.#lease };
+    try {
+      this.#data.grant(key, grant.blocks, grant.deadline);
+    } catch (err) {
+      this.#cache.unpin(h);
+      this.#log.warn({ err, mmHash: h }, "data-plane grant failed");
+      return nackAck(h, XferStatus.NACK_INTERNAL);
+    }
+    this.#grants.set(key, grant);
+    this.#log.debug({ mmHash: h, key, blocks: grant.blocks.length }, "granted");
+    return {
+      mmHash: h,
+      status: XferStatus.OK,
+      sessionId: req.sessionId,
+      srcBlockIndices: [...grant.blocks],
+      agentMetadata: this.#data.getAgentMetadata(),
+      memDescriptor: this.#data.getMemDescriptor(),
+      nbytes: entry.nbytes,
+      crc32: entry.crc32 ?? 0,
+    };
+  }
+
+  /** EC-CONTRACT 4.3: a notification "{session_id}:{mm_hash}" completes that grant. */
+  #drainNotifs(): void {
+    let notifs: Map<string, Uint8Array[]>;
+    try {
+      notifs = this.#data.getNewNotifs();
+    } catch (err) {
+      this.#log.warn({ err }, "getNewNotifs failed");
+      return;
+    }
+    for (const msgs of notifs.values()) {
+      for (const msg of msgs) {
+        let key: string;
+        try {
+          key = this.#decoder.decode(msg);
+        } catch {
+          this.#m.unknownNotifs.inc();
+          continue;
+        }
+        const g = this.#grants.get(key);
+        if (g === undefined) {
+          this.#m.unknownNotifs.inc();
+          this.#log.debug({ key }, "notification for no live grant");
+          continue;
+        }
+        this.#grants.delete(key);
+        this.#end(key, g);
+        this.#m.completions.inc();
+      }
+    }
+  }
+
+  /** EC-CONTRACT 4.4: grants past their lease are revoked and unpinned. */
+  #sweep(now: number): void {
+    for (const [key, g] of this.#grants) {
+      if (now > g.deadline) {
+        this.#grants.delete(key);
+        this.#end(key, g);
+        this.#m.leaseExpiries.inc();
+        this.#log.warn(
+          { mmHash: g.mmHash, key },
+          "consumer did not complete the read within the pin lease; unpinned",
+        );
+      }
+    }
+  }
+
+  /** Revokes on the data plane (stopping any stream) before the pin goes: nothing reads unpinned blocks. */
+  #end(key: string, g: Grant): void {
+    try {
+      this.#data.revoke(key);
+    } catch (err) {
+      this.#log.warn({ err, key }, "revoke failed");
+    }
+    this.#cache.unpin(g.mmHash);
+  }
+
+  #gauges(): void {
+    this.#m.activeGrants.set(this.#grants.size);
+    this.#m.pinnedBlocks.set(this.#cache.pinnedBlocks);
+    this.#m.freeBlocks.set(this.#cache.freeBlocks);
+    this.#m.cacheEntries.set(this.#cache.size);
+  }
+}
