@@ -46,6 +46,8 @@ export interface HarnessConfig {
   maxNewTokens: number;
   /** Longest prompt; each request draws its length from [max/2, max]. */
   promptTokens: number;
+  /** Distinct prompts the requests draw from (0: every prompt distinct). */
+  promptPool: number;
   /** Share of requests carrying 1 to 3 media items. */
   mmShare: number;
   /** Distinct media items the multimodal requests draw from (smaller: more sharing). */
@@ -95,6 +97,7 @@ export const DEFAULTS: Readonly<HarnessConfig> = Object.freeze({
   rate: 24,
   maxNewTokens: 64,
   promptTokens: 24,
+  promptPool: 0,
   mmShare: 0.3,
   mediaPool: 10,
   embeddingBytes: 576 * 1024 * 2,
@@ -119,7 +122,15 @@ export const DEFAULTS: Readonly<HarnessConfig> = Object.freeze({
 } satisfies HarnessConfig);
 
 /** Defaults that change with `--sample` unless given: many short requests for the statistical test. */
-export const SAMPLE_DEFAULTS = Object.freeze({ requests: 600, maxNewTokens: 6, rate: 0, slots: 16 });
+export const SAMPLE_DEFAULTS = Object.freeze({
+  requests: 600,
+  maxNewTokens: 6,
+  rate: 0,
+  slots: 16,
+  promptPool: 4,
+  mediaPool: 2,
+  mmShare: 0.2,
+});
 
 type Kind =
   | { t: "int"; min: number; max: number }
@@ -230,6 +241,12 @@ const FLAGS: Record<string, FlagSpec> = {
     kind: { t: "int", min: 2, max: 100_000 },
     arg: "N",
     help: "longest prompt (lengths drawn in [N/2, N])",
+  },
+  "--prompt-pool": {
+    key: "promptPool",
+    kind: { t: "int", min: 0, max: 1_000_000 },
+    arg: "N",
+    help: "distinct prompts (0 = all distinct)",
   },
   "--mm-share": {
     key: "mmShare",
@@ -500,8 +517,10 @@ export function helpText(): string {
   }
   lines.push(
     "",
-    `--sample changes the defaults of --requests ${SAMPLE_DEFAULTS.requests}, --max-new-tokens ${SAMPLE_DEFAULTS.maxNewTokens},`,
-    `--rate ${SAMPLE_DEFAULTS.rate} and --slots ${SAMPLE_DEFAULTS.slots} (many short requests for the distribution test).`,
+    "--sample changes the defaults of flags not given to many short requests over few prompts, for the",
+    `distribution test: ${Object.entries(SAMPLE_DEFAULTS)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(", ")}.`,
     "",
     "Exit status: 0 lossless, 1 output differs from target-only (or the sampled test rejects), 2 usage error,",
     "3 a child process or package failed.",

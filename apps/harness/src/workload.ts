@@ -21,6 +21,8 @@ export interface RequestSpec {
   media: string[];
   /** Seed of the request's sampling streams. */
   seed: number;
+  /** Index of its prompt in the prompt pool (its own id when prompts are all distinct). */
+  promptId: number;
 }
 
 /** Stream ids for {@link deriveSeed}, so that each use of randomness is independent. */
@@ -53,10 +55,15 @@ export function makeWorkload(cfg: WorkloadConfig): { requests: RequestSpec[]; me
   const requests: RequestSpec[] = [];
   let t = 0;
   const half = (n: number) => Math.max(1, Math.ceil(n / 2));
+  const newPrompt = () => {
+    const plen = rng.int(Math.max(2, half(cfg.promptTokens)), cfg.promptTokens);
+    return Array.from({ length: plen }, () => rng.int(0, cfg.vocab - 1));
+  };
+  const pool = Array.from({ length: cfg.promptPool }, newPrompt);
   for (let id = 0; id < cfg.requests; id++) {
     if (cfg.rate > 0 && id > 0) t += rng.exponential(cfg.rate) * 1000;
-    const plen = rng.int(Math.max(2, half(cfg.promptTokens)), cfg.promptTokens);
-    const prompt = Array.from({ length: plen }, () => rng.int(0, cfg.vocab - 1));
+    const promptId = pool.length > 0 ? rng.int(0, pool.length - 1) : id;
+    const prompt = pool.length > 0 ? (pool[promptId] as number[]) : newPrompt();
     const maxNewTokens = rng.int(half(cfg.maxNewTokens), cfg.maxNewTokens);
     const items: string[] = [];
     if (rng.float() < cfg.mmShare) {
