@@ -43,7 +43,15 @@ export function mediaHash(seed: number, i: number): string {
 
 type WorkloadConfig = Pick<
   HarnessConfig,
-  "requests" | "rate" | "maxNewTokens" | "promptTokens" | "mmShare" | "mediaPool" | "vocab" | "seed"
+  | "requests"
+  | "rate"
+  | "maxNewTokens"
+  | "promptTokens"
+  | "promptPool"
+  | "mmShare"
+  | "mediaPool"
+  | "vocab"
+  | "seed"
 >;
 
 /** Builds the workload of a run. */
@@ -82,6 +90,7 @@ export function makeWorkload(cfg: WorkloadConfig): { requests: RequestSpec[]; me
       maxNewTokens,
       media: items,
       seed: deriveSeed(cfg.seed, STREAM.REQUEST, id),
+      promptId,
     });
   }
   return { requests, media };

@@ -57,7 +57,7 @@ class LocalLink implements DraftLink {
         continue;
       }
       const rows = new Uint8Array(w.rows.length * rb);
-      w.rows.forEach((x, i) => rows.set(x, i * rb));
+      for (let i = 0; i < w.rows.length; i++) rows.set(w.rows[i]!, i * rb);
       const N = this.cfg.numSpec;
       const ids = new Int32Array(N);
       const conf = new Float32Array(N);
