@@ -3,9 +3,10 @@
  *
  * @packageDocumentation
  */
+import { Registry } from "@tapwire/stats";
 import { type Endpoint, parseEndpoint } from "./endpoint.js";
 import { TransportError } from "./errors.js";
-import { clientMetrics, LocalRegistry, serverMetrics } from "./metrics.js";
+import { clientMetrics, serverMetrics } from "./metrics.js";
 import {
   type ClientOptions,
   DEFAULT_CLOSE_TIMEOUT_MS,
@@ -53,15 +54,21 @@ export function makeClient(endpoint: string, options: ClientOptions = {}): RpcCl
     MAX_TIMEOUT_MS,
   );
   checkObject("tls", options.tls);
-  const metrics = clientMetrics(options.registry ?? new LocalRegistry());
+  const registry = options.registry ?? new Registry();
+  const metrics = clientMetrics(registry);
   switch (ep.scheme) {
     case "tcp":
     case "unix":
     case "tls":
-      return new StreamClient(endpoint, ep, { maxMessageBytes, connectTimeoutMs, tls: options.tls }, metrics);
+      return new StreamClient(
+        endpoint,
+        ep,
+        { maxMessageBytes, connectTimeoutMs, tls: options.tls, registry },
+        metrics,
+      );
     case "zmq+tcp":
     case "zmq+ipc":
-      return new ZmqClient(endpoint, ep, { maxMessageBytes, connectTimeoutMs }, metrics);
+      return new ZmqClient(endpoint, ep, { maxMessageBytes, connectTimeoutMs, registry }, metrics);
   }
 }
 
@@ -96,8 +103,9 @@ export async function listen(
     MAX_TIMEOUT_MS,
   );
   checkObject("tls", options.tls);
-  const metrics = serverMetrics(options.registry ?? new LocalRegistry());
-  const cfg = { maxMessageBytes, idleTimeoutMs, closeTimeoutMs, options, metrics };
+  const registry = options.registry ?? new Registry();
+  const metrics = serverMetrics(registry);
+  const cfg = { maxMessageBytes, idleTimeoutMs, closeTimeoutMs, options, metrics, registry };
   switch (ep.scheme) {
     case "tcp":
     case "unix":
@@ -123,7 +131,6 @@ export type {
   ClientTlsOptions,
   ConnInfo,
   Handler,
-  MetricsRegistry,
   Reply,
   RpcClient,
   RpcServer,

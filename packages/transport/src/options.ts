@@ -1,4 +1,5 @@
 import type { ConnectionOptions, SecureContextOptions } from "node:tls";
+import type { Registry } from "@tapwire/stats";
 import { TransportError } from "./errors.js";
 
 /** Default `maxMessageBytes`: 64 MiB (CONTRACT 3). */
@@ -11,15 +12,6 @@ export const DEFAULT_CLOSE_TIMEOUT_MS = 5_000;
 export const MAX_U32 = 0xffff_ffff;
 // Node timers overflow (and fire immediately) above 2^31-1 ms.
 const MAX_TIMER_MS = 0x7fff_ffff;
-
-/** The counter/gauge surface of `@tapwire/stats` `Registry` that this package uses. */
-export interface MetricsRegistry {
-  counter(name: string, help?: string): { inc(n?: number): void; readonly value: number };
-  gauge(
-    name: string,
-    help?: string,
-  ): { set(v: number): void; inc(n?: number): void; dec(n?: number): void; readonly value: number };
-}
 
 /** TLS material for clients (PEM strings or buffers). */
 export interface ClientTlsOptions {
@@ -44,7 +36,7 @@ export interface ClientOptions {
   /** Timeout used by `connect()` when called without one. Default 5000 ms. */
   connectTimeoutMs?: number;
   /** Where to count requests, bytes, errors (`transport_client_*`). Default: a private registry. */
-  registry?: MetricsRegistry;
+  registry?: Registry;
 }
 
 /** TLS material for servers (PEM strings or buffers). */
@@ -70,7 +62,7 @@ export interface ServerOptions {
   /** TLS material, required for `tls://`. */
   tls?: ServerTlsOptions;
   /** Where to count connections, requests, bytes, errors (`transport_server_*`). Default: a private registry. */
-  registry?: MetricsRegistry;
+  registry?: Registry;
   /** Called once per accepted connection (for ZeroMQ: per new peer routing id). */
   onConnection?(c: ConnInfo): void;
   /** Called once when a connection closes. */
@@ -105,6 +97,8 @@ export type Handler = (req: Uint8Array, conn: ConnInfo) => Reply | Promise<Reply
 export interface RpcClient {
   /** The endpoint string given to {@link makeClient}. */
   readonly endpoint: string;
+  /** Where this client counts (`transport_client_*`): `options.registry` or its own. */
+  readonly registry: Registry;
   /** True between a successful `connect()` and the connection closing for any reason. */
   readonly connected: boolean;
   /**
@@ -129,6 +123,8 @@ export interface RpcClient {
 export interface RpcServer {
   /** The bound endpoint, with port 0 resolved to the real port. */
   readonly endpoint: string;
+  /** Where this server counts (`transport_server_*`): `options.registry` or its own. */
+  readonly registry: Registry;
   /** Number of open connections (ZeroMQ: known peers). */
   readonly connections: number;
   /** Stops accepting, lets in-flight handlers finish (up to `closeTimeoutMs`), then closes every connection. */

@@ -1,5 +1,6 @@
 import * as net from "node:net";
 import * as tls from "node:tls";
+import type { Registry } from "@tapwire/stats";
 import type { Endpoint } from "./endpoint.js";
 import { CallSite, type TransportErrorCode } from "./errors.js";
 import type { ClientMetrics } from "./metrics.js";
@@ -23,6 +24,7 @@ const EMPTY: readonly Uint8Array[] = [];
  */
 export class StreamClient implements RpcClient {
   readonly endpoint: string;
+  readonly registry: Registry;
   private readonly ep: Endpoint;
   private readonly maxMessageBytes: number;
   private readonly defaultConnectTimeoutMs: number;
@@ -52,11 +54,17 @@ export class StreamClient implements RpcClient {
   constructor(
     endpoint: string,
     ep: Endpoint,
-    opts: { maxMessageBytes: number; connectTimeoutMs: number; tls: ClientTlsOptions | undefined },
+    opts: {
+      maxMessageBytes: number;
+      connectTimeoutMs: number;
+      tls: ClientTlsOptions | undefined;
+      registry: Registry;
+    },
     metrics: ClientMetrics,
   ) {
     this.endpoint = endpoint;
     this.ep = ep;
+    this.registry = opts.registry;
     this.maxMessageBytes = opts.maxMessageBytes;
     this.defaultConnectTimeoutMs = opts.connectTimeoutMs;
     this.tlsOptions = opts.tls;

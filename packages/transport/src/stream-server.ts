@@ -1,6 +1,7 @@
 import { lstatSync, unlinkSync } from "node:fs";
 import * as net from "node:net";
 import * as tls from "node:tls";
+import type { Registry } from "@tapwire/stats";
 import { type Endpoint, formatEndpoint } from "./endpoint.js";
 import { TransportError } from "./errors.js";
 import type { ServerMetrics } from "./metrics.js";
@@ -16,6 +17,7 @@ export interface StreamServerConfig {
   closeTimeoutMs: number;
   options: ServerOptions;
   metrics: ServerMetrics;
+  registry: Registry;
 }
 
 function isThenable(v: unknown): v is PromiseLike<Reply> {
@@ -293,6 +295,7 @@ class Conn implements ConnInfo {
 /** Server for the length-prefixed stream schemes (tcp, unix, tls), CONTRACT 3. */
 export class StreamServer implements RpcServer {
   endpoint = "";
+  readonly registry: Registry;
   readonly handler: Handler;
   private readonly ep: Endpoint;
   private readonly cfg: StreamServerConfig;
@@ -306,6 +309,7 @@ export class StreamServer implements RpcServer {
     this.ep = ep;
     this.handler = handler;
     this.cfg = cfg;
+    this.registry = cfg.registry;
     if (ep.scheme === "tls") {
       const t = cfg.options.tls;
       if (t === undefined) {

@@ -1,4 +1,5 @@
 import { unlinkSync } from "node:fs";
+import type { Registry } from "@tapwire/stats";
 import * as zmq from "zeromq";
 import { type Endpoint, formatEndpoint } from "./endpoint.js";
 import { CallSite, TransportError, type TransportErrorCode } from "./errors.js";
@@ -43,6 +44,7 @@ function isThenable(v: unknown): v is PromiseLike<Reply> {
  */
 export class ZmqClient implements RpcClient {
   readonly endpoint: string;
+  readonly registry: Registry;
   private readonly ep: Endpoint;
   private readonly maxMessageBytes: number;
   private readonly defaultConnectTimeoutMs: number;
@@ -52,6 +54,8 @@ export class ZmqClient implements RpcClient {
   private connectPromise: Promise<void> | null = null;
   private connectAbort: ((why: string) => void) | null = null;
   private closeReason = "not connected (call connect() first)";
+  /** The peer disconnected while a reply may still be queued; close after delivering it. */
+  private lostReason: string | null = null;
 
   private pending = false;
   private replyBuf: Uint8Array = EMPTY_PART;
@@ -64,11 +68,12 @@ export class ZmqClient implements RpcClient {
   constructor(
     endpoint: string,
     ep: Endpoint,
-    opts: { maxMessageBytes: number; connectTimeoutMs: number },
+    opts: { maxMessageBytes: number; connectTimeoutMs: number; registry: Registry },
     metrics: ClientMetrics,
   ) {
     this.endpoint = endpoint;
     this.ep = ep;
+    this.registry = opts.registry;
     this.maxMessageBytes = opts.maxMessageBytes;
     this.defaultConnectTimeoutMs = opts.connectTimeoutMs;
     this.m = metrics;
@@ -94,8 +99,8 @@ export class ZmqClient implements RpcClient {
         // ZMQ_MAXMSGSIZE: libzmq drops a connection announcing a bigger frame before reading it.
         maxMessageSize: this.maxMessageBytes,
         ipv6: isIpv6(this.ep),
-        // Queue requests only to completed connections.
-        immediate: true,
+        // Not ZMQ_IMMEDIATE: with it libzmq drops a reply still queued when the peer disconnects
+        // right after answering (a server closing gracefully). connect() waits for the handshake instead.
       });
       let done = false;
       const finish = (err: Error | null): void => {
@@ -111,6 +116,7 @@ export class ZmqClient implements RpcClient {
         }
         this.dealer = d;
         this.isOpen = true;
+        this.lostReason = null;
         this.m.connects.inc();
         this.armReceive(d);
         resolve();
@@ -122,8 +128,18 @@ export class ZmqClient implements RpcClient {
       this.connectAbort = (why) => finish(site.error("TRANSPORT_CLOSED", why));
       d.events.on("handshake", () => finish(null));
       const lost = (why: string) => (): void => {
-        if (!done) return;
-        if (this.dealer === d) this.drop(`connection to ${this.endpoint} ${why}`);
+        if (!done || this.dealer !== d) return;
+        const reason = `connection to ${this.endpoint} ${why}`;
+        if (!this.pending) {
+          this.drop(reason);
+          return;
+        }
+        // The monitor event can overtake a reply already queued in the DEALER (a server that
+        // answers and then closes): let that reply through, then close.
+        this.lostReason = reason;
+        setImmediate(() => {
+          if (this.dealer === d && this.pending && !d.readable) this.drop(reason);
+        });
       };
       d.events.on("disconnect", lost("closed by peer"));
       d.events.on("handshake:error:protocol", lost("failed: ZMTP protocol error"));
@@ -188,6 +204,7 @@ export class ZmqClient implements RpcClient {
     this.clearPending();
     this.m.requests.inc();
     this.m.bytesIn.inc(total);
+    if (this.lostReason !== null) this.drop(this.lostReason);
     resolve(total);
   }
 
@@ -336,6 +353,7 @@ class Peer implements ConnInfo {
 /** Server over a ZeroMQ ROUTER (CONTRACT 3): per peer one request at a time, in order. */
 export class ZmqServer implements RpcServer {
   endpoint = "";
+  readonly registry: Registry;
   private readonly ep: Endpoint;
   private readonly handler: Handler;
   private readonly maxMessageBytes: number;
@@ -363,10 +381,12 @@ export class ZmqServer implements RpcServer {
       closeTimeoutMs: number;
       options: ServerOptions;
       metrics: ServerMetrics;
+      registry: Registry;
     },
   ) {
     this.ep = ep;
     this.handler = handler;
+    this.registry = cfg.registry;
     this.maxMessageBytes = cfg.maxMessageBytes;
     this.closeTimeoutMs = cfg.closeTimeoutMs;
     this.peerIdleMs = cfg.idleTimeoutMs > 0 ? cfg.idleTimeoutMs : DEFAULT_PEER_IDLE_MS;
@@ -604,6 +624,9 @@ export class ZmqServer implements RpcServer {
         }),
       ]);
       clearTimeout(timer);
+      // send() resolves once libzmq holds a reply, not once it is on the wire: linger so the
+      // last replies still go out (graceful), bounded by closeTimeoutMs.
+      this.router.linger = Math.min(this.closeTimeoutMs, 2000);
       this.router.close();
       for (const p of [...this.peers.values()]) this.forget(p);
       if ("path" in this.ep) {
