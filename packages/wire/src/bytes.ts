@@ -65,4 +65,21 @@ export function fromHex(hex: string): Uint8Array {
   return out;
 }
 
+const views = new WeakMap<ArrayBufferLike, DataView>();
+
+/**
+ * A DataView over the whole ArrayBuffer of `b` (add `b.byteOffset` to offsets), created once per
+ * buffer and cached weakly: hot paths that write many fields into a reused send buffer neither
+ * allocate per call nor keep the buffer alive.
+ */
+export function viewOf(b: Uint8Array): DataView {
+  const ab = b.buffer;
+  let dv = views.get(ab);
+  if (dv === undefined) {
+    dv = new DataView(ab);
+    views.set(ab, dv);
+  }
+  return dv;
+}
+
 export const IS_LITTLE_ENDIAN = new Uint8Array(Uint16Array.of(1).buffer)[0] === 1;

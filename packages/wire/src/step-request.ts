@@ -1,4 +1,4 @@
-import { rd16, rd32, wr16, wr32 } from "./bytes.js";
+import { rd16, rd32, viewOf } from "./bytes.js";
 import {
   APP_HEADER_SIZE,
   ENTRY_FLAGS_MASK,
@@ -163,6 +163,8 @@ export function writeStepPrefix(buf: Uint8Array, p: StepPrefixParams): number {
   if (!u32ok(bodyLen)) throw badArgument(`STEP body of ${bodyLen} bytes is above u32`);
   if (frameLen > buf.length) throw badArgument(`STEP frame of ${frameLen} bytes does not fit ${buf.length}`);
 
+  const dv = viewOf(buf);
+  const bo = buf.byteOffset;
   let o = APP_HEADER_SIZE + STEP_PREFIX_SIZE;
   if (sampled) {
     for (let i = 0; i < n; i++, o += SAMPLE_META_SIZE) {
@@ -172,9 +174,9 @@ export function writeStepPrefix(buf: Uint8Array, p: StepPrefixParams): number {
         throw badArgument(`sampleMeta[${i}].topK ${m.topK} outside 1..32`);
       }
       if (!u16ok(m.tempMilli)) throw badArgument(`sampleMeta[${i}].tempMilli ${m.tempMilli} is not a u16`);
-      wr32(buf, o + M_SEED, m.seed);
-      wr16(buf, o + M_TOP_K, m.topK);
-      wr16(buf, o + M_TEMP, m.tempMilli);
+      dv.setUint32(bo + o + M_SEED, m.seed, true);
+      dv.setUint16(bo + o + M_TOP_K, m.topK, true);
+      dv.setUint16(bo + o + M_TEMP, m.tempMilli, true);
     }
   }
   let sumRows = 0;
@@ -195,24 +197,25 @@ export function writeStepPrefix(buf: Uint8Array, p: StepPrefixParams): number {
       throw badArgument(`entry ${i} (slot ${e.slot}) has a field out of range`);
     }
     sumRows += e.nRows;
-    wr32(buf, o + E_SLOT, e.slot);
-    wr32(buf, o + E_GENERATION, e.generation);
-    wr32(buf, o + E_ANCHOR_POS, e.anchorPos);
-    wr32(buf, o + E_ANCHOR_TOKEN, e.anchorToken);
-    wr32(buf, o + E_ROW_START, e.rowStart);
-    wr32(buf, o + E_N_ROWS, e.nRows);
-    wr16(buf, o + E_N_OUT, e.nOut);
-    wr16(buf, o + E_FLAGS, e.flags);
-    wr32(buf, o + E_RESERVED, 0);
+    const a = bo + o;
+    dv.setUint32(a + E_SLOT, e.slot, true);
+    dv.setUint32(a + E_GENERATION, e.generation, true);
+    dv.setUint32(a + E_ANCHOR_POS, e.anchorPos, true);
+    dv.setUint32(a + E_ANCHOR_TOKEN, e.anchorToken, true);
+    dv.setUint32(a + E_ROW_START, e.rowStart, true);
+    dv.setUint32(a + E_N_ROWS, e.nRows, true);
+    dv.setUint16(a + E_N_OUT, e.nOut, true);
+    dv.setUint16(a + E_FLAGS, e.flags, true);
+    dv.setUint32(a + E_RESERVED, 0, true);
   }
   if (sumRows !== p.nRows) throw badArgument(`entries carry ${sumRows} rows, nRows is ${p.nRows}`);
   buf.fill(0, o, APP_HEADER_SIZE + rowsOffset);
   writeHeaderUnchecked(buf, 0, Op.STEP, 0, p.seq, p.session, bodyLen);
-  const b = APP_HEADER_SIZE;
-  wr32(buf, b + P_STEP_ID, p.stepId);
-  wr32(buf, b + P_STEP_FLAGS, 0);
-  wr32(buf, b + P_N_REQ, n);
-  wr32(buf, b + P_N_ROWS, p.nRows);
+  const b = bo + APP_HEADER_SIZE;
+  dv.setUint32(b + P_STEP_ID, p.stepId, true);
+  dv.setUint32(b + P_STEP_FLAGS, 0, true);
+  dv.setUint32(b + P_N_REQ, n, true);
+  dv.setUint32(b + P_N_ROWS, p.nRows, true);
   return frameLen;
 }
 
