@@ -12,6 +12,12 @@ import { HarnessError, HarnessErrorCode } from "./errors.js";
 
 const require = createRequire(import.meta.url);
 
+// Children never outlive the harness, whatever ends it.
+const live = new Set<ChildProcess>();
+process.once("exit", () => {
+  for (const c of live) c.kill("SIGKILL");
+});
+
 /** Absolute path of bin `name` of workspace package `pkg` (from its package.json `bin`). */
 export function binPath(pkg: string, name: string): string {
   let pj: string;
@@ -91,6 +97,7 @@ export class ChildService {
     const { name, script, args } = this.opts;
     const child = spawn(process.execPath, [script, ...args], { stdio: ["ignore", "pipe", "pipe"] });
     this.child = child;
+    live.add(child);
     this.expectedExit = false;
     this.starts++;
     const log = this.opts.log;
@@ -105,6 +112,7 @@ export class ChildService {
     });
     this.exited = new Promise((resolve) => {
       child.once("exit", (code, signal) => {
+        live.delete(child);
         if (this.child === child) this.child = null;
         if (!this.expectedExit) {
           this.unexpectedExits++;

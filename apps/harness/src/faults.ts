@@ -1,0 +1,232 @@
+/**
+ * `--faults`: a fixed schedule of faults injected while the engine runs, each after the previous
+ * one recovered, with what recovering took (counter deltas between injection and recovery).
+ *
+ * - link_stall: the fault proxy holds every byte for longer than the STEP timeout (client
+ *   timeouts, reconnect, resync);
+ * - worker_kill: SIGKILL of the drafter worker, restarted on the same endpoint (transport errors,
+ *   connect failures while it is down, a new epoch, resync of every slot);
+ * - encoder_restart: SIGKILL of the encoder, restarted on the same control endpoint (transfers
+ *   in flight fail; retries, re-registration of the new agent, local fallbacks);
+ * - corrupt_reply: every connection is dropped and one byte of the first STEP reply on the new
+ *   connection is flipped (a refused reply, reconnect, resync).
+ * The engine never waits for any of this: rounds go on target-only while the link is down.
+ */
+import type { FaultProxy } from "@tapwire/testing";
+import type { RoundHook } from "./engine.js";
+import type { ChildService } from "./procs.js";
+import type { FaultRecord } from "./report.js";
+
+/** What the fault driver acts on and observes. */
+export interface FaultTargets {
+  worker: ChildService;
+  encoder: ChildService | null;
+  /** The proxy between client and worker (tcp only), or null. */
+  proxy: FaultProxy | null;
+  /** Link rounds with outcome ok so far. */
+  linkOk(): number;
+  /** Embedding transfers completed so far. */
+  ecOk(): number;
+  /** Counters whose deltas describe a recovery (client outcomes, hellos, resyncs, EC retries, ...). */
+  counters(): Record<string, number>;
+  /** STEP timeout of the client (a stall must outlast it). */
+  stepTimeoutMs: number;
+  log(msg: string): void;
+}
+
+type Kind = FaultRecord["kind"];
+
+interface Planned {
+  kind: Kind;
+  /** Fraction of requests completed before it fires. */
+  at: number;
+}
+
+/** The schedule: fractions of completed requests. */
+export const FAULT_PLAN: readonly Planned[] = [
+  { kind: "link_stall", at: 0.1 },
+  { kind: "worker_kill", at: 0.3 },
+  { kind: "encoder_restart", at: 0.45 },
+  { kind: "corrupt_reply", at: 0.6 },
+];
+
+/** Offset of the first STEP reply's seq byte on a new connection: HELLO reply (4 + 24 + 128), length prefix, header offset 8. */
+export const CORRUPT_OFFSET = 4 + 24 + 128 + 4 + 8;
+/** Give up waiting for a recovery after this long and move on. */
+const RECOVERY_GIVE_UP_MS = 15_000;
+
+interface Active {
+  rec: FaultRecord;
+  before: Record<string, number>;
+  /** Resolved once the fault's own action (restart, stall release) is complete. */
+  cleared: boolean;
+  baseline: number;
+  injectedAt: number;
+}
+
+/** Drives {@link FAULT_PLAN} from the engine's round hook. */
+export class FaultDriver {
+  private next = 0;
+  private active: Active | null = null;
+  private readonly records: FaultRecord[] = [];
+  private readonly pending: Array<Promise<void>> = [];
+  private readonly plan: Planned[];
+  /** Errors of fault actions (a restart that failed), reported. */
+  readonly errors: string[] = [];
+
+  constructor(private readonly t: FaultTargets) {
+    this.plan = FAULT_PLAN.filter((p) => {
+      if ((p.kind === "link_stall" || p.kind === "corrupt_reply") && !t.proxy) {
+        t.log(`fault ${p.kind} skipped: it needs the fault proxy (--draft-transport tcp)`);
+        return false;
+      }
+      if (p.kind === "encoder_restart" && !t.encoder) return false;
+      return true;
+    });
+  }
+
+  /** Faults injected so far. */
+  get injected(): readonly FaultRecord[] {
+    return this.records;
+  }
+
+  /** The engine's round hook. */
+  readonly hook: RoundHook = ({ completed, total, elapsedMs }) => {
+    this.checkRecovery(elapsedMs);
+    if (this.active) return;
+    const p = this.plan[this.next];
+    if (!p || completed < p.at * total) return;
+    this.next++;
+    this.inject(p.kind, elapsedMs);
+  };
+
+  private checkRecovery(nowMs: number): void {
+    const a = this.active;
+    if (!a) return;
+    const t = this.t;
+    if (
+      a.rec.kind === "corrupt_reply" &&
+      !a.cleared &&
+      t.proxy &&
+      t.proxy.stats.faults.corrupt > a.baseline
+    ) {
+      // one flipped byte is enough: new connections must pass untouched
+      t.proxy.setFault(null);
+      a.cleared = true;
+      a.baseline = t.linkOk();
+    }
+    let recovered = false;
+    if (a.cleared) {
+      recovered = a.rec.kind === "encoder_restart" ? t.ecOk() > a.baseline : t.linkOk() > a.baseline;
+    }
+    if (recovered) {
+      a.rec.recoveredAfterMs = nowMs - a.injectedAt;
+    } else if (nowMs - a.injectedAt < RECOVERY_GIVE_UP_MS) {
+      return;
+    }
+    const after = t.counters();
+    for (const [k, v] of Object.entries(after)) {
+      const d = v - (a.before[k] ?? 0);
+      if (d !== 0) a.rec.recovery[k] = d;
+    }
+    t.log(
+      `fault ${a.rec.kind}: ${recovered ? `recovered after ${Math.round(nowMs - a.injectedAt)} ms` : "no recovery observed"}`,
+    );
+    this.active = null;
+  }
+
+  private inject(kind: Kind, nowMs: number): void {
+    const t = this.t;
+    const rec: FaultRecord = { kind, atMs: nowMs, detail: "", recovery: {}, recoveredAfterMs: null };
+    const a: Active = { rec, before: t.counters(), cleared: false, baseline: 0, injectedAt: nowMs };
+    this.records.push(rec);
+    this.active = a;
+    const run = (what: Promise<void>) => {
+      this.pending.push(
+        what.catch((e: unknown) => {
+          const msg = `${kind}: ${e instanceof Error ? e.message : String(e)}`;
+          this.errors.push(msg);
+          t.log(`fault action failed: ${msg}`);
+        }),
+      );
+    };
+    switch (kind) {
+      case "link_stall": {
+        const ms = Math.max(300, 2 * t.stepTimeoutMs);
+        rec.detail = `proxy held all bytes for ${ms} ms (STEP timeout ${t.stepTimeoutMs} ms)`;
+        t.proxy!.setFault({ kind: "stall" });
+        run(
+          new Promise<void>((resolve) => {
+            setTimeout(() => {
+              t.proxy!.setFault(null);
+              a.baseline = t.linkOk();
+              a.cleared = true;
+              resolve();
+            }, ms);
+          }),
+        );
+        break;
+      }
+      case "worker_kill": {
+        const pid = t.worker.pid;
+        rec.detail = `SIGKILL worker pid ${pid}, restarted on the same endpoint`;
+        run(
+          (async () => {
+            await t.worker.kill("SIGKILL");
+            await new Promise((r) => setTimeout(r, 200));
+            await t.worker.start();
+            rec.detail += ` (new pid ${t.worker.pid})`;
+            a.baseline = t.linkOk();
+            a.cleared = true;
+          })(),
+        );
+        break;
+      }
+      case "encoder_restart": {
+        const enc = t.encoder!;
+        rec.detail = `SIGKILL encoder pid ${enc.pid}, restarted on the same control endpoint`;
+        run(
+          (async () => {
+            a.baseline = t.ecOk();
+            await enc.kill("SIGKILL");
+            await new Promise((r) => setTimeout(r, 100));
+            await enc.start();
+            rec.detail += ` (new pid ${enc.pid})`;
+            a.baseline = t.ecOk();
+            a.cleared = true;
+          })(),
+        );
+        break;
+      }
+      case "corrupt_reply": {
+        rec.detail = `dropped the link's connections, flipped byte ${CORRUPT_OFFSET} of the reply stream (first STEP reply's seq)`;
+        a.baseline = t.proxy!.stats.faults.corrupt;
+        t.proxy!.setFault({ kind: "corrupt", offset: CORRUPT_OFFSET, direction: "down" });
+        t.proxy!.dropAll();
+        break;
+      }
+    }
+    t.log(`fault injected: ${kind}: ${rec.detail}`);
+  }
+
+  /** Waits for fault actions still running (a restart) and closes the last record. */
+  async settle(): Promise<void> {
+    await Promise.all(this.pending);
+    if (this.active) {
+      // the run ended first: record what happened so far
+      const a = this.active;
+      const after = this.t.counters();
+      for (const [k, v] of Object.entries(after)) {
+        const d = v - (a.before[k] ?? 0);
+        if (d !== 0) a.rec.recovery[k] = d;
+      }
+      if (a.rec.kind === "corrupt_reply") this.t.proxy?.setFault(null);
+      this.active = null;
+    }
+  }
+
+  /** Faults of the plan that never fired (the run ended first). */
+  get notInjected(): Kind[] {
+    return this.plan.slice(this.next).map((p) => p.kind);
+  }
+}

@@ -1,0 +1,417 @@
+/**
+ * One harness run: start the drafter worker and the encoder as child processes, connect the
+ * engine's RemoteDraftClient + RoundCore and ConsumerConnector, decode every request
+ * speculatively, decode them again target-only, compare, and build the report.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { DepthPolicy, piecewiseLinearBudget, RemoteDraftClient, RoundCore } from "@tapwire/client";
+import { DEFAULT_DRAFT_CONFIG, DraftHead, TargetModel } from "@tapwire/reference-model";
+import { Registry, serveMetrics } from "@tapwire/stats";
+import { type FaultProxy, makeTlsCredentials, startFaultProxy } from "@tapwire/testing";
+import { pino } from "pino";
+import { budgetFromCurve, type HarnessConfig } from "./cli.js";
+import { Engine, EngineMetrics, type MediaSource } from "./engine.js";
+import { HarnessError, HarnessErrorCode } from "./errors.js";
+import { FaultDriver } from "./faults.js";
+import { RoundCoreLink } from "./link.js";
+import { checkGreedy, checkSampled } from "./lossless.js";
+import { LocalMedia, localEmbedding } from "./media.js";
+import { binPath, ChildService } from "./procs.js";
+import { Progress } from "./progress.js";
+import type { LatencySummary, Report } from "./report.js";
+import { decodeTargetOnly, mediaConditioning } from "./sequence.js";
+import { SampleScratch } from "./verify.js";
+import { makeWorkload } from "./workload.js";
+
+/** Result of {@link runHarness}. */
+export interface RunResult {
+  report: Report;
+  /** 0 lossless and clean, 1 otherwise. */
+  exitCode: number;
+}
+
+/** Hooks for the bin (and tests) to observe a run. */
+export interface RunHooks {
+  /** Called once the metrics endpoint listens (with `--metrics-port`). */
+  onMetrics?: (port: number) => void;
+  /** Log lines for humans (stderr). */
+  log?: (msg: string) => void;
+}
+
+function endpointFor(transport: HarnessConfig["draftTransport"], dir: string): string {
+  switch (transport) {
+    case "tcp":
+      return "tcp://127.0.0.1:0";
+    case "tls":
+      return "tls://127.0.0.1:0";
+    case "zmq":
+      return "zmq+tcp://127.0.0.1:0";
+    case "unix":
+      return `unix://${join(dir, "worker.sock")}`;
+  }
+}
+
+function parseHostPort(endpoint: string): { host: string; port: number } {
+  const m = /^[a-z+]+:\/\/(.+):(\d+)$/.exec(endpoint);
+  if (!m) throw new HarnessError(HarnessErrorCode.INTERNAL, `cannot parse endpoint ${endpoint}`);
+  return { host: m[1] as string, port: Number(m[2]) };
+}
+
+function latency(h: {
+  count: number;
+  percentile(p: number): number;
+  mean: number;
+  max: number;
+}): LatencySummary {
+  // recorded in seconds, reported in ms
+  return {
+    count: h.count,
+    p50: h.percentile(50) * 1000,
+    p99: h.percentile(99) * 1000,
+    mean: h.mean * 1000,
+    max: h.max * 1000,
+  };
+}
+
+/** Runs the harness with `cfg`. Never leaves child processes behind. */
+export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Promise<RunResult> {
+  const log = hooks.log ?? ((m: string) => process.stderr.write(`[harness] ${m}\n`));
+  const progress = new Progress(cfg.progress);
+  const note = (m: string) => progress.note(m);
+  const workarounds: string[] = [];
+  const dir = mkdtempSync(join(tmpdir(), "tapwire-harness-"));
+  const cleanups: Array<() => Promise<void> | void> = [() => rmSync(dir, { recursive: true, force: true })];
+  const childLog = cfg.verbose ? (l: string) => process.stderr.write(`${l}\n`) : undefined;
+  try {
+    // 1. models: the target, and the draft head the worker will serve (same seed, same weights)
+    const target = TargetModel.create({
+      vocabSize: cfg.vocab,
+      stateDim: cfg.stateDim,
+      numTaps: cfg.numTaps,
+      hidden: cfg.hidden,
+      seed: cfg.seed,
+    });
+    const maxRank = cfg.stateDim - 2;
+    const draftCfg = {
+      ...DEFAULT_DRAFT_CONFIG,
+      window: cfg.window,
+      numSpec: cfg.numSpec,
+      rank: Math.min(cfg.draftRank > 0 ? cfg.draftRank : DEFAULT_DRAFT_CONFIG.rank, maxRank),
+      markovRank: Math.min(DEFAULT_DRAFT_CONFIG.markovRank, maxRank),
+      noise: cfg.draftNoise >= 0 ? cfg.draftNoise : DEFAULT_DRAFT_CONFIG.noise,
+    };
+    note(
+      `distilling the draft head (rows ${cfg.numTaps}x${cfg.hidden}, vocab ${cfg.vocab}, N=${cfg.numSpec}, W=${cfg.window})`,
+    );
+    const head = DraftHead.distill(target, draftCfg);
+    const weights = join(dir, "draft-head.safetensors");
+    head.save(weights);
+
+    // 2. the drafter worker
+    const listen = endpointFor(cfg.draftTransport, dir);
+    const workerArgs = [
+      "--drafter",
+      "reference",
+      "--weights",
+      weights,
+      "--seed",
+      String(cfg.seed),
+      "--vocab",
+      String(cfg.vocab),
+      "--state-dim",
+      String(cfg.stateDim),
+      "--num-taps",
+      String(cfg.numTaps),
+      "--hidden",
+      String(cfg.hidden),
+      "--window",
+      String(cfg.window),
+      "--num-spec",
+      String(cfg.numSpec),
+      "--max-slots",
+      String(Math.max(cfg.slots, 1)),
+      "--name",
+      "harness-drafter",
+      "--log-level",
+      "info", // the "listening" line is an info line
+    ];
+    let tls: { ca: string } | null = null;
+    if (cfg.draftTransport === "tls") {
+      const creds = makeTlsCredentials();
+      writeFileSync(join(dir, "worker.crt"), creds.serverCert);
+      writeFileSync(join(dir, "worker.key"), creds.serverKey);
+      workerArgs.push("--tls-cert", join(dir, "worker.crt"), "--tls-key", join(dir, "worker.key"));
+      tls = { ca: creds.ca };
+    }
+    const worker = new ChildService({
+      name: "worker",
+      script: binPath("@tapwire/worker", "tapwire-worker"),
+      args: [...workerArgs, "--listen", listen],
+      ...(childLog ? { log: childLog } : {}),
+    });
+    cleanups.push(() => worker.kill("SIGTERM"));
+    note(`starting the drafter worker (${cfg.draftTransport})`);
+    const wl = await worker.start();
+    const endpoints = wl["endpoints"];
+    const workerEndpoint = Array.isArray(endpoints) && typeof endpoints[0] === "string" ? endpoints[0] : null;
+    if (!workerEndpoint)
+      throw new HarnessError(
+        HarnessErrorCode.PROCESS,
+        `worker listening line has no endpoints: ${JSON.stringify(wl)}`,
+      );
+    // a restart (faults) must come back on the same endpoint
+    worker.setArgs([...workerArgs, "--listen", workerEndpoint]);
+
+    // 3. the fault proxy between client and worker (tcp, --faults)
+    let proxy: FaultProxy | null = null;
+    let clientEndpoint = workerEndpoint;
+    if (cfg.faults && cfg.draftTransport === "tcp") {
+      proxy = await startFaultProxy(parseHostPort(workerEndpoint));
+      const p = proxy;
+      cleanups.push(() => p.close());
+      clientEndpoint = proxy.endpoint;
+    }
+
+    // 4. the encoder (EC producer) and the media source
+    const media: MediaSource = new LocalMedia(cfg.embeddingBytes);
+    if (cfg.mmShare > 0)
+      workarounds.push("media are encoded locally: the EC connector's ConsumerConnector is not wired yet");
+
+    // 5. the rank-0 client, RoundCore and the depth policy
+    const engineRegistry = new Registry({ prefix: "tapwire_harness_" });
+    const clientRegistry = new Registry({ prefix: "tapwire_client_" });
+    const logger = pino(
+      { name: "tapwire-client", level: cfg.verbose ? "info" : "error" },
+      pino.destination(2),
+    );
+    const client = new RemoteDraftClient({
+      endpoint: clientEndpoint,
+      window: cfg.window,
+      numSpec: cfg.numSpec,
+      sampleMode: cfg.sample ? "top32" : "greedy",
+      numTaps: cfg.numTaps,
+      hidden: cfg.hidden,
+      vocabSize: cfg.vocab,
+      maxSlots: cfg.slots,
+      maxRowsPerStep: cfg.slots * Math.max(cfg.window, cfg.numSpec + 1),
+      drafterIdentity: head.drafterIdentity,
+      markovIdentity: head.markovIdentity,
+      requestTimeoutMs: cfg.stepTimeoutMs,
+      connectTimeoutMs: Math.max(500, cfg.stepTimeoutMs),
+      backoffMs: 25,
+      backoffMaxMs: 400,
+      clientName: "tapwire-harness",
+      logger,
+      registry: clientRegistry,
+      ...(tls ? { transportOptions: { tls: { ca: tls.ca, servername: "localhost" } } } : {}),
+    });
+    cleanups.push(() => client.close());
+    note(`connecting to the worker at ${clientEndpoint}`);
+    if (!(await client.waitReady(15_000))) {
+      throw new HarnessError(
+        HarnessErrorCode.PROCESS,
+        `the drafter link did not become ready: ${client.disabledReason ?? client.lastError ?? "no reason"}`,
+      );
+    }
+    const budget =
+      cfg.budget ??
+      piecewiseLinearBudget(cfg.loadCurve.map((p) => ({ batchSize: p.batch, tokens: p.tokens })));
+    const policy = new DepthPolicy({ budget });
+    const core = new RoundCore({ client, depthPolicy: policy });
+    const link = new RoundCoreLink(core);
+
+    // 6. metrics endpoint
+    if (cfg.metricsPort !== null) {
+      const srv = await serveMetrics([engineRegistry, clientRegistry], cfg.metricsPort);
+      cleanups.push(() => srv.close());
+      note(`Prometheus metrics on http://127.0.0.1:${srv.port}/metrics`);
+      hooks.onMetrics?.(srv.port);
+    }
+
+    // 7. the run
+    const { requests } = makeWorkload(cfg);
+    const metrics = new EngineMetrics(engineRegistry);
+    const outcomes = () => metrics.outcomeCounts();
+    const faults = cfg.faults
+      ? new FaultDriver({
+          worker,
+          encoder: null,
+          proxy,
+          linkOk: () => outcomes()["ok"] ?? 0,
+          ecOk: () => 0,
+          counters: () => {
+            const snap = clientRegistry.snapshot().counters;
+            const c: Record<string, number> = {};
+            for (const [k, v] of Object.entries(outcomes())) c[`outcome_${k}`] = v;
+            c["hellos"] = snap["hellos"] ?? 0;
+            c["connect_failures"] = snap["connect_failures"] ?? 0;
+            c["disconnects"] = snap["disconnects"] ?? 0;
+            c["new_sessions"] = snap["new_sessions"] ?? 0;
+            c["resync_entries"] = metrics.resyncs.value;
+            return c;
+          },
+          stepTimeoutMs: cfg.stepTimeoutMs,
+          log: note,
+        })
+      : null;
+    const engine = new Engine({
+      cfg,
+      target,
+      requests,
+      link,
+      media,
+      budgetFor: (b) => (cfg.budget !== null ? cfg.budget : budgetFromCurve(cfg.loadCurve, b)),
+      metrics,
+      onRound: async (p) => {
+        progress.update({
+          phase: "decoding",
+          done: p.completed,
+          total: p.total,
+          tokens: metrics.tokensGenerated.value,
+          rounds: metrics.rounds.value,
+          meanAccepted:
+            metrics.verificationsWithDrafts.value > 0
+              ? metrics.acceptedLengthSum.value / metrics.verificationsWithDrafts.value
+              : 0,
+          ecLoaded: 0,
+          faults: faults?.injected.length ?? 0,
+        });
+        await faults?.hook(p);
+      },
+    });
+    note(
+      `decoding ${requests.length} requests (S=${cfg.slots}, N=${cfg.numSpec}, ${cfg.sample ? "sampled" : "greedy"})`,
+    );
+    const res = await engine.run();
+    await faults?.settle();
+    progress.finish();
+
+    // 8. the worker's own stats, then the reference decode
+    let workerStats: Record<string, unknown> = {};
+    try {
+      workerStats = (await client.stats()) as Record<string, unknown>;
+    } catch (e) {
+      workerStats = { error: e instanceof Error ? e.message : String(e) };
+    }
+    note("decoding the same requests target-only for the lossless check");
+    const tRef = performance.now();
+    const scratch = new SampleScratch(cfg.vocab);
+    const reference = new Map<number, number[]>();
+    for (const r of requests) {
+      const extra = mediaConditioning(r.media.map((h) => localEmbedding(h, cfg.embeddingBytes)));
+      reference.set(r.id, decodeTargetOnly(target, r, extra, cfg, scratch));
+    }
+    const refSeconds = (performance.now() - tRef) / 1000;
+    const lossless = cfg.sample
+      ? checkSampled(requests, res.outputs, reference)
+      : checkGreedy(requests, res.outputs, reference);
+
+    // 9. report
+    const cs = clientRegistry.snapshot();
+    const m = metrics;
+    const generated = m.tokensGenerated.value;
+    const wallSeconds = res.wallMs / 1000;
+    const report: Report = {
+      tool: "tapwire-harness",
+      ok: false,
+      config: { ...cfg, loadCurve: cfg.loadCurve.map((p) => `${p.batch}:${p.tokens}`).join(",") },
+      lossless,
+      requests: {
+        total: requests.length,
+        completed: m.requestsCompleted.value,
+        multimodal: requests.filter((r) => r.media.length > 0).length,
+        mediaItems: requests.reduce((a, r) => a + r.media.length, 0),
+      },
+      tokens: {
+        generated,
+        prompt: m.promptTokens.value,
+        targetOnlyGenerated: [...reference.values()].reduce((a, o) => a + o.length, 0),
+      },
+      rounds: {
+        total: m.rounds.value,
+        withDrafts: m.roundsWithDrafts.value,
+        targetOnly: m.roundsTargetOnly.value,
+      },
+      speculation: {
+        targetForwards: m.targetForwards.value,
+        draftsReceived: m.draftsReceived.value,
+        draftsVerified: m.draftsVerified.value,
+        draftsAccepted: m.draftsAccepted.value,
+        acceptanceRate: m.draftsVerified.value > 0 ? m.draftsAccepted.value / m.draftsVerified.value : 0,
+        meanAcceptedLength:
+          m.verificationsWithDrafts.value > 0
+            ? m.acceptedLengthSum.value / m.verificationsWithDrafts.value
+            : 0,
+        tokensPerTargetForward: m.targetForwards.value > 0 ? generated / m.targetForwards.value : 0,
+        meanBudget: m.roundsWithDrafts.value > 0 ? m.budgetSum.value / m.roundsWithDrafts.value : 0,
+        draftsSkippedByPolicy: m.draftsSkipped.value,
+      },
+      latency: { stepRtt: latency(m.stepRtt), round: latency(m.roundTime) },
+      roundTime: {
+        draftLinkMs: res.linkMs,
+        verifyMs: res.verifyMs,
+        schedulingMs: res.schedulingMs,
+        totalMs: res.linkMs + res.verifyMs + res.schedulingMs,
+      },
+      throughput: {
+        wallSeconds,
+        tokensPerSecond: wallSeconds > 0 ? generated / wallSeconds : 0,
+        requestsPerSecond: wallSeconds > 0 ? requests.length / wallSeconds : 0,
+        targetOnlySeconds: refSeconds,
+      },
+      ec: {
+        requestsWaited: 0,
+        lookups: 0,
+        transfers: 0,
+        bytes: 0,
+        cacheHits: 0,
+        fallbacks: 0,
+        retries: 0,
+        meanWaitMs: 0,
+        statusCounts: {},
+        consumer: {},
+        producer: {},
+      },
+      client: {
+        outcomes: m.outcomeCounts(),
+        hellos: cs.counters["hellos"] ?? 0,
+        reconnects: Math.max(0, (cs.counters["hellos"] ?? 0) - 1),
+        resyncs: m.resyncs.value,
+        newSessions: cs.counters["new_sessions"] ?? 0,
+        connectFailures: cs.counters["connect_failures"] ?? 0,
+        disabledReason: client.disabledReason ?? "",
+        other: cs.counters,
+      },
+      worker: workerStats,
+      faults: { enabled: cfg.faults, injected: faults ? [...faults.injected] : [] },
+      leaks: {
+        ok: true,
+        consumerPinnedBlocks: 0,
+        consumerInFlightBlocks: 0,
+        consumerRetiredBlocks: 0,
+        producerPinnedBlocks: 0,
+        producerGrants: 0,
+        notes: [],
+      },
+      workarounds,
+    };
+    if (faults) {
+      for (const k of faults.notInjected)
+        report.leaks.notes.push(`fault ${k} not injected: the run ended first`);
+      for (const e of faults.errors) report.leaks.notes.push(`fault action failed: ${e}`);
+    }
+    report.ok = lossless.ok && report.leaks.ok && report.requests.completed === report.requests.total;
+    return { report, exitCode: report.ok ? 0 : 1 };
+  } finally {
+    progress.finish();
+    for (const c of cleanups.reverse()) {
+      try {
+        await c();
+      } catch (e) {
+        log(`cleanup: ${e instanceof Error ? e.message : String(e)}`);
+      }
+    }
+  }
+}
