@@ -63,3 +63,22 @@ export class CallSite {
     return err;
   }
 }
+
+/**
+ * A request's failure, carried as a value to the request's own async frame where it becomes a
+ * {@link TransportError}: created there, the error's (zero-cost, async) stack names the caller,
+ * without capturing a stack for every request that succeeds.
+ */
+export class Failure {
+  constructor(
+    readonly code: TransportErrorCode,
+    readonly why: string,
+    readonly cause: unknown,
+  ) {}
+
+  toError(): TransportError {
+    return this.cause === undefined
+      ? new TransportError(this.code, this.why)
+      : new TransportError(this.code, this.why, { cause: this.cause });
+  }
+}

@@ -2,7 +2,7 @@ import * as net from "node:net";
 import * as tls from "node:tls";
 import type { Registry } from "@tapwire/stats";
 import type { Endpoint } from "./endpoint.js";
-import { CallSite, type TransportErrorCode } from "./errors.js";
+import { CallSite, Failure, TransportError, type TransportErrorCode } from "./errors.js";
 import type { ClientMetrics } from "./metrics.js";
 import { type ClientTlsOptions, checkBuffers, type RpcClient, timeoutArg } from "./options.js";
 
@@ -45,9 +45,7 @@ export class StreamClient implements RpcClient {
   private hdrGot = 0;
   private len = 0;
   private got = 0;
-  private resolveFn: ((n: number) => void) | null = null;
-  private rejectFn: ((e: Error) => void) | null = null;
-  private site: CallSite | null = null;
+  private resolveFn: ((r: number | Failure) => void) | null = null;
   private timer: NodeJS.Timeout | null = null;
   private timeoutMs = 0;
 
@@ -168,12 +166,16 @@ export class StreamClient implements RpcClient {
     return true;
   }
 
-  request(msg: Uint8Array, replyBuf: Uint8Array, timeoutMs: number): Promise<number> {
-    return this.send(msg, EMPTY, replyBuf, timeoutMs, new CallSite(this.request));
+  async request(msg: Uint8Array, replyBuf: Uint8Array, timeoutMs: number): Promise<number> {
+    const r = await this.send(msg, EMPTY, replyBuf, timeoutMs);
+    if (typeof r === "number") return r;
+    throw r.toError();
   }
 
-  requestParts(parts: readonly Uint8Array[], replyBuf: Uint8Array, timeoutMs: number): Promise<number> {
-    return this.send(null, parts, replyBuf, timeoutMs, new CallSite(this.requestParts));
+  async requestParts(parts: readonly Uint8Array[], replyBuf: Uint8Array, timeoutMs: number): Promise<number> {
+    const r = await this.send(null, parts, replyBuf, timeoutMs);
+    if (typeof r === "number") return r;
+    throw r.toError();
   }
 
   private send(
@@ -181,45 +183,35 @@ export class StreamClient implements RpcClient {
     parts: readonly Uint8Array[],
     replyBuf: Uint8Array,
     timeoutMs: number,
-    site: CallSite,
-  ): Promise<number> {
+  ): Promise<number | Failure> {
+    // Runs inside the caller's async frame: errors thrown here already name the caller.
     let total: number;
     let ms: number;
-    try {
-      if (msg !== null && !(msg instanceof Uint8Array)) {
-        throw site.error("TRANSPORT_BAD_OPTION", "msg: not a Uint8Array");
-      }
-      total = msg !== null ? msg.length + checkBuffers(EMPTY, replyBuf) : checkBuffers(parts, replyBuf);
-      ms = timeoutArg("request timeoutMs", timeoutMs);
-    } catch (e) {
-      return Promise.reject(e);
+    if (msg !== null && !(msg instanceof Uint8Array)) {
+      throw new TransportError("TRANSPORT_BAD_OPTION", "msg: not a Uint8Array");
     }
+    total = msg !== null ? msg.length + checkBuffers(EMPTY, replyBuf) : checkBuffers(parts, replyBuf);
+    ms = timeoutArg("request timeoutMs", timeoutMs);
     if (this.pending) {
-      return Promise.reject(
-        site.error("TRANSPORT_BUSY", `a request to ${this.endpoint} is already outstanding`),
-      );
+      throw new TransportError("TRANSPORT_BUSY", `a request to ${this.endpoint} is already outstanding`);
     }
     const sock = this.sock;
     if (this.state !== State.OPEN || sock === null) {
-      return Promise.reject(site.error("TRANSPORT_CLOSED", `${this.endpoint}: ${this.closeReason}`));
+      throw new TransportError("TRANSPORT_CLOSED", `${this.endpoint}: ${this.closeReason}`);
     }
     if (total > this.maxMessageBytes) {
-      return Promise.reject(
-        site.error(
-          "TRANSPORT_TOO_LARGE",
-          `request of ${total} bytes above maxMessageBytes ${this.maxMessageBytes}`,
-        ),
+      throw new TransportError(
+        "TRANSPORT_TOO_LARGE",
+        `request of ${total} bytes above maxMessageBytes ${this.maxMessageBytes}`,
       );
     }
-    return new Promise<number>((resolve, reject) => {
+    return new Promise<number | Failure>((resolve) => {
       this.pending = true;
       this.replyBuf = replyBuf;
       this.hdrGot = 0;
       this.len = 0;
       this.got = 0;
       this.resolveFn = resolve;
-      this.rejectFn = reject;
-      this.site = site;
       this.timeoutMs = ms;
       this.timer = setTimeout(this.onTimeout, ms);
       // A still-queued previous write may reference the shared header; never overwrite it then.
@@ -309,7 +301,7 @@ export class StreamClient implements RpcClient {
   }
 
   private complete(): void {
-    const resolve = this.resolveFn as (n: number) => void;
+    const resolve = this.resolveFn as (r: number | Failure) => void;
     const n = this.len;
     this.clearPending();
     this.m.requests.inc();
@@ -324,20 +316,17 @@ export class StreamClient implements RpcClient {
     }
     this.pending = false;
     this.resolveFn = null;
-    this.rejectFn = null;
-    this.site = null;
     this.replyBuf = new Uint8Array(0);
   }
 
   /** Rejects the outstanding request (if any) and closes the connection. */
   private fail(code: TransportErrorCode, why: string, cause: unknown, closeReason: string): void {
-    const reject = this.rejectFn;
-    const site = this.site;
+    const resolve = this.resolveFn;
     this.clearPending();
     this.closeSocket(closeReason);
-    if (reject !== null && site !== null) {
+    if (resolve !== null) {
       if (code !== "TRANSPORT_TIMEOUT") this.m.errors.inc();
-      reject(site.error(code, why, cause));
+      resolve(new Failure(code, why, cause));
     }
   }
 

@@ -2,7 +2,7 @@ import { unlinkSync } from "node:fs";
 import type { Registry } from "@tapwire/stats";
 import * as zmq from "zeromq";
 import { type Endpoint, formatEndpoint } from "./endpoint.js";
-import { CallSite, TransportError, type TransportErrorCode } from "./errors.js";
+import { CallSite, Failure, TransportError, type TransportErrorCode } from "./errors.js";
 import type { ClientMetrics, ServerMetrics } from "./metrics.js";
 import {
   type ConnInfo,
@@ -59,9 +59,7 @@ export class ZmqClient implements RpcClient {
 
   private pending = false;
   private replyBuf: Uint8Array = EMPTY_PART;
-  private resolveFn: ((n: number) => void) | null = null;
-  private rejectFn: ((e: Error) => void) | null = null;
-  private site: CallSite | null = null;
+  private resolveFn: ((r: number | Failure) => void) | null = null;
   private timer: NodeJS.Timeout | null = null;
   private timeoutMs = 0;
 
@@ -200,7 +198,7 @@ export class ZmqClient implements RpcClient {
       out.set(f, off);
       off += f.length;
     }
-    const resolve = this.resolveFn as (n: number) => void;
+    const resolve = this.resolveFn as (r: number | Failure) => void;
     this.clearPending();
     this.m.requests.inc();
     this.m.bytesIn.inc(total);
@@ -208,12 +206,16 @@ export class ZmqClient implements RpcClient {
     resolve(total);
   }
 
-  request(msg: Uint8Array, replyBuf: Uint8Array, timeoutMs: number): Promise<number> {
-    return this.send(msg, EMPTY, replyBuf, timeoutMs, new CallSite(this.request));
+  async request(msg: Uint8Array, replyBuf: Uint8Array, timeoutMs: number): Promise<number> {
+    const r = await this.send(msg, EMPTY, replyBuf, timeoutMs);
+    if (typeof r === "number") return r;
+    throw r.toError();
   }
 
-  requestParts(parts: readonly Uint8Array[], replyBuf: Uint8Array, timeoutMs: number): Promise<number> {
-    return this.send(null, parts, replyBuf, timeoutMs, new CallSite(this.requestParts));
+  async requestParts(parts: readonly Uint8Array[], replyBuf: Uint8Array, timeoutMs: number): Promise<number> {
+    const r = await this.send(null, parts, replyBuf, timeoutMs);
+    if (typeof r === "number") return r;
+    throw r.toError();
   }
 
   private send(
@@ -221,41 +223,31 @@ export class ZmqClient implements RpcClient {
     parts: readonly Uint8Array[],
     replyBuf: Uint8Array,
     timeoutMs: number,
-    site: CallSite,
-  ): Promise<number> {
+  ): Promise<number | Failure> {
+    // Runs inside the caller's async frame: errors thrown here already name the caller.
     let total: number;
     let ms: number;
-    try {
-      if (msg !== null && !(msg instanceof Uint8Array))
-        throw site.error("TRANSPORT_BAD_OPTION", "msg: not a Uint8Array");
-      total = msg !== null ? msg.length + checkBuffers(EMPTY, replyBuf) : checkBuffers(parts, replyBuf);
-      ms = timeoutArg("request timeoutMs", timeoutMs);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    if (msg !== null && !(msg instanceof Uint8Array))
+      throw new TransportError("TRANSPORT_BAD_OPTION", "msg: not a Uint8Array");
+    total = msg !== null ? msg.length + checkBuffers(EMPTY, replyBuf) : checkBuffers(parts, replyBuf);
+    ms = timeoutArg("request timeoutMs", timeoutMs);
     if (this.pending) {
-      return Promise.reject(
-        site.error("TRANSPORT_BUSY", `a request to ${this.endpoint} is already outstanding`),
-      );
+      throw new TransportError("TRANSPORT_BUSY", `a request to ${this.endpoint} is already outstanding`);
     }
     const d = this.dealer;
     if (!this.isOpen || d === null) {
-      return Promise.reject(site.error("TRANSPORT_CLOSED", `${this.endpoint}: ${this.closeReason}`));
+      throw new TransportError("TRANSPORT_CLOSED", `${this.endpoint}: ${this.closeReason}`);
     }
     if (total > this.maxMessageBytes) {
-      return Promise.reject(
-        site.error(
-          "TRANSPORT_TOO_LARGE",
-          `request of ${total} bytes above maxMessageBytes ${this.maxMessageBytes}`,
-        ),
+      throw new TransportError(
+        "TRANSPORT_TOO_LARGE",
+        `request of ${total} bytes above maxMessageBytes ${this.maxMessageBytes}`,
       );
     }
-    return new Promise<number>((resolve, reject) => {
+    return new Promise<number | Failure>((resolve) => {
       this.pending = true;
       this.replyBuf = replyBuf;
       this.resolveFn = resolve;
-      this.rejectFn = reject;
-      this.site = site;
       this.timeoutMs = ms;
       this.timer = setTimeout(this.onTimeout, ms);
       // CONTRACT 3: a multipart message is the concatenation of its parts.
@@ -288,14 +280,11 @@ export class ZmqClient implements RpcClient {
     }
     this.pending = false;
     this.resolveFn = null;
-    this.rejectFn = null;
-    this.site = null;
     this.replyBuf = EMPTY_PART;
   }
 
   private fail(code: TransportErrorCode, why: string, closeReason: string): void {
-    const reject = this.rejectFn;
-    const site = this.site;
+    const resolve = this.resolveFn;
     this.clearPending();
     const d = this.dealer;
     this.dealer = null;
@@ -303,9 +292,9 @@ export class ZmqClient implements RpcClient {
     this.closeReason = closeReason;
     // The pending receive rejects on close; armReceive ignores it (dealer no longer current).
     if (d !== null) d.close();
-    if (reject !== null && site !== null) {
+    if (resolve !== null) {
       if (code !== "TRANSPORT_TIMEOUT") this.m.errors.inc();
-      reject(site.error(code, why));
+      resolve(new Failure(code, why, undefined));
     }
   }
 
