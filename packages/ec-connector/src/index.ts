@@ -1,5 +1,15 @@
+export { EcAdminClient } from "./admin.js";
 export type { CacheEntryInfo, EmbeddingCacheOptions } from "./cache.js";
 export { EmbeddingCache } from "./cache.js";
+export type {
+  ConnectorStepResults,
+  ConsumerConnectorOptions,
+  ControlClient,
+  CreateConsumerConnectorOptions,
+  FailedRequest,
+  RetryPolicy,
+} from "./connector.js";
+export { ConsumerConnector, RETRY_DEFAULTS } from "./connector.js";
 export type {
   CompletedXfer,
   ConsumerSessionOptions,
@@ -16,6 +26,8 @@ export {
 export { crc32 } from "./crc.js";
 export type { LoopbackDataTransportOptions, LoopbackFault } from "./data/loopback.js";
 export { LoopbackDataTransport, LoopbackFabric } from "./data/loopback.js";
+export type { SocketDataTransportOptions, SocketFault } from "./data/socket.js";
+export { MAX_DATA_FRAME_BYTES, SocketDataTransport } from "./data/socket.js";
 export type {
   AgentMetadata,
   DataTransport,
@@ -34,6 +46,8 @@ export {
 export type { EcErrorCode } from "./errors.js";
 export { EC_ERROR_CODES, EcError } from "./errors.js";
 export { EC_METRICS_PREFIX } from "./metrics.js";
+export type { EcProducerOptions, EncodeResult } from "./producer.js";
+export { DTYPE_BYTES, EC_PRODUCER_DEFAULTS, EcProducer } from "./producer.js";
 export type {
   AdminHandler,
   ControlMessage,
@@ -58,3 +72,5 @@ export {
   XferStatus,
 } from "./protocol.js";
 export { syntheticEmbedding, writeSyntheticEmbedding } from "./synthetic.js";
+export type { HeartbeatOptions } from "./zmq.js";
+export { HEARTBEAT_DEFAULTS, ZmqDealerClient, ZmqRouterServer } from "./zmq.js";

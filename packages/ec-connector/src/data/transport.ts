@@ -65,6 +65,8 @@ export interface DataTransport {
   revoke(key: string): void;
   /** Called (if set) whenever a notification arrives, so a driver can schedule a step. */
   onNotification: (() => void) | null;
+  /** Called (if set) whenever a posted read leaves PROC, so a driver can poll right away. */
+  onReadDone?: (() => void) | null;
   /** Stops serving and aborts every read. */
   close(): Promise<void>;
 }

@@ -1,0 +1,231 @@
+import type { Logger } from "pino";
+import { Dealer, Router } from "zeromq";
+import { checkIntOption, EcError } from "./errors.js";
+import { silentLogger } from "./metrics.js";
+import type { ControlMessage, ControlServer } from "./producer-session.js";
+import { MAX_CONTROL_MESSAGE_BYTES } from "./protocol.js";
+
+/** ZeroMQ heartbeat settings (ZMTP PING/PONG), ms. EC-CONTRACT 7 defaults: 2 s / 4 s / 8 s. */
+export interface HeartbeatOptions {
+  /** ZMQ_HEARTBEAT_IVL (default 2000 ms; 0 disables heartbeats). */
+  intervalMs?: number;
+  /** ZMQ_HEARTBEAT_TIMEOUT: no traffic for this long after a PING closes the connection (default 4000 ms). */
+  timeoutMs?: number;
+  /** ZMQ_HEARTBEAT_TTL announced to the peer (default 8000 ms). */
+  ttlMs?: number;
+}
+
+/** EC-CONTRACT 7: heartbeat defaults (vLLM's connector uses the same). */
+export const HEARTBEAT_DEFAULTS = { intervalMs: 2_000, timeoutMs: 4_000, ttlMs: 8_000 } as const;
+
+/** Validates heartbeat options (throws `EC_BAD_OPTION` naming the bad one). */
+export function validateHeartbeat(hb: HeartbeatOptions | undefined): void {
+  socketOptions(hb);
+}
+
+function socketOptions(hb: HeartbeatOptions | undefined) {
+  const intervalMs = checkIntOption(
+    "heartbeat.intervalMs",
+    hb?.intervalMs ?? HEARTBEAT_DEFAULTS.intervalMs,
+    0,
+  );
+  const timeoutMs = checkIntOption("heartbeat.timeoutMs", hb?.timeoutMs ?? HEARTBEAT_DEFAULTS.timeoutMs, 0);
+  const ttlMs = checkIntOption("heartbeat.ttlMs", hb?.ttlMs ?? HEARTBEAT_DEFAULTS.ttlMs, 0, 6_553_500);
+  return {
+    linger: 0,
+    maxMessageSize: MAX_CONTROL_MESSAGE_BYTES,
+    heartbeatInterval: intervalMs,
+    heartbeatTimeout: timeoutMs,
+    heartbeatTimeToLive: ttlMs,
+  };
+}
+
+/** Serialises sends (a zeromq 6 socket allows one send in flight) without blocking the caller. */
+class SendQueue {
+  readonly #queue: Uint8Array[][] = [];
+  #busy = false;
+  #closed = false;
+
+  constructor(
+    private readonly sock: Router | Dealer,
+    private readonly log: Logger,
+  ) {}
+
+  push(frames: Uint8Array[]): void {
+    if (this.#closed) return;
+    this.#queue.push(frames);
+    if (!this.#busy) void this.#pump();
+  }
+
+  close(): void {
+    this.#closed = true;
+    this.#queue.length = 0;
+  }
+
+  async #pump(): Promise<void> {
+    this.#busy = true;
+    while (this.#queue.length > 0 && !this.#closed) {
+      const frames = this.#queue.shift()!;
+      try {
+        await this.sock.send(frames);
+      } catch (err) {
+        if (!this.#closed) this.log.warn({ err: (err as Error).message }, "zmq send failed");
+      }
+    }
+    this.#busy = false;
+  }
+}
+
+/**
+ * The producer's ROUTER (EC-CONTRACT 1, 4): a receive loop queues messages so `poll()` never blocks;
+ * sends are queued. `onMessage` fires on arrival so a driver can schedule a step.
+ */
+export class ZmqRouterServer implements ControlServer {
+  readonly endpoint: string;
+  onMessage: (() => void) | null = null;
+  readonly #sock: Router;
+  readonly #inbox: ControlMessage[] = [];
+  readonly #out: SendQueue;
+  readonly #log: Logger;
+  #closed = false;
+
+  private constructor(sock: Router, endpoint: string, log: Logger) {
+    this.#sock = sock;
+    this.endpoint = endpoint;
+    this.#log = log;
+    this.#out = new SendQueue(sock, log);
+    void this.#loop();
+  }
+
+  /** Binds a ROUTER on `endpoint` (e.g. `tcp://127.0.0.1:0`) and resolves with the bound endpoint known. */
+  static async bind(
+    endpoint: string,
+    options: { heartbeat?: HeartbeatOptions; logger?: Logger } = {},
+  ): Promise<ZmqRouterServer> {
+    if (typeof endpoint !== "string" || endpoint.length === 0) {
+      throw new EcError("EC_BAD_ENDPOINT", "control endpoint: expected a ZeroMQ endpoint string");
+    }
+    const sock = new Router(socketOptions(options.heartbeat));
+    try {
+      await sock.bind(endpoint);
+    } catch (err) {
+      sock.close();
+      throw new EcError("EC_BAD_ENDPOINT", `bind ${endpoint}: ${(err as Error).message}`, { cause: err });
+    }
+    return new ZmqRouterServer(sock, sock.lastEndpoint ?? endpoint, options.logger ?? silentLogger());
+  }
+
+  poll(): ControlMessage[] {
+    return this.#inbox.splice(0);
+  }
+
+  send(identity: Uint8Array, payload: Uint8Array): void {
+    this.#out.push([identity, payload]);
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#out.close();
+    this.#sock.close();
+  }
+
+  async #loop(): Promise<void> {
+    try {
+      for await (const [identity, ...frames] of this.#sock) {
+        if (identity === undefined) continue;
+        this.#inbox.push({ identity, frames });
+        this.onMessage?.();
+      }
+    } catch (err) {
+      if (!this.#closed) this.#log.warn({ err: (err as Error).message }, "zmq router receive loop ended");
+    }
+  }
+}
+
+/**
+ * One DEALER connected to one producer (EC-CONTRACT 1, 6, 7) with heartbeats and socket monitor
+ * events: `onPeerDown` fires on each `disconnect` (a closed connection or a heartbeat timeout),
+ * `onPeerUp` on each completed handshake.
+ */
+export class ZmqDealerClient {
+  readonly endpoint: string;
+  onMessage: (() => void) | null = null;
+  onPeerDown: ((why: string) => void) | null = null;
+  onPeerUp: (() => void) | null = null;
+  readonly #sock: Dealer;
+  readonly #inbox: Uint8Array[] = [];
+  readonly #out: SendQueue;
+  readonly #log: Logger;
+  #up = false;
+  #closed = false;
+  #malformed = 0;
+
+  constructor(endpoint: string, options: { heartbeat?: HeartbeatOptions; logger?: Logger } = {}) {
+    if (typeof endpoint !== "string" || endpoint.length === 0) {
+      throw new EcError("EC_BAD_ENDPOINT", "producer address: expected a ZeroMQ endpoint string");
+    }
+    this.endpoint = endpoint;
+    this.#log = options.logger ?? silentLogger();
+    this.#sock = new Dealer(socketOptions(options.heartbeat));
+    this.#out = new SendQueue(this.#sock, this.#log);
+    this.#sock.events.on("handshake", () => {
+      this.#up = true;
+      this.onPeerUp?.();
+    });
+    this.#sock.events.on("disconnect", () => {
+      const was = this.#up;
+      this.#up = false;
+      if (!this.#closed) this.onPeerDown?.(was ? "disconnect" : "disconnect before handshake");
+    });
+    try {
+      this.#sock.connect(endpoint);
+    } catch (err) {
+      this.#sock.close();
+      throw new EcError("EC_BAD_ENDPOINT", `connect ${endpoint}: ${(err as Error).message}`, { cause: err });
+    }
+    void this.#loop();
+  }
+
+  /** True between a handshake and the next disconnect. */
+  get peerUp(): boolean {
+    return this.#up;
+  }
+
+  /** Multi-frame messages dropped (a producer only sends single frames). */
+  get malformedFrames(): number {
+    return this.#malformed;
+  }
+
+  send(payload: Uint8Array): void {
+    this.#out.push([payload]);
+  }
+
+  poll(): Uint8Array[] {
+    return this.#inbox.splice(0);
+  }
+
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#out.close();
+    this.#sock.close();
+  }
+
+  async #loop(): Promise<void> {
+    try {
+      for await (const frames of this.#sock) {
+        if (frames.length !== 1) {
+          this.#malformed++;
+          // Keep it for the session, which counts and drops it as malformed.
+          this.#inbox.push(new Uint8Array(0));
+        } else {
+          this.#inbox.push(frames[0]!);
+        }
+        this.onMessage?.();
+      }
+    } catch (err) {
+      if (!this.#closed) this.#log.warn({ err: (err as Error).message }, "zmq dealer receive loop ended");
+    }
+  }
+}
