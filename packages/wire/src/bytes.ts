@@ -82,4 +82,20 @@ export function viewOf(b: Uint8Array): DataView {
   return dv;
 }
 
+const words = new WeakMap<ArrayBufferLike, Uint32Array>();
+
+/**
+ * A Uint32Array over the whole words of the ArrayBuffer of `b`, cached weakly like
+ * {@link viewOf}. Index `(b.byteOffset + off) >> 2` for 4-aligned offsets; host byte order.
+ */
+export function wordsOf(b: Uint8Array): Uint32Array {
+  const ab = b.buffer;
+  let w = words.get(ab);
+  if (w === undefined) {
+    w = new Uint32Array(ab, 0, ab.byteLength >>> 2);
+    words.set(ab, w);
+  }
+  return w;
+}
+
 export const IS_LITTLE_ENDIAN = new Uint8Array(Uint16Array.of(1).buffer)[0] === 1;

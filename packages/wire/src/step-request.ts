@@ -1,4 +1,4 @@
-import { rd16, rd32, viewOf } from "./bytes.js";
+import { IS_LITTLE_ENDIAN, rd16, rd32, viewOf, wordsOf } from "./bytes.js";
 import {
   APP_HEADER_SIZE,
   ENTRY_FLAGS_MASK,
@@ -180,6 +180,10 @@ export function writeStepPrefix(buf: Uint8Array, p: StepPrefixParams): number {
     }
   }
   let sumRows = 0;
+  // Entries start 4-aligned in the body (CONTRACT 2); with a 4-aligned buffer on a little-endian
+  // host they are written as whole u32 words, several times faster than DataView stores.
+  const fast = IS_LITTLE_ENDIAN && (bo & 3) === 0;
+  const w32 = fast ? wordsOf(buf) : null;
   for (let i = 0; i < n; i++, o += REQ_ENTRY_SIZE) {
     const e = p.entries[i]!;
     if (
@@ -198,6 +202,18 @@ export function writeStepPrefix(buf: Uint8Array, p: StepPrefixParams): number {
     }
     sumRows += e.nRows;
     const a = bo + o;
+    if (w32 !== null) {
+      const x = a >> 2;
+      w32[x] = e.slot;
+      w32[x + 1] = e.generation;
+      w32[x + 2] = e.anchorPos;
+      w32[x + 3] = e.anchorToken;
+      w32[x + 4] = e.rowStart;
+      w32[x + 5] = e.nRows;
+      w32[x + 6] = e.nOut | (e.flags << 16); // n_out u16 then flags u16, little-endian
+      w32[x + 7] = 0;
+      continue;
+    }
     dv.setUint32(a + E_SLOT, e.slot, true);
     dv.setUint32(a + E_GENERATION, e.generation, true);
     dv.setUint32(a + E_ANCHOR_POS, e.anchorPos, true);

@@ -110,29 +110,36 @@ describe("writeStepPrefix (CONTRACT 7.3)", () => {
     expect(dv.getUint16(40 + 26, true)).toBe(3);
     expect(dv.getUint32(40 + 28, true)).toBe(0);
   });
-  test("writes correctly into a subarray at an odd byteOffset of a shared ArrayBuffer", () => {
-    const entries = [entry({ slot: 1 }), entry({ slot: 6, generation: 0xabcdef01 })];
-    const backing = new Uint8Array(4096).fill(0xee);
-    const buf = backing.subarray(3, 3 + 24 + rowsOffsetFor(2, true) + 2 * ROW);
-    const meta = [
-      { seed: 1, topK: 2, tempMilli: 3 },
-      { seed: 4, topK: 5, tempMilli: 6 },
-    ];
-    const n = writeStepPrefix(buf, {
-      seq: 1,
-      session: 2,
-      stepId: 3,
-      entries,
-      sampleMeta: meta,
-      nRows: 2,
-      rowBytes: ROW,
-    });
-    expect(backing.subarray(0, 3).every((b) => b === 0xee)).toBe(true);
-    const r = decodeStepRequest(buf.subarray(24, n), limits({ sampled: true }));
-    expect(r.entries).toEqual(entries);
-    expect(r.sampleMeta).toEqual(meta);
-    expect(r.stepId).toBe(3);
-  });
+  test.each([1, 2, 3, 4, 8])(
+    "writes correctly into a subarray at byteOffset %i of a shared ArrayBuffer",
+    (at) => {
+      const entries = [
+        entry({ slot: 1 }),
+        entry({ slot: 6, generation: 0xabcdef01, nOut: 0xfffe, flags: 0x8001 & 0x7 }),
+      ];
+      const backing = new Uint8Array(4096).fill(0xee);
+      const buf = backing.subarray(at, at + 24 + rowsOffsetFor(2, true) + 2 * ROW);
+      const meta = [
+        { seed: 1, topK: 2, tempMilli: 3 },
+        { seed: 4, topK: 5, tempMilli: 6 },
+      ];
+      const n = writeStepPrefix(buf, {
+        seq: 1,
+        session: 2,
+        stepId: 3,
+        entries,
+        sampleMeta: meta,
+        nRows: 2,
+        rowBytes: ROW,
+      });
+      expect(backing.subarray(0, at).every((b) => b === 0xee)).toBe(true);
+      expect(backing[at + n]).toBe(0xee);
+      const r = decodeStepRequest(buf.subarray(24, n), limits({ sampled: true, numSpec: 0xffff }));
+      expect(r.entries).toEqual(entries);
+      expect(r.sampleMeta).toEqual(meta);
+      expect(r.stepId).toBe(3);
+    },
+  );
   test("nEntries writes a prefix of the entries array", () => {
     const entries = [entry({ slot: 0 }), entry({ slot: 1 }), entry({ slot: 2 })];
     const buf = new Uint8Array(1024);
