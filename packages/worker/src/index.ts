@@ -9,6 +9,8 @@ export { Takeover, WorkerCore } from "./core.js";
 export type { DraftBatchEntry, Drafter, DraftOutput, NullDrafterOptions } from "./drafter.js";
 export { checkDrafter, NullDrafter } from "./drafter.js";
 export { WorkerError, WorkerErrorCode } from "./errors.js";
+export type { ReferenceDrafterOptions } from "./reference-drafter.js";
+export { ReferenceDrafter } from "./reference-drafter.js";
 export type { WindowSnapshot } from "./window-store.js";
 export { GenerationCheck, WindowStore } from "./window-store.js";
 export type { Worker, WorkerOptions } from "./worker.js";

@@ -65,6 +65,14 @@ function int(name: string, v: string | undefined, lo: number, hi: number): numbe
   return x;
 }
 
+function num(name: string, v: string | undefined): number | undefined {
+  if (v === undefined) return undefined;
+  const x = Number(v);
+  if (v.trim() === "" || !Number.isFinite(x) || x < 0)
+    throw new UsageError(`--${name} ${v} is not a number >= 0`);
+  return x;
+}
+
 function hex32(name: string, v: string | undefined): Uint8Array | undefined {
   if (v === undefined) return undefined;
   if (!/^[0-9a-fA-F]{64}$/.test(v)) throw new UsageError(`--${name} must be 64 hex digits`);
@@ -95,7 +103,35 @@ async function buildDrafter(v: Record<string, string | string[] | boolean | unde
     );
   }
   if (kind !== "reference") throw new UsageError(`--drafter ${kind} is not null or reference`);
-  throw new UsageError("--drafter reference is not available in this build yet");
+  // Loaded only when asked for: the null drafter needs no model code.
+  const rm = await import("@tapwire/reference-model");
+  const { ReferenceDrafter } = await import("../reference-drafter.js");
+  const target = rm.TargetModel.create({
+    ...rm.DEFAULT_TARGET_CONFIG,
+    ...defined({
+      seed: int("seed", s("seed"), 0, 0xffffffff),
+      vocabSize: geom.vocabSize,
+      stateDim: int("state-dim", s("state-dim"), 4, 512),
+      numTaps: geom.numTaps,
+      hidden: geom.hidden,
+    }),
+  });
+  const weights = s("weights");
+  const head =
+    weights !== undefined
+      ? rm.DraftHead.load(weights, target)
+      : rm.DraftHead.distill(target, {
+          ...rm.DEFAULT_DRAFT_CONFIG,
+          ...defined({
+            window: geom.window,
+            numSpec: geom.numSpec,
+            seed: int("draft-seed", s("draft-seed"), 0, 0xffffffff),
+            rank: int("draft-rank", s("draft-rank"), 1, 512),
+            noise: num("draft-noise", s("draft-noise")),
+            markovRank: int("draft-markov-rank", s("draft-markov-rank"), 1, 512),
+          }),
+        });
+  return new ReferenceDrafter(head, defined({ window: geom.window, numSpec: geom.numSpec }));
 }
 
 async function main(): Promise<number> {
@@ -138,6 +174,12 @@ async function main(): Promise<number> {
     process.stdout.write(HELP);
     return 0;
   }
+  // Handlers go in before anything is bound or logged: a supervisor may signal as soon as it
+  // reads the "listening" line.
+  const stopSignal = new Promise<string>((resolve) => {
+    process.once("SIGINT", () => resolve("SIGINT"));
+    process.once("SIGTERM", () => resolve("SIGTERM"));
+  });
   const takeover = v.takeover ?? "allow";
   if (takeover !== "allow" && takeover !== "refuse")
     throw new UsageError(`--takeover ${takeover} is not allow or refuse`);
@@ -186,26 +228,16 @@ async function main(): Promise<number> {
     },
     "listening",
   );
-  return new Promise<number>((resolve) => {
-    let stopping = false;
-    const stop = (signal: string) => {
-      if (stopping) return;
-      stopping = true;
-      logger.info({ signal }, "closing");
-      worker.close().then(
-        () => {
-          logger.info({ stats: worker.stats() }, "closed");
-          resolve(0);
-        },
-        (e: unknown) => {
-          logger.error({ err: String(e) }, "close failed");
-          resolve(1);
-        },
-      );
-    };
-    process.once("SIGINT", () => stop("SIGINT"));
-    process.once("SIGTERM", () => stop("SIGTERM"));
-  });
+  const signal = await stopSignal;
+  logger.info({ signal }, "closing");
+  try {
+    await worker.close();
+  } catch (e) {
+    logger.error({ err: String(e) }, "close failed");
+    return 1;
+  }
+  logger.info({ stats: worker.stats() }, "closed");
+  return 0;
 }
 
 main().then(
