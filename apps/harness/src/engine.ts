@@ -220,6 +220,7 @@ export interface EngineOptions {
 }
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+const yieldToLoop = () => new Promise<void>((r) => setImmediate(r));
 
 /** The speculative-decoding engine of the harness. */
 export class Engine {
@@ -405,6 +406,9 @@ export class Engine {
         total,
         elapsedMs: performance.now() - t0,
       });
+      // A target-only round does no I/O: without this, rounds would run back to back as
+      // microtasks and starve timers and sockets (the client's reconnect loop, EC transfers).
+      await yieldToLoop();
     }
     if (released.length > 0) await link.round([], released);
     return { outputs: this.outputs, wallMs: performance.now() - t0, linkMs, verifyMs, schedulingMs: schedMs };
