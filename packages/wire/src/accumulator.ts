@@ -26,6 +26,8 @@ export class FrameAccumulator {
   #start = 0;
   #end = 0;
   #error: WireError | null = null;
+  /** `#start` of the frame whose header was checked, -1 for none. */
+  #checked = -1;
 
   constructor(options: FrameAccumulatorOptions = {}) {
     const max = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
@@ -62,19 +64,26 @@ export class FrameAccumulator {
             `frame of ${total} bytes is above the ${this.#max}-byte limit`,
           );
         }
-        // Check magic, version and reserved before waiting for the body.
-        const head = this.#buf.slice(this.#start, this.#start + APP_HEADER_SIZE);
-        head.fill(0, 16, 20);
-        decodeHeader(head, APP_HEADER_SIZE, { request: this.#request });
+        // Check magic, version and reserved once, before waiting for the body.
+        if (this.#checked !== this.#start) {
+          const head = this.#buf.slice(this.#start, this.#start + APP_HEADER_SIZE);
+          head.fill(0, 16, 20); // body_len is the stream's framing here, not a claim to verify
+          decodeHeader(head, APP_HEADER_SIZE, { request: this.#request });
+          this.#checked = this.#start;
+        }
         if (have < total) break;
         out.push(this.#buf.slice(this.#start, this.#start + total));
         this.#start += total;
+        this.#checked = -1;
       }
     } catch (e) {
       this.#error = e as WireError;
       throw e;
     }
-    if (this.#start === this.#end) this.#start = this.#end = 0;
+    if (this.#start === this.#end) {
+      this.#start = this.#end = 0;
+      this.#checked = -1;
+    }
     return out;
   }
 
@@ -90,6 +99,7 @@ export class FrameAccumulator {
         next.set(this.#buf.subarray(this.#start, this.#end));
         this.#buf = next;
       }
+      if (this.#checked === this.#start) this.#checked = 0;
       this.#start = 0;
       this.#end = have;
     }
