@@ -1,1 +1,34 @@
-export const PACKAGE_NAME = "@tapwire/testing";
+/**
+ * Private test helpers shared by the tapwire packages: a fault-injecting TCP proxy, a fake
+ * clock, unique endpoints for every transport scheme, TLS credentials and child-process helpers.
+ * Depends on no other @tapwire package.
+ * @packageDocumentation
+ */
+
+export type { EchoServer } from "./echo.js";
+export { startEchoServer } from "./echo.js";
+export { TestingError, TestingErrorCode } from "./errors.js";
+export type { FakeTimer } from "./fake-clock.js";
+export { FakeClock } from "./fake-clock.js";
+export type {
+  Fault,
+  FaultDirection,
+  FaultProxy,
+  FaultProxyOptions,
+  FaultProxyStats,
+  ProxyTarget,
+} from "./fault-proxy.js";
+export { startFaultProxy } from "./fault-proxy.js";
+export type { TransportScheme } from "./paths.js";
+export {
+  endpointFor,
+  freePort,
+  MAX_UNIX_PATH_BYTES,
+  transportMatrix,
+  transportSchemes,
+  uniqueSocketPath,
+} from "./paths.js";
+export type { ChildHandle, ExitInfo, OutputLine, SpawnBinOptions } from "./spawn.js";
+export { killAllChildren, spawnBin } from "./spawn.js";
+export type { TlsCredentials } from "./tls.js";
+export { makeTlsCredentials, testTlsCredentials } from "./tls.js";

@@ -1,0 +1,28 @@
+/** Stable error codes raised by `@tapwire/testing`. */
+export const TestingErrorCode = {
+  /** An option or argument is invalid; the message names it. */
+  BAD_OPTION: "TESTING_BAD_OPTION",
+  /** A spawned process exited before it became ready, or could not be spawned. */
+  SPAWN: "TESTING_SPAWN",
+  /** Waiting for a condition (a log line, a process exit) took longer than allowed. */
+  TIMEOUT: "TESTING_TIMEOUT",
+  /** The `openssl` CLI failed while generating test credentials. */
+  OPENSSL: "TESTING_OPENSSL",
+  /** A FakeClock run did not settle (an interval keeps rescheduling itself). */
+  CLOCK_RUNAWAY: "TESTING_CLOCK_RUNAWAY",
+} as const;
+
+/** One of the {@link TestingErrorCode} values. */
+export type TestingErrorCode = (typeof TestingErrorCode)[keyof typeof TestingErrorCode];
+
+/** The only error class thrown by `@tapwire/testing`. */
+export class TestingError extends Error {
+  /** Stable machine-readable code. */
+  readonly code: TestingErrorCode;
+
+  constructor(code: TestingErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "TestingError";
+    this.code = code;
+  }
+}

@@ -1,0 +1,391 @@
+import type { AddressInfo, Server, Socket } from "node:net";
+import { connect, createServer } from "node:net";
+import { TestingError, TestingErrorCode } from "./errors.js";
+
+/**
+ * Direction of a byte stream through the proxy: `up` is client → target, `down` is target →
+ * client. `both` (the default of every fault) applies a fault to each direction independently.
+ */
+export type FaultDirection = "up" | "down" | "both";
+
+/**
+ * A fault the proxy injects, switchable at runtime with {@link FaultProxy.setFault}.
+ *
+ * - `latency`: every chunk is forwarded `ms` later (order kept).
+ * - `stall`: nothing is forwarded; bytes are held (in order) until the fault is cleared or changed.
+ * - `drop_after`: once `bytes` bytes of a direction's stream have been forwarded on a connection,
+ *   that connection is destroyed (both sockets). Counted from the start of each connection.
+ * - `corrupt`: the byte at absolute `offset` of a direction's stream (per connection) is XORed with
+ *   `mask` (default 0xff) as it passes. Each connection is corrupted at most once per direction.
+ * - `refuse`: new connections are accepted and reset at once; existing connections keep working.
+ */
+export type Fault =
+  | { kind: "latency"; ms: number; direction?: FaultDirection }
+  | { kind: "stall"; direction?: FaultDirection }
+  | { kind: "drop_after"; bytes: number; direction?: FaultDirection }
+  | { kind: "corrupt"; offset: number; direction?: FaultDirection; mask?: number }
+  | { kind: "refuse" };
+
+/** Where the proxy forwards to: a TCP host/port or a unix socket path. */
+export type ProxyTarget = { host: string; port: number } | { path: string };
+
+/** Options of {@link startFaultProxy}. */
+export interface FaultProxyOptions {
+  /** Fault active from the start (default none). */
+  fault?: Fault | null;
+  /** Listen port (default 0: any free port). The proxy always listens on 127.0.0.1. */
+  port?: number;
+}
+
+/** Counters of a {@link FaultProxy}. */
+export interface FaultProxyStats {
+  /** Connections accepted (refused ones included). */
+  connections: number;
+  /** Connections open now. */
+  active: number;
+  /** Bytes forwarded client → target. */
+  bytesUp: number;
+  /** Bytes forwarded target → client. */
+  bytesDown: number;
+  /** Faults applied, per kind: delayed chunks, held chunks, dropped connections, flipped bytes, refused connections. */
+  faults: { latency: number; stall: number; drop_after: number; corrupt: number; refuse: number };
+}
+
+/** A running fault-injecting TCP proxy. */
+export interface FaultProxy {
+  /** The port the proxy listens on (127.0.0.1). */
+  readonly port: number;
+  /** `tcp://127.0.0.1:<port>`. */
+  readonly endpoint: string;
+  /** The active fault, or null. */
+  readonly fault: Fault | null;
+  /** Live counters. */
+  readonly stats: FaultProxyStats;
+  /** Replaces the active fault (null clears it); held bytes are released when a stall is cleared. */
+  setFault(f: Fault | null): void;
+  /** Destroys every open connection (both sockets). */
+  dropAll(): void;
+  /** Stops listening, destroys every connection and clears every timer. */
+  close(): Promise<void>;
+}
+
+const DROP = Symbol("drop");
+const END = Symbol("end");
+type QueueItem = { buf: Buffer; due: number } | typeof DROP | typeof END;
+
+function appliesTo(f: Fault | null, dir: "up" | "down"): boolean {
+  if (f === null || f.kind === "refuse") return false;
+  const d = f.direction ?? "both";
+  return d === "both" || d === dir;
+}
+
+function checkFault(f: Fault | null): void {
+  if (f === null) return;
+  const bad = (why: string) =>
+    new TestingError(TestingErrorCode.BAD_OPTION, `fault ${JSON.stringify(f)}: ${why}`);
+  if (typeof f !== "object") throw bad("not an object");
+  if ("direction" in f && f.direction !== undefined && !["up", "down", "both"].includes(f.direction)) {
+    throw bad("direction must be up, down or both");
+  }
+  switch (f.kind) {
+    case "latency":
+      if (!(Number.isFinite(f.ms) && f.ms >= 0)) throw bad("ms must be a finite number >= 0");
+      return;
+    case "stall":
+    case "refuse":
+      return;
+    case "drop_after":
+      if (!(Number.isSafeInteger(f.bytes) && f.bytes >= 0)) throw bad("bytes must be an integer >= 0");
+      return;
+    case "corrupt":
+      if (!(Number.isSafeInteger(f.offset) && f.offset >= 0)) throw bad("offset must be an integer >= 0");
+      if (f.mask !== undefined && !(Number.isInteger(f.mask) && f.mask >= 1 && f.mask <= 255)) {
+        throw bad("mask must be an integer in [1, 255]");
+      }
+      return;
+    default:
+      throw bad("unknown kind");
+  }
+}
+
+/** One direction of one proxied connection. */
+class Pipe {
+  /** Bytes of this direction's stream seen so far (absolute offset of the next chunk). */
+  offset = 0;
+  private readonly queue: QueueItem[] = [];
+  private lastDue = 0;
+  private timer: NodeJS.Timeout | null = null;
+  private dropping = false;
+  private waitingDrain = false;
+
+  constructor(
+    private readonly proxy: FaultProxyImpl,
+    private readonly conn: Conn,
+    readonly dir: "up" | "down",
+    private readonly src: Socket,
+    private readonly dst: Socket,
+  ) {
+    src.on("data", (chunk: Buffer) => this.ingress(chunk));
+    src.on("end", () => {
+      this.queue.push(END);
+      this.pump();
+    });
+    dst.on("drain", () => {
+      this.waitingDrain = false;
+      if (!this.conn.closed) src.resume();
+      this.pump();
+    });
+  }
+
+  private ingress(chunk: Buffer): void {
+    if (this.dropping || this.conn.closed) return;
+    const f = this.proxy.fault;
+    const start = this.offset;
+    this.offset += chunk.length;
+    if (f !== null && appliesTo(f, this.dir)) {
+      if (f.kind === "corrupt" && f.offset >= start && f.offset < this.offset) {
+        // 'data' chunks are fresh buffers owned by us, so flipping in place is safe.
+        chunk[f.offset - start]! ^= f.mask ?? 0xff;
+        this.proxy.stats.faults.corrupt++;
+      }
+      if (f.kind === "drop_after" && this.offset >= f.bytes) {
+        if (f.bytes > start) this.enqueue(chunk.subarray(0, f.bytes - start), f);
+        this.dropping = true;
+        this.queue.push(DROP);
+        this.pump();
+        return;
+      }
+    }
+    if (f !== null && f.kind === "stall" && appliesTo(f, this.dir)) this.proxy.stats.faults.stall++;
+    this.enqueue(chunk, f);
+    this.pump();
+  }
+
+  private enqueue(buf: Buffer, f: Fault | null): void {
+    let due = 0;
+    if (f !== null && f.kind === "latency" && appliesTo(f, this.dir)) {
+      // Never before an earlier chunk: latency must not reorder the stream.
+      due = Math.max(performance.now() + f.ms, this.lastDue);
+      this.lastDue = due;
+      this.proxy.stats.faults.latency++;
+    }
+    this.queue.push({ buf, due });
+  }
+
+  /** Forwards queued items that are due, unless stalled; re-arms one timer for the next due item. */
+  pump(): void {
+    if (this.timer !== null) {
+      clearTimeout(this.timer);
+      this.timer = null;
+    }
+    const f = this.proxy.fault;
+    while (this.queue.length > 0 && !this.conn.closed) {
+      if (f !== null && f.kind === "stall" && appliesTo(f, this.dir)) return;
+      if (this.waitingDrain) return;
+      const head = this.queue[0]!;
+      if (head === DROP) {
+        this.queue.length = 0;
+        this.proxy.stats.faults.drop_after++;
+        this.conn.drop(this.dst);
+        return;
+      }
+      if (head === END) {
+        this.queue.shift();
+        this.dst.end();
+        continue;
+      }
+      const wait = head.due - performance.now();
+      if (wait > 0) {
+        this.timer = setTimeout(() => {
+          this.timer = null;
+          this.pump();
+        }, Math.ceil(wait));
+        return;
+      }
+      this.queue.shift();
+      if (this.dir === "up") this.proxy.stats.bytesUp += head.buf.length;
+      else this.proxy.stats.bytesDown += head.buf.length;
+      if (!this.dst.write(head.buf)) {
+        this.waitingDrain = true;
+        this.src.pause();
+      }
+    }
+  }
+
+  /** Counts chunks held by a stall (called when a stall starts). */
+  held(): number {
+    return this.queue.length;
+  }
+
+  stop(): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+    this.queue.length = 0;
+  }
+}
+
+class Conn {
+  closed = false;
+  readonly up: Pipe;
+  readonly down: Pipe;
+
+  constructor(
+    private readonly proxy: FaultProxyImpl,
+    readonly client: Socket,
+    readonly target: Socket,
+  ) {
+    this.up = new Pipe(proxy, this, "up", client, target);
+    this.down = new Pipe(proxy, this, "down", target, client);
+    const onGone = () => this.destroy();
+    client.on("close", onGone);
+    target.on("close", onGone);
+    // Errors (ECONNRESET, ECONNREFUSED on the target) end the connection; they are not test failures.
+    client.on("error", onGone);
+    target.on("error", onGone);
+  }
+
+  /**
+   * Ends the connection at a drop point: the bytes already written to `dst` still reach its peer
+   * (end, then destroy), the other socket is destroyed at once.
+   */
+  drop(dst: Socket): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.up.stop();
+    this.down.stop();
+    (dst === this.client ? this.target : this.client).destroy();
+    this.proxy.draining.add(dst);
+    dst.once("close", () => this.proxy.draining.delete(dst));
+    dst.end(() => dst.destroy());
+    this.proxy.forget(this);
+  }
+
+  destroy(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.up.stop();
+    this.down.stop();
+    this.client.destroy();
+    this.target.destroy();
+    this.proxy.forget(this);
+  }
+}
+
+class FaultProxyImpl implements FaultProxy {
+  port = 0;
+  fault: Fault | null;
+  readonly stats: FaultProxyStats = {
+    connections: 0,
+    active: 0,
+    bytesUp: 0,
+    bytesDown: 0,
+    faults: { latency: 0, stall: 0, drop_after: 0, corrupt: 0, refuse: 0 },
+  };
+  private readonly conns = new Set<Conn>();
+  /** Sockets flushing the bytes before a drop point (see Conn.drop). */
+  readonly draining = new Set<Socket>();
+  readonly server: Server;
+  private closing: Promise<void> | null = null;
+
+  constructor(
+    private readonly target: ProxyTarget,
+    fault: Fault | null,
+  ) {
+    this.fault = fault;
+    this.server = createServer({ allowHalfOpen: true, noDelay: true }, (client) => this.accept(client));
+  }
+
+  get endpoint(): string {
+    return `tcp://127.0.0.1:${this.port}`;
+  }
+
+  private accept(client: Socket): void {
+    this.stats.connections++;
+    if (this.closing !== null) {
+      client.destroy();
+      return;
+    }
+    if (this.fault !== null && this.fault.kind === "refuse") {
+      this.stats.faults.refuse++;
+      client.on("error", () => {});
+      client.resetAndDestroy();
+      return;
+    }
+    const target =
+      "path" in this.target
+        ? connect({ path: this.target.path, allowHalfOpen: true })
+        : connect({ host: this.target.host, port: this.target.port, allowHalfOpen: true, noDelay: true });
+    client.setNoDelay(true);
+    this.stats.active++;
+    this.conns.add(new Conn(this, client, target));
+  }
+
+  forget(c: Conn): void {
+    if (this.conns.delete(c)) this.stats.active--;
+  }
+
+  setFault(f: Fault | null): void {
+    checkFault(f);
+    this.fault = f;
+    for (const c of this.conns) {
+      for (const p of [c.up, c.down]) {
+        if (f !== null && f.kind === "stall" && appliesTo(f, p.dir)) this.stats.faults.stall += p.held();
+        p.pump();
+      }
+    }
+  }
+
+  dropAll(): void {
+    for (const c of [...this.conns]) c.destroy();
+    for (const s of this.draining) s.destroy();
+    this.draining.clear();
+  }
+
+  close(): Promise<void> {
+    if (this.closing === null) {
+      this.closing = new Promise<void>((resolve) => {
+        this.server.close(() => resolve());
+        this.dropAll();
+      });
+    }
+    return this.closing;
+  }
+}
+
+/**
+ * Starts a real TCP proxy on 127.0.0.1 (port 0 by default) that forwards bytes both ways to
+ * `target` (TCP or unix socket) and injects {@link Fault}s switchable at runtime. Latency uses
+ * timers that are cleared when connections close; after `close()` nothing is left running.
+ * The proxy is transparent to TLS (bytes pass through).
+ */
+export async function startFaultProxy(
+  target: ProxyTarget,
+  opts: FaultProxyOptions = {},
+): Promise<FaultProxy> {
+  if (typeof target !== "object" || target === null) {
+    throw new TestingError(TestingErrorCode.BAD_OPTION, "target must be { host, port } or { path }");
+  }
+  if ("path" in target) {
+    if (typeof target.path !== "string" || target.path === "") {
+      throw new TestingError(TestingErrorCode.BAD_OPTION, "target.path must be a non-empty string");
+    }
+  } else if (!(Number.isInteger(target.port) && target.port > 0 && target.port <= 65535)) {
+    throw new TestingError(TestingErrorCode.BAD_OPTION, `target.port ${target.port} is not in [1, 65535]`);
+  }
+  const fault = opts.fault ?? null;
+  checkFault(fault);
+  const port = opts.port ?? 0;
+  if (!(Number.isInteger(port) && port >= 0 && port <= 65535)) {
+    throw new TestingError(TestingErrorCode.BAD_OPTION, `option port ${port} is not in [0, 65535]`);
+  }
+  const proxy = new FaultProxyImpl(target, fault);
+  await new Promise<void>((resolve, reject) => {
+    proxy.server.once("error", reject);
+    proxy.server.listen(port, "127.0.0.1", () => {
+      proxy.server.off("error", reject);
+      resolve();
+    });
+  });
+  proxy.port = (proxy.server.address() as AddressInfo).port;
+  return proxy;
+}
