@@ -12,7 +12,6 @@
  * deterministic function of the state.
  */
 import { createHash } from "node:crypto";
-import { f32BitsToBf16 } from "./bf16.js";
 import { badArgument, checkInt } from "./errors.js";
 import { Xoshiro128 } from "./prng.js";
 import { argmax } from "./sampling.js";
@@ -130,8 +129,8 @@ export class TargetModel {
   private readonly scratch: Float32Array;
   private readonly hid = new Float32Array(TARGET_DYNAMICS.readoutRank);
   private readonly fan: number;
-  private readonly f1 = new Float32Array(1);
-  private readonly bits = new Uint32Array(this.f1.buffer);
+  private readonly rowF: Float32Array;
+  private readonly rowBits: Uint32Array;
 
   private constructor(config: TargetConfig, weights: TargetWeights) {
     this.config = Object.freeze({ ...config });
@@ -140,6 +139,8 @@ export class TargetModel {
     this.dc = config.stateDim - 2;
     this.scratch = new Float32Array(config.stateDim);
     this.fan = Math.min(TARGET_DYNAMICS.tapFanIn, config.stateDim);
+    this.rowF = new Float32Array(config.numTaps * config.hidden);
+    this.rowBits = new Uint32Array(this.rowF.buffer);
   }
 
   /** Builds a target whose weights are a deterministic function of `cfg` (throws RM_BAD_CONFIG). */
@@ -288,14 +289,34 @@ export class TargetModel {
     if (outRow !== null) {
       const n = numTaps * hidden;
       const fan = this.fan;
-      const f = this.f1;
-      const bits = this.bits;
+      const rowF = this.rowF;
+      if (fan === 8) {
+        for (let i = 0; i < n; i++) {
+          const o = i * 8;
+          rowF[i] =
+            p[o]! * s[pIdx[o]!]! +
+            p[o + 1]! * s[pIdx[o + 1]!]! +
+            p[o + 2]! * s[pIdx[o + 2]!]! +
+            p[o + 3]! * s[pIdx[o + 3]!]! +
+            (p[o + 4]! * s[pIdx[o + 4]!]! +
+              p[o + 5]! * s[pIdx[o + 5]!]! +
+              p[o + 6]! * s[pIdx[o + 6]!]! +
+              p[o + 7]! * s[pIdx[o + 7]!]!);
+        }
+      } else {
+        for (let i = 0; i < n; i++) {
+          let acc = 0;
+          const o = i * fan;
+          for (let j = 0; j < fan; j++) acc += p[o + j]! * s[pIdx[o + j]!]!;
+          rowF[i] = acc;
+        }
+      }
+      // bf16 round to nearest even, from the f32 bits of the row values (NaN cannot occur:
+      // the state is bounded and the weights finite).
+      const bits = this.rowBits;
       for (let i = 0; i < n; i++) {
-        let acc = 0;
-        const o = i * fan;
-        for (let j = 0; j < fan; j++) acc += p[o + j]! * s[pIdx[o + j]!]!;
-        f[0] = acc;
-        const h = f32BitsToBf16(bits[0]!);
+        const b = bits[i]!;
+        const h = (b + 0x7fff + ((b >>> 16) & 1)) >>> 16;
         outRow[2 * i] = h & 0xff;
         outRow[2 * i + 1] = h >>> 8;
       }

@@ -4,6 +4,7 @@ import {
   DEFAULT_DRAFT_CONFIG,
   DEFAULT_TARGET_CONFIG,
   DraftHead,
+  f32ToBf16,
   measureAcceptance,
   ReferenceModelError,
   TargetModel,
@@ -66,6 +67,37 @@ describe("TargetModel", () => {
     expect(Array.from(st2.vector)).toEqual(Array.from(next.vector));
     expect(logits2).toEqual(logits);
     expect(row2).toEqual(row);
+  });
+
+  test("the row is the bf16 (round to nearest even) of each tap value of the new state", () => {
+    const logits = new Float32Array(target.config.vocabSize);
+    const row = new Uint8Array(target.rowBytes);
+    const next = target.forward(target.initialState([8, 9]), 10, logits, row);
+    const { p, pIdx } = target.weights;
+    const n = target.config.numTaps * target.config.hidden;
+    const fan = p.length / n;
+    let mismatches = 0;
+    for (let i = 0; i < n; i++) {
+      let acc = 0;
+      for (let f = 0; f < fan; f++) acc += p[i * fan + f]! * next.vector[pIdx[i * fan + f]!]!;
+      if ((row[2 * i]! | (row[2 * i + 1]! << 8)) !== f32ToBf16(acc)) mismatches++;
+    }
+    expect(mismatches).toBe(0);
+    // Logits are U (M s) + z.
+    const { u, m, z } = target.weights;
+    const l = m.length / target.config.stateDim;
+    let maxErr = 0;
+    for (let t = 0; t < 50; t++) {
+      let acc = z[t]!;
+      for (let i = 0; i < l; i++) {
+        let h = 0;
+        for (let a = 0; a < target.config.stateDim; a++)
+          h += m[i * target.config.stateDim + a]! * next.vector[a]!;
+        acc += u[t * l + i]! * h;
+      }
+      maxErr = Math.max(maxErr, Math.abs(acc - logits[t]!));
+    }
+    expect(maxErr).toBeLessThan(1e-3);
   });
 
   test("extra bytes condition the initial state: one flipped byte changes the output", () => {
