@@ -114,7 +114,9 @@ async function main(): Promise<void> {
   const statsEvery = num("stats-interval-ms", values["stats-interval-ms"]) ?? 0;
 
   const producer = await EcProducer.start(opts);
-  log.info(
+  // The "listening" and "closed" lines are the bin's interface: printed at any --log-level.
+  const always = log.child({}, { level: "info" });
+  always.info(
     {
       control: producer.controlEndpoint,
       data: producer.dataEndpoint,
@@ -137,7 +139,7 @@ async function main(): Promise<void> {
     void producer
       .close()
       .then(() => {
-        log.info({ signal, stats: producer.stats() }, "closed");
+        always.info({ signal, stats: producer.stats() }, "closed");
         process.exit(0);
       })
       .catch((err: unknown) => {

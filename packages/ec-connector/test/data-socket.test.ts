@@ -1,0 +1,230 @@
+import * as net from "node:net";
+import { encode } from "@msgpack/msgpack";
+import { Registry } from "@tapwire/stats";
+import { afterEach, describe, expect, it } from "vitest";
+import { crc32, EcError, EmbeddingCache, SocketDataTransport, syntheticEmbedding } from "../src/index.js";
+import { socketPath, until } from "./helpers/proc.js";
+
+const BB = 4096;
+const KINDS = [
+  ["tcp", () => "tcp://127.0.0.1:0"],
+  ["unix", () => `unix://${socketPath("data")}`],
+] as const;
+
+const open: SocketDataTransport[] = [];
+afterEach(async () => {
+  for (const t of open.splice(0)) await t.close();
+});
+
+async function pair(listen: string, serverOpts: { throttleBytesPerSec?: number } = {}) {
+  const sCache = new EmbeddingCache({ numBlocks: 128, blockBytes: BB });
+  const cCache = new EmbeddingCache({ numBlocks: 128, blockBytes: BB });
+  const sReg = new Registry();
+  const server = await SocketDataTransport.create({
+    name: "producer",
+    region: sCache.region,
+    numBlocks: 128,
+    blockBytes: BB,
+    listen,
+    registry: sReg,
+    chunkBytes: 8192,
+    ...serverOpts,
+  });
+  const reader = await SocketDataTransport.create({
+    name: "consumer",
+    region: cCache.region,
+    numBlocks: 128,
+    blockBytes: BB,
+  });
+  open.push(server, reader);
+  const agent = reader.addRemotePeer(server.getAgentMetadata(), server.getMemDescriptor());
+  const put = (h: string, n: number) => {
+    sCache.allocate(h, n);
+    sCache.write(h, 0, syntheticEmbedding(h, n));
+    return sCache.markReady(h);
+  };
+  return { sCache, cCache, server, reader, agent, put, sReg };
+}
+
+const te = new TextEncoder();
+
+async function settle(t: SocketDataTransport, h: number): Promise<string> {
+  return until(() => {
+    const s = t.checkXferState(h);
+    return s === "PROC" ? undefined : s;
+  });
+}
+
+for (const [kind, listen] of KINDS) {
+  describe(`SocketDataTransport over ${kind} (EC-CONTRACT 5)`, () => {
+    it("reads granted blocks byte-exact with an incremental CRC-32 and delivers the notification", async () => {
+      const { sCache, cCache, server, reader, agent, put } = await pair(listen());
+      expect(server.kind).toBe(kind);
+      for (const n of [1, BB - 1, BB, BB + 1, 10 * BB + 17]) {
+        const h = `h${n}`;
+        const e = put(h, n);
+        server.grant(`s:${h}`, e.blocks, Number.POSITIVE_INFINITY);
+        const local = cCache.allocate(h, n);
+        const handle = reader.postRead(local, agent, e.blocks, te.encode(`s:${h}`), {
+          nbytes: n,
+          checksum: true,
+        });
+        expect(await settle(reader, handle)).toBe("DONE");
+        expect(reader.getXferChecksum(handle)).toBe(e.crc32);
+        expect(reader.releaseXferHandle(handle)).toBe(true);
+        cCache.markReady(h);
+        expect(Buffer.from(cCache.view(h)).equals(Buffer.from(syntheticEmbedding(h, n)))).toBe(true);
+        const notifs = await until(() => {
+          const m = server.getNewNotifs();
+          return m.size > 0 ? m : undefined;
+        });
+        expect([...notifs.values()].flat().map((b) => Buffer.from(b).toString())).toEqual([`s:${h}`]);
+      }
+      expect(sCache.get("h1")!.crc32).toBe(crc32(syntheticEmbedding("h1", 1)));
+    });
+
+    it("refuses reads outside a grant: unknown key, other blocks, expired grant, old instance (5.3)", async () => {
+      const { cCache, server, reader, agent, put, sReg } = await pair(listen());
+      const e = put("img", 3 * BB);
+      server.grant("s:img", e.blocks, Number.POSITIVE_INFINITY);
+      server.grant("s:old", e.blocks, 0); // already expired
+      const local = cCache.allocate("img", 3 * BB);
+      const tries: [readonly number[], string][] = [
+        [e.blocks, "nobody:img"],
+        [[e.blocks[0]!, e.blocks[1]!, e.blocks[2]! + 1], "s:img"],
+        [[...e.blocks].reverse(), "s:img"],
+        [e.blocks, "s:old"],
+      ];
+      for (const [blocks, key] of tries) {
+        const h = reader.postRead(local, agent, blocks, te.encode(key));
+        expect(await settle(reader, h)).toBe("ERR");
+        expect(reader.getXferError(h)).toMatch(/^refused: /);
+        reader.releaseXferHandle(h);
+      }
+      expect(sReg.snapshot().counters["data_reads_refused"]).toBe(4);
+      // a restarted agent (new instance, same endpoint) refuses reads addressed to the old one
+      const meta = { ...server.meta, instance: "0000000000000000" };
+      const { encodeAgentMetadata } = await import("../src/index.js");
+      const stale = reader.addRemotePeer(encodeAgentMetadata(meta), server.getMemDescriptor());
+      const h = reader.postRead(local, stale, e.blocks, te.encode("s:img"));
+      expect(await settle(reader, h)).toBe("ERR");
+      expect(reader.getXferError(h)).toMatch(/instance_mismatch/);
+      // the exact grant still works after all that
+      const ok = reader.postRead(local, agent, e.blocks, te.encode("s:img"));
+      expect(await settle(reader, ok)).toBe("DONE");
+    });
+
+    it("postRead validates its arguments", async () => {
+      const { cCache, reader, agent, put } = await pair(listen());
+      const e = put("img", 2 * BB);
+      const local = cCache.allocate("img", 2 * BB);
+      const bad = (fn: () => unknown) => expect(fn).toThrow(EcError);
+      bad(() => reader.postRead(local, "nope/123", e.blocks, te.encode("k")));
+      bad(() => reader.postRead(local.slice(1), agent, e.blocks, te.encode("k")));
+      bad(() => reader.postRead([200, 201], agent, e.blocks, te.encode("k")));
+      bad(() => reader.postRead(local, agent, e.blocks, te.encode("k"), { nbytes: BB }));
+      bad(() => reader.checkXferState(999));
+    });
+
+    it("release on PROC aborts and guarantees no further writes; revoke stops a stream (5.2)", async () => {
+      const { cCache, server, reader, agent, put } = await pair(listen(), { throttleBytesPerSec: 400_000 });
+      const n = 100 * BB; // ~1 s at the throttle
+      const e = put("big", n);
+      server.grant("s:big", e.blocks, Number.POSITIVE_INFINITY);
+      const local = cCache.allocate("big", n);
+      const first = local[0]! * BB;
+      cCache.region.fill(0xee, first, first + n);
+      const h = reader.postRead(local, agent, e.blocks, te.encode("s:big"));
+      // wait until some bytes landed
+      await until(() => (cCache.region[first] !== 0xee ? true : undefined));
+      expect(reader.checkXferState(h)).toBe("PROC");
+      expect(reader.releaseXferHandle(h)).toBe(true);
+      const snap = Buffer.from(cCache.region.subarray(first, first + n));
+      await new Promise((r) => setTimeout(r, 150));
+      expect(Buffer.from(cCache.region.subarray(first, first + n)).equals(snap)).toBe(true);
+      expect(snap.includes(0xee)).toBe(true); // it really was cut short
+      // revoke while streaming: the reader sees ERR
+      const h2 = reader.postRead(local, agent, e.blocks, te.encode("s:big"));
+      await until(() => (server.grantCount === 1 ? true : undefined));
+      await new Promise((r) => setTimeout(r, 30));
+      server.revoke("s:big");
+      expect(await settle(reader, h2)).toBe("ERR");
+    });
+
+    it("a lost notification leaves the connection usable; garbage frames are dropped and counted", async () => {
+      const { cCache, server, reader, agent, put, sReg } = await pair(listen());
+      const e = put("img", BB);
+      server.grant("s:img", e.blocks, Number.POSITIVE_INFINITY);
+      const local = cCache.allocate("img", BB);
+      reader.injectFault({ kind: "lost_notification" });
+      const h1 = reader.postRead(local, agent, e.blocks, te.encode("s:img"));
+      expect(await settle(reader, h1)).toBe("DONE");
+      reader.releaseXferHandle(h1);
+      const h2 = reader.postRead(local, agent, e.blocks, te.encode("s:img"));
+      expect(await settle(reader, h2)).toBe("DONE");
+      await until(() => (sReg.snapshot().counters["data_notifications"] === 1 ? true : undefined));
+      // random bytes, bad lengths, malformed msgpack, unknown ops, and a notification for no read
+      const target = server.endpoint.startsWith("unix://")
+        ? { path: server.endpoint.slice(7) }
+        : { host: "127.0.0.1", port: Number(server.endpoint.split(":").pop()) };
+      const frame = (b: Uint8Array) => Buffer.concat([Buffer.from([0, 0, 0, b.length]), Buffer.from(b)]);
+      const garbage = [
+        Buffer.from([0xff, 0xff, 0xff, 0xff, 1, 2, 3]),
+        frame(new Uint8Array([0xc1, 0xc1])),
+        frame(encode({ op: "launch" })),
+        frame(encode({ op: "read", key: "not-bin", blocks: [0], nbytes: 1, reader: "x", instance: "y" })),
+        frame(encode({ op: "notif", msg: new Uint8Array([1]) })),
+        Buffer.from([0, 0, 0, 0]),
+      ];
+      for (const g of garbage) {
+        const s = net.connect(target as net.NetConnectOpts);
+        s.on("error", () => {});
+        s.write(g);
+        await new Promise((r) => s.on("close", r));
+      }
+      expect(sReg.snapshot().counters["data_malformed_frames"]).toBe(garbage.length);
+      const h3 = reader.postRead(local, agent, e.blocks, te.encode("s:img"));
+      expect(await settle(reader, h3)).toBe("DONE");
+    });
+
+    it("a reader fed garbage by a fake data server ends ERR without crashing", async () => {
+      const cache = new EmbeddingCache({ numBlocks: 8, blockBytes: BB });
+      const answers = [
+        Buffer.from("HTTP/1.1 400 Bad Request\r\n\r\n"),
+        Buffer.concat([Buffer.from([0, 0, 0, 2]), Buffer.from([0xc1, 0xc1])]),
+        Buffer.concat([Buffer.from([0, 0, 0, 3]), Buffer.from(encode({ x: 1 }))]),
+        Buffer.concat([Buffer.from([0, 0, 0, 15]), Buffer.from(encode({ op: "data", nbytes: 5 }))]), // wrong size
+      ];
+      let i = 0;
+      const fake = net.createServer((s) => {
+        s.on("error", () => {});
+        s.once("data", () => s.end(answers[i++ % answers.length]!));
+      });
+      const path = socketPath("fake");
+      const endpoint = kind === "unix" ? `unix://${path}` : "tcp://127.0.0.1:0";
+      await new Promise<void>((r) =>
+        kind === "unix" ? fake.listen(path, r) : fake.listen(0, "127.0.0.1", r),
+      );
+      const addr = fake.address();
+      const ep = typeof addr === "object" && addr !== null ? `tcp://127.0.0.1:${addr.port}` : endpoint;
+      const reader = await SocketDataTransport.create({
+        name: "c",
+        region: cache.region,
+        numBlocks: 8,
+        blockBytes: BB,
+      });
+      open.push(reader);
+      const { encodeAgentMetadata, encodeMemDescriptor } = await import("../src/index.js");
+      const agent = reader.addRemotePeer(
+        encodeAgentMetadata({ name: "fake", instance: "1", endpoint: ep }),
+        encodeMemDescriptor({ numBlocks: 8, blockBytes: BB }),
+      );
+      for (let k = 0; k < answers.length; k++) {
+        const h = reader.postRead([k], agent, [0], te.encode("s:x"));
+        expect(await settle(reader, h)).toBe("ERR");
+        reader.releaseXferHandle(h);
+      }
+      await new Promise<void>((r) => fake.close(() => r()));
+    });
+  });
+}
