@@ -9,7 +9,7 @@ import type { HarnessConfig } from "./cli.js";
 import { HarnessError, HarnessErrorCode } from "./errors.js";
 import { deriveSeed, Rng } from "./prng.js";
 import { ArrivalQueue, type Placement, SlotScheduler } from "./scheduler.js";
-import { mediaConditioning, TargetSequence } from "./sequence.js";
+import { conditioningOf, TargetSequence } from "./sequence.js";
 import { type SampledDrafts, SampleScratch, verifyGreedy, verifySampled } from "./verify.js";
 import { type RequestSpec, STREAM } from "./workload.js";
 
@@ -74,10 +74,11 @@ export interface DraftLink {
 /** A multimodal request whose embeddings are available. */
 export interface MediaReady {
   spec: RequestSpec;
-  /** Embedding bytes, one per media item in order (transferred or computed locally). */
-  embeddings: Uint8Array[];
-  /** Release whatever holds the embeddings (unpin); called once the engine has read them. */
-  release(): void;
+  /**
+   * SHA-256 of each embedding's bytes (as transferred, or as computed locally on a fallback), one
+   * per media item in order: what conditions the request's prompt (see `mediaConditioning`).
+   */
+  digests: Uint8Array[];
 }
 
 /** The encoder side as the engine sees it (adapter over ConsumerConnector). */
@@ -272,8 +273,7 @@ export class Engine {
         else this.sched.submit(spec);
       }
       for (const ready of media.poll()) {
-        this.conditioning.set(ready.spec.id, mediaConditioning(ready.embeddings));
-        ready.release();
+        this.conditioning.set(ready.spec.id, conditioningOf(ready.digests));
         this.sched.submit(ready.spec);
       }
       for (const p of this.sched.admit()) this.start(p);

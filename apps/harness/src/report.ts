@@ -83,6 +83,8 @@ export interface Report {
   ec: {
     requestsWaited: number;
     lookups: number;
+    /** Lookups that joined a transfer already in flight for another request. */
+    joined: number;
     transfers: number;
     bytes: number;
     cacheHits: number;

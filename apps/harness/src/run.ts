@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DepthPolicy, piecewiseLinearBudget, RemoteDraftClient, RoundCore } from "@tapwire/client";
+import { ConsumerConnector, EC_METRICS_PREFIX, EcAdminClient } from "@tapwire/ec-connector";
 import { DEFAULT_DRAFT_CONFIG, DraftHead, TargetModel } from "@tapwire/reference-model";
 import { Registry, serveMetrics } from "@tapwire/stats";
 import { type FaultProxy, makeTlsCredentials, startFaultProxy } from "@tapwire/testing";
@@ -17,7 +18,7 @@ import { HarnessError, HarnessErrorCode } from "./errors.js";
 import { FaultDriver } from "./faults.js";
 import { RoundCoreLink } from "./link.js";
 import { checkGreedy, checkSampled } from "./lossless.js";
-import { LocalMedia, localEmbedding } from "./media.js";
+import { EcMedia, EcMediaMetrics, LocalMedia, localEmbedding } from "./media.js";
 import { binPath, ChildService } from "./procs.js";
 import { Progress } from "./progress.js";
 import type { LatencySummary, Report } from "./report.js";
@@ -73,6 +74,110 @@ function latency(h: {
     mean: h.mean * 1000,
     max: h.max * 1000,
   };
+}
+
+/** Block size of both encoder caches (64 KiB, the EC connector's default). */
+export const EC_BLOCK_BYTES = 65_536;
+/** Simulated encode time of the encoder per item, ms. */
+export const ENCODE_DELAY_MS = 15;
+
+const EC_STATUS_COUNTERS: ReadonlyArray<[string, string]> = [
+  ["OK", "consumer_acks_ok"],
+  ["NACK_MISSING", "consumer_nacks_missing"],
+  ["NACK_NOT_READY", "consumer_nacks_not_ready"],
+  ["NACK_INCOMPAT", "consumer_nacks_incompat"],
+  ["NACK_VERSION", "consumer_nacks_version"],
+  ["NACK_INTERNAL", "consumer_nacks_internal"],
+  ["ack_timeout", "consumer_ack_timeouts"],
+  ["read_failed", "consumer_read_failures"],
+  ["checksum_failed", "consumer_checksum_failures"],
+  ["quarantined", "consumer_quarantines"],
+  ["settled", "consumer_settles"],
+  ["peer_down", "consumer_peer_down"],
+];
+
+/** XferAck statuses (EC-CONTRACT 3) and transfer outcomes as the consumer counted them. */
+function ecStatusCounts(c: Record<string, number>): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [name, key] of EC_STATUS_COUNTERS) out[name] = c[key] ?? 0;
+  return out;
+}
+
+interface EndState {
+  ok: boolean;
+  consumerPinnedBlocks: number;
+  consumerInFlightBlocks: number;
+  consumerRetiredBlocks: number;
+  producerPinnedBlocks: number;
+  producerGrants: number;
+  producerCounters: Record<string, number>;
+  notes: string[];
+}
+
+/**
+ * EC-CONTRACT 8 at the end of a run: once settled, no pin remains and the free counts return to
+ * their initial values on both sides. The consumer frees its ready entries and proves its
+ * bookkeeping; the producer is asked over its admin channel (its grants are released by completion
+ * notifications, which may still be in flight: polled for up to 3 s).
+ */
+async function endState(
+  connector: ConsumerConnector | null,
+  admin: EcAdminClient | null,
+  drained: boolean,
+): Promise<EndState> {
+  const st: EndState = {
+    ok: true,
+    consumerPinnedBlocks: 0,
+    consumerInFlightBlocks: 0,
+    consumerRetiredBlocks: 0,
+    producerPinnedBlocks: 0,
+    producerGrants: 0,
+    producerCounters: {},
+    notes: [],
+  };
+  if (!connector || !admin) return st;
+  if (!drained) st.notes.push("transfers still in flight 10 s after the run");
+  const cache = connector.cache;
+  for (const k of cache.keys()) if (cache.isReady(k)) connector.free(k);
+  try {
+    cache.check();
+  } catch (e) {
+    st.ok = false;
+    st.notes.push(`consumer cache check failed: ${e instanceof Error ? e.message : String(e)}`);
+  }
+  st.consumerPinnedBlocks = cache.pinnedBlocks;
+  st.consumerRetiredBlocks = cache.retiredBlocks;
+  st.consumerInFlightBlocks = cache.numBlocks - cache.freeBlocks - cache.retiredBlocks;
+  if (
+    st.consumerPinnedBlocks + st.consumerInFlightBlocks + st.consumerRetiredBlocks > 0 ||
+    connector.pendingCount > 0
+  ) {
+    st.ok = false;
+  }
+  const end = performance.now() + 3000;
+  for (;;) {
+    try {
+      const s = await admin.stats(2000);
+      const c = s["cache"] as Record<string, number>;
+      st.producerGrants = Number(s["grants"] ?? 0);
+      st.producerPinnedBlocks = Number(c["pinnedBlocks"] ?? 0);
+      const m = s["metrics"] as { counters?: Record<string, number> } | undefined;
+      st.producerCounters = m?.counters ?? {};
+      if ((st.producerGrants === 0 && st.producerPinnedBlocks === 0) || performance.now() > end) break;
+    } catch (e) {
+      st.notes.push(`producer stats unavailable: ${e instanceof Error ? e.message : String(e)}`);
+      st.ok = false;
+      return st;
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const problem = await admin.check(2000).catch((e: unknown) => (e instanceof Error ? e.message : String(e)));
+  if (problem !== null) {
+    st.ok = false;
+    st.notes.push(`producer cache check failed: ${problem}`);
+  }
+  if (st.producerGrants > 0 || st.producerPinnedBlocks > 0) st.ok = false;
+  return st;
 }
 
 /** Runs the harness with `cfg`. Never leaves child processes behind. */
@@ -174,13 +279,119 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
       clientEndpoint = proxy.endpoint;
     }
 
-    // 4. the encoder (EC producer) and the media source
-    const media: MediaSource = new LocalMedia(cfg.embeddingBytes);
-    if (cfg.mmShare > 0)
-      workarounds.push("media are encoded locally: the EC connector's ConsumerConnector is not wired yet");
+    // 4. the encoder (EC producer), the consumer connector and the media source
+    const engineRegistry = new Registry({ prefix: "tapwire_harness_" });
+    const ecRegistry = new Registry({ prefix: EC_METRICS_PREFIX });
+    const ecMetrics = new EcMediaMetrics(engineRegistry);
+    const blockBytes = EC_BLOCK_BYTES;
+    const blocksPerItem = Math.ceil(cfg.embeddingBytes / blockBytes);
+    const cacheBlocks = Math.min(Math.max(64, blocksPerItem * (Math.min(cfg.mediaPool, 64) + 8)), 1 << 16);
+    const compat = {
+      modelId: "tapwire-harness-encoder",
+      dtype: "bfloat16",
+      hiddenSize: cfg.hidden,
+      blockBytes,
+    };
+    const hb = { intervalMs: 250, timeoutMs: 1000, ttlMs: 2000 };
+    let encoder: ChildService | null = null;
+    let connector: ConsumerConnector | null = null;
+    let admin: EcAdminClient | null = null;
+    let media: MediaSource;
+    let ecMedia: EcMedia | null = null;
+    let producerEndpoint = "";
+    const fallbacks: string[] = [];
+    if (cfg.mmShare > 0) {
+      const dataListen = cfg.ecData === "unix" ? `unix://${join(dir, "ec-data.sock")}` : "tcp://127.0.0.1:0";
+      const encoderArgs = (control: string) => [
+        "--control",
+        control,
+        "--data",
+        dataListen,
+        "--num-blocks",
+        String(cacheBlocks),
+        "--block-bytes",
+        String(blockBytes),
+        "--model-id",
+        compat.modelId,
+        "--dtype",
+        compat.dtype,
+        "--hidden-size",
+        String(compat.hiddenSize),
+        "--encode-on-miss",
+        "--miss-nbytes",
+        String(cfg.embeddingBytes),
+        "--encode-delay-ms",
+        String(ENCODE_DELAY_MS),
+        "--pin-lease-ms",
+        "5000",
+        "--heartbeat-ivl-ms",
+        String(hb.intervalMs),
+        "--heartbeat-timeout-ms",
+        String(hb.timeoutMs),
+        "--heartbeat-ttl-ms",
+        String(hb.ttlMs),
+        "--name",
+        "harness-encoder",
+        "--log-level",
+        "info",
+      ];
+      encoder = new ChildService({
+        name: "encoder",
+        script: binPath("@tapwire/ec-connector", "tapwire-ec-producer"),
+        args: encoderArgs("tcp://127.0.0.1:0"),
+        ...(childLog ? { log: childLog } : {}),
+      });
+      const enc = encoder;
+      cleanups.push(() => enc.kill("SIGTERM"));
+      note(`starting the encoder (EC producer, data plane ${cfg.ecData})`);
+      const el = await encoder.start();
+      producerEndpoint = String(el["control"] ?? "");
+      if (!producerEndpoint.startsWith("tcp://")) {
+        throw new HarnessError(
+          HarnessErrorCode.PROCESS,
+          `encoder listening line has no control endpoint: ${JSON.stringify(el)}`,
+        );
+      }
+      // a restart (faults) must come back on the same control endpoint
+      encoder.setArgs(encoderArgs(producerEndpoint));
+      const ecLogger = pino(
+        { name: "tapwire-ec", level: cfg.verbose ? "info" : "error" },
+        pino.destination(2),
+      );
+      connector = await ConsumerConnector.create({
+        numBlocks: cacheBlocks,
+        blockBytes,
+        name: "harness-engine",
+        compatibility: compat,
+        ackTimeoutMs: 1000,
+        readTimeoutMs: 3000,
+        quarantineTimeoutMs: 5000,
+        retry: { initialMs: 10, maxMs: 100 },
+        heartbeat: hb,
+        registry: ecRegistry,
+        logger: ecLogger,
+      });
+      const conn = connector;
+      cleanups.push(() => conn.close());
+      admin = new EcAdminClient(producerEndpoint);
+      const adm = admin;
+      cleanups.push(() => adm.close());
+      ecMedia = new EcMedia({
+        connector,
+        producer: producerEndpoint,
+        nbytes: cfg.embeddingBytes,
+        deadlineMs: cfg.ecDeadlineMs,
+        metrics: ecMetrics,
+        onFallback: (h, why) => {
+          if (fallbacks.length < 20) fallbacks.push(`${h.slice(0, 12)}: ${why}`);
+        },
+      });
+      media = ecMedia;
+    } else {
+      media = new LocalMedia(cfg.embeddingBytes);
+    }
 
     // 5. the rank-0 client, RoundCore and the depth policy
-    const engineRegistry = new Registry({ prefix: "tapwire_harness_" });
     const clientRegistry = new Registry({ prefix: "tapwire_client_" });
     const logger = pino(
       { name: "tapwire-client", level: cfg.verbose ? "info" : "error" },
@@ -224,7 +435,7 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
 
     // 6. metrics endpoint
     if (cfg.metricsPort !== null) {
-      const srv = await serveMetrics([engineRegistry, clientRegistry], cfg.metricsPort);
+      const srv = await serveMetrics([engineRegistry, clientRegistry, ecRegistry], cfg.metricsPort);
       cleanups.push(() => srv.close());
       note(`Prometheus metrics on http://127.0.0.1:${srv.port}/metrics`);
       hooks.onMetrics?.(srv.port);
@@ -237,10 +448,10 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
     const faults = cfg.faults
       ? new FaultDriver({
           worker,
-          encoder: null,
+          encoder,
           proxy,
           linkOk: () => outcomes()["ok"] ?? 0,
-          ecOk: () => 0,
+          ecOk: () => ecMetrics.transfers.value,
           counters: () => {
             const snap = clientRegistry.snapshot().counters;
             const c: Record<string, number> = {};
@@ -250,6 +461,13 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
             c["disconnects"] = snap["disconnects"] ?? 0;
             c["new_sessions"] = snap["new_sessions"] ?? 0;
             c["resync_entries"] = metrics.resyncs.value;
+            const ec = ecRegistry.snapshot().counters;
+            c["ec_retries"] = ec["connector_retries"] ?? 0;
+            c["ec_failed"] = ec["connector_failed"] ?? 0;
+            c["ec_peer_down"] = ec["consumer_peer_down"] ?? 0;
+            c["ec_quarantines"] = ec["consumer_quarantines"] ?? 0;
+            c["ec_fallbacks"] = ecMetrics.fallbacks.value;
+            c["ec_transfers"] = ecMetrics.transfers.value;
             return c;
           },
           stepTimeoutMs: cfg.stepTimeoutMs,
@@ -275,7 +493,7 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
             metrics.verificationsWithDrafts.value > 0
               ? metrics.acceptedLengthSum.value / metrics.verificationsWithDrafts.value
               : 0,
-          ecLoaded: 0,
+          ecLoaded: ecMetrics.transfers.value,
           faults: faults?.injected.length ?? 0,
         });
         await faults?.hook(p);
@@ -287,6 +505,7 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
     const res = await engine.run();
     await faults?.settle();
     progress.finish();
+    const drained = ecMedia ? await ecMedia.drain(10_000) : true;
 
     // 8. the worker's own stats, then the reference decode
     let workerStats: Record<string, unknown> = {};
@@ -308,7 +527,13 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
       ? checkSampled(requests, res.outputs, reference)
       : checkGreedy(requests, res.outputs, reference);
 
-    // 9. report
+    // 9. end state of both caches: no pin, no grant, no block in flight or retired
+    const leaks = await endState(connector, admin, drained);
+    for (const f of fallbacks) leaks.notes.push(`fallback ${f}`);
+    const ecCounters = ecRegistry.snapshot().counters;
+    const producerCounters = leaks.producerCounters;
+
+    // 10. report
     const cs = clientRegistry.snapshot();
     const m = metrics;
     const generated = m.tokensGenerated.value;
@@ -362,17 +587,18 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
         targetOnlySeconds: refSeconds,
       },
       ec: {
-        requestsWaited: 0,
-        lookups: 0,
-        transfers: 0,
-        bytes: 0,
-        cacheHits: 0,
-        fallbacks: 0,
-        retries: 0,
-        meanWaitMs: 0,
-        statusCounts: {},
-        consumer: {},
-        producer: {},
+        requestsWaited: ecMetrics.requests.value,
+        lookups: ecMetrics.lookups.value,
+        joined: ecMetrics.joined.value,
+        transfers: ecMetrics.transfers.value,
+        bytes: ecMetrics.bytes.value,
+        cacheHits: ecMetrics.cacheHits.value,
+        fallbacks: ecMetrics.fallbacks.value,
+        retries: ecCounters["connector_retries"] ?? 0,
+        meanWaitMs: ecMetrics.wait.mean * 1000,
+        statusCounts: ecStatusCounts(ecCounters),
+        consumer: ecCounters,
+        producer: producerCounters,
       },
       client: {
         outcomes: m.outcomeCounts(),
@@ -387,13 +613,13 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
       worker: workerStats,
       faults: { enabled: cfg.faults, injected: faults ? [...faults.injected] : [] },
       leaks: {
-        ok: true,
-        consumerPinnedBlocks: 0,
-        consumerInFlightBlocks: 0,
-        consumerRetiredBlocks: 0,
-        producerPinnedBlocks: 0,
-        producerGrants: 0,
-        notes: [],
+        ok: leaks.ok,
+        consumerPinnedBlocks: leaks.consumerPinnedBlocks,
+        consumerInFlightBlocks: leaks.consumerInFlightBlocks,
+        consumerRetiredBlocks: leaks.consumerRetiredBlocks,
+        producerPinnedBlocks: leaks.producerPinnedBlocks,
+        producerGrants: leaks.producerGrants,
+        notes: leaks.notes,
       },
       workarounds,
     };

@@ -14,10 +14,20 @@ import { type RequestSpec, STREAM } from "./workload.js";
  * single wrong byte in any transferred embedding changes the request's whole output.
  */
 export function mediaConditioning(embeddings: readonly Uint8Array[]): Uint8Array | undefined {
-  if (embeddings.length === 0) return undefined;
-  const out = new Uint8Array(32 * embeddings.length);
-  embeddings.forEach((e, i) => {
-    out.set(createHash("sha256").update(e).digest(), 32 * i);
+  return conditioningOf(embeddings.map(embeddingDigest));
+}
+
+/** SHA-256 of an embedding's bytes. */
+export function embeddingDigest(embedding: Uint8Array): Uint8Array {
+  return new Uint8Array(createHash("sha256").update(embedding).digest());
+}
+
+/** The conditioning from per-item digests (their concatenation); undefined for text-only requests. */
+export function conditioningOf(digests: readonly Uint8Array[]): Uint8Array | undefined {
+  if (digests.length === 0) return undefined;
+  const out = new Uint8Array(32 * digests.length);
+  digests.forEach((d, i) => {
+    out.set(d, 32 * i);
   });
   return out;
 }

@@ -15,7 +15,7 @@ import {
 } from "../src/engine.js";
 import { checkGreedy, checkSampled } from "../src/lossless.js";
 import { Rng } from "../src/prng.js";
-import { decodeTargetOnly, mediaConditioning } from "../src/sequence.js";
+import { decodeTargetOnly, embeddingDigest, mediaConditioning } from "../src/sequence.js";
 import { SampleScratch } from "../src/verify.js";
 import { makeWorkload, type RequestSpec } from "../src/workload.js";
 
@@ -103,7 +103,8 @@ class FakeMedia implements MediaSource {
     const out: MediaReady[] = [];
     this.pending = this.pending.filter((p) => {
       if (--p.polls > 0) return true;
-      out.push({ spec: p.spec, embeddings: p.spec.media.map(this.bytes), release: () => this.released++ });
+      this.released++;
+      out.push({ spec: p.spec, digests: p.spec.media.map((h) => embeddingDigest(this.bytes(h))) });
       return false;
     });
     return out;
