@@ -175,7 +175,8 @@ describe("spawnBin", () => {
   test("a process that never gets ready times out and is killed", async () => {
     const err = await spawnBin(FAKE_BIN, ["silent"], { timeoutMs: 300 }).catch((e: unknown) => e);
     expect(err).toMatchObject({ code: "TESTING_TIMEOUT" });
-    expect(String((err as Error).message)).toMatch(/plain stderr line/);
+    // the output may or may not include the first line yet (process start-up time varies)
+    expect(String((err as Error).message)).toMatch(/no matching line within 300 ms; output so far:/);
   });
 
   test("killAllChildren kills every child still running", async () => {
