@@ -391,6 +391,35 @@ describe("any single corrupted value of a valid reply is caught and named", () =
     );
   });
 
+  test("generation echo or window_rows of any entry (CONTRACT 7.2 steps 5-6, 7.4)", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 24 }),
+        fc.integer({ min: 1, max: 8 }),
+        fc.array(fc.integer({ min: 0, max: 2 }), { maxLength: 24 }),
+        fc.nat(),
+        fc.boolean(),
+        fc.integer({ min: 1, max: 0xffff }),
+        (n, N, nc, ei, gen, delta) => {
+          const v = makeReply(n, N, nc, false);
+          checkReplyValues(v.views, v.ctx);
+          const i = ei % n;
+          if (gen) v.views.generation[i] = (v.views.generation[i]! + delta) >>> 0;
+          else v.views.windowRows[i] = (v.views.windowRows[i]! + delta) & 0xffff;
+          let msg = "";
+          try {
+            checkReplyValues(v.views, v.ctx);
+          } catch (e) {
+            expect(e).toBeInstanceOf(WireError);
+            msg = (e as WireError).message;
+          }
+          expect(msg).toContain(`slot ${i}: ${gen ? "generation echo" : ""}`);
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
   test("sampled mask, support ids or q (CONTRACT 8)", () => {
     fc.assert(
       fc.property(
