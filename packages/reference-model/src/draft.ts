@@ -50,7 +50,10 @@ export interface DraftConfig {
   seed: number;
   /** Rank of the Markov head (1..16; default 8). */
   markovRank?: number;
-  /** Values of the last row read by the backbone (0 = the whole row; default 256, evenly spread over the row). */
+  /**
+   * Values of the last row read by the backbone, evenly spread over the row (default 256;
+   * 0 or at least the row's size = the whole row).
+   */
   readDims?: number;
   /** Greedy rounds simulated to fit the confidence temperatures (0..100000; default 192). */
   calibrationRounds?: number;
@@ -193,7 +196,8 @@ export function validateDraftConfig(
     noise,
     seed: checkInt("seed", cfg.seed, 0, 0xffffffff),
     markovRank: checkInt("markovRank", cfg.markovRank ?? Math.min(8, dc), 1, dc),
-    readDims: checkInt("readDims", cfg.readDims ?? Math.min(256, rowElems), 0, rowElems),
+    // More values than the row holds means the whole row.
+    readDims: Math.min(checkInt("readDims", cfg.readDims ?? 256, 0, 1 << 30), rowElems),
     calibrationRounds: checkInt("calibrationRounds", cfg.calibrationRounds ?? 192, 0, 100_000),
   };
 }

@@ -71,6 +71,15 @@ describe("identities (CONTRACT 6.1)", () => {
   });
 });
 
+test("the default head config works on a small row (readDims is capped at the row size)", () => {
+  const small = TargetModel.create({ vocabSize: 300, stateDim: 48, numTaps: 1, hidden: 100, seed: 9 });
+  const h = DraftHead.distill(small, { ...DEFAULT_DRAFT_CONFIG, calibrationRounds: 16 });
+  expect(h.config.readDims).toBe(100);
+  expect(h.weights.get("backbone.read_index")!.shape).toEqual([100]);
+  const back = DraftHead.fromSafetensors(h.toSafetensors(), small);
+  expect(hex(back.drafterIdentity)).toBe(hex(h.drafterIdentity));
+});
+
 describe("save / load", () => {
   test("round trip preserves identities, config and drafts", () => {
     const path = join(dir, "head.safetensors");
