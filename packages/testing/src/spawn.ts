@@ -54,10 +54,16 @@ export interface ChildHandle {
 }
 
 const children = new Set<ChildHandleImpl>();
+let exitHookInstalled = false;
 
-process.once("exit", () => {
-  for (const c of children) c.child.kill("SIGKILL");
-});
+/** Children still running when the test process exits are killed (installed on first spawn). */
+function installExitHook(): void {
+  if (exitHookInstalled) return;
+  exitHookInstalled = true;
+  process.once("exit", () => {
+    for (const c of children) c.child.kill("SIGKILL");
+  });
+}
 
 const defaultReady = (l: OutputLine): boolean => l.json?.msg === "listening";
 
@@ -184,6 +190,7 @@ export async function spawnBin(
   if (!(Number.isFinite(timeoutMs) && timeoutMs > 0)) {
     throw new TestingError(TestingErrorCode.BAD_OPTION, `option timeoutMs ${timeoutMs} must be > 0`);
   }
+  installExitHook();
   const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), binPath, ...args], {
     stdio: [opts.stdin === undefined ? "ignore" : "pipe", "pipe", "pipe"],
     env: { ...process.env, ...opts.env },
