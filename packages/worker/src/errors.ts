@@ -4,8 +4,6 @@ export const WorkerErrorCode = {
   BAD_OPTION: "WORKER_BAD_OPTION",
   /** A drafter broke the Drafter contract (geometry, identities). */
   BAD_DRAFTER: "WORKER_BAD_DRAFTER",
-  /** The worker is closed. */
-  CLOSED: "WORKER_CLOSED",
 } as const;
 export type WorkerErrorCode = (typeof WorkerErrorCode)[keyof typeof WorkerErrorCode];
 

@@ -803,6 +803,20 @@ describe("transports", () => {
   });
 });
 
+describe("zmq", () => {
+  test("HELLO + STEP over zmq+tcp, and BAD_FRAME for an unreadable header", async () => {
+    const { ep, d, w } = await start({}, "zmq+tcp://127.0.0.1:0");
+    expect(ep.startsWith("zmq+tcp://127.0.0.1:")).toBe(true);
+    const s = await session(ep, d, 91);
+    const r = await s.step([entry({ slot: 0, anchorPos: 2, nRows: 2 })]);
+    expect(r.views!.windowRows[0]).toBe(2);
+    expect(w.debugWindow(0).nRows).toBe(2);
+    const bad = await conn(ep);
+    const a = await bad.send(new Uint8Array(10));
+    expect(a.status).toBe(FrameStatus.BAD_FRAME);
+  });
+});
+
 describe("options", () => {
   test.each([
     ["maxSlots", { maxSlots: 0 }],
