@@ -18,12 +18,15 @@ export type FaultDirection = "up" | "down" | "both";
  * - `corrupt`: the byte at absolute `offset` of a direction's stream (per connection) is XORed with
  *   `mask` (default 0xff) as it passes. Each connection is corrupted at most once per direction.
  * - `refuse`: new connections are accepted and reset at once; existing connections keep working.
+ *
+ * With `relative: true`, `bytes`/`offset` count from where each open connection's stream was when
+ * the fault was set (new connections: from their start), e.g. "corrupt byte 12 of the next reply".
  */
 export type Fault =
   | { kind: "latency"; ms: number; direction?: FaultDirection }
   | { kind: "stall"; direction?: FaultDirection }
-  | { kind: "drop_after"; bytes: number; direction?: FaultDirection }
-  | { kind: "corrupt"; offset: number; direction?: FaultDirection; mask?: number }
+  | { kind: "drop_after"; bytes: number; direction?: FaultDirection; relative?: boolean }
+  | { kind: "corrupt"; offset: number; direction?: FaultDirection; mask?: number; relative?: boolean }
   | { kind: "refuse" };
 
 /** Where the proxy forwards to: a TCP host/port or a unix socket path. */
@@ -112,6 +115,8 @@ function checkFault(f: Fault | null): void {
 class Pipe {
   /** Bytes of this direction's stream seen so far (absolute offset of the next chunk). */
   offset = 0;
+  /** `offset` when the current fault was set (0 for connections opened after): origin of `relative`. */
+  base = 0;
   private readonly queue: QueueItem[] = [];
   private lastDue = 0;
   private timer: NodeJS.Timeout | null = null;
@@ -143,13 +148,14 @@ class Pipe {
     const start = this.offset;
     this.offset += chunk.length;
     if (f !== null && appliesTo(f, this.dir)) {
-      if (f.kind === "corrupt" && f.offset >= start && f.offset < this.offset) {
+      const origin = (f.kind === "corrupt" || f.kind === "drop_after") && f.relative === true ? this.base : 0;
+      if (f.kind === "corrupt" && origin + f.offset >= start && origin + f.offset < this.offset) {
         // 'data' chunks are fresh buffers owned by us, so flipping in place is safe.
-        chunk[f.offset - start]! ^= f.mask ?? 0xff;
+        chunk[origin + f.offset - start]! ^= f.mask ?? 0xff;
         this.proxy.stats.faults.corrupt++;
       }
-      if (f.kind === "drop_after" && this.offset >= f.bytes) {
-        if (f.bytes > start) this.enqueue(chunk.subarray(0, f.bytes - start), f);
+      if (f.kind === "drop_after" && this.offset >= origin + f.bytes) {
+        if (origin + f.bytes > start) this.enqueue(chunk.subarray(0, origin + f.bytes - start), f);
         this.dropping = true;
         this.queue.push(DROP);
         this.pump();
@@ -329,6 +335,7 @@ class FaultProxyImpl implements FaultProxy {
     this.fault = f;
     for (const c of this.conns) {
       for (const p of [c.up, c.down]) {
+        p.base = p.offset;
         if (f !== null && f.kind === "stall" && appliesTo(f, p.dir)) this.stats.faults.stall += p.held();
         p.pump();
       }

@@ -297,6 +297,28 @@ describe("fault: corrupt", () => {
     expect(p.stats.faults.corrupt).toBe(2);
   });
 
+  test("relative offsets count from each open connection's position when the fault is set", async () => {
+    const echo = await startEchoServer();
+    cleanups.push(() => echo.close());
+    const p = await proxyTo(echo.target);
+    const c = await client(p);
+    c.s.write(Buffer.alloc(1000, 1));
+    await c.receive(1000);
+    p.setFault({ kind: "corrupt", offset: 5, direction: "down", relative: true });
+    c.s.write(Buffer.alloc(10, 2));
+    const got = (await c.receive(1010)).subarray(1000);
+    expect([...got]).toEqual([2, 2, 2, 2, 2, 2 ^ 0xff, 2, 2, 2, 2]);
+    // a new connection counts from its own start
+    const d = await client(p);
+    d.s.write(Buffer.alloc(10, 3));
+    expect([...(await d.receive(10))]).toEqual([3, 3, 3, 3, 3, 3 ^ 0xff, 3, 3, 3, 3]);
+    // drop_after relative: 4 more bytes down, then the end
+    p.setFault({ kind: "drop_after", bytes: 4, direction: "down", relative: true });
+    c.s.write(Buffer.alloc(10, 4));
+    await c.closed;
+    expect([...c.received().subarray(1010)]).toEqual([4, 4, 4, 4]);
+  });
+
   test("a corrupted TLS record is rejected by the peer", async () => {
     const creds = makeTlsCredentials();
     const server = tlsCreateServer({ cert: creds.serverCert, key: creds.serverKey }, (s) => {
