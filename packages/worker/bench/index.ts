@@ -136,10 +136,15 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)]!;
 }
 
-function nullCase(slots: number, rowsPer: number): Record<string, number | string> {
+function nullCase(slots: number, rowsPer: number, bufferWindows = 2): Record<string, number | string> {
   const d = new NullDrafter({ numTaps: 3, hidden: 4096, window: 16, numSpec: 4, vocabSize: 2048 });
   const rb = 3 * 4096 * 2;
-  const core = new WorkerCore({ drafter: d, maxSlots: slots, maxRowsPerStep: slots * rowsPer });
+  const core = new WorkerCore({
+    drafter: d,
+    maxSlots: slots,
+    maxRowsPerStep: slots * rowsPer,
+    slotBufferWindows: bufferWindows,
+  });
   hello(core, d, slots, slots * rowsPer);
   const step = new StepBuffer(slots, rowsPer, rb);
   const rings = Array.from({ length: slots }, () => new Uint8Array(2 * 16 * rb));
@@ -177,7 +182,7 @@ function nullCase(slots: number, rowsPer: number): Record<string, number | strin
   const w = (median(worker) * 1000) / slots;
   const c = (median(copy) * 1000) / slots;
   return {
-    case: `null ${slots} slots x ${rowsPer} rows of 3x4096 bf16`,
+    case: `null ${slots} slots x ${rowsPer} rows of 3x4096 bf16, slot buffers of ${bufferWindows}W rows`,
     steps: iters,
     worker_us_per_entry: round(w),
     copy_us_per_entry: round(c),
@@ -287,6 +292,8 @@ const cases: [string, () => Record<string, number | string>][] = [
   ["null", () => nullCase(64, 8)],
   ["null", () => nullCase(256, 1)],
   ["null", () => nullCase(256, 8)],
+  ["null", () => nullCase(64, 8, 4)],
+  ["null", () => nullCase(256, 8, 4)],
   ["reference", referenceCase],
   ["memory", memoryCase],
 ];

@@ -73,6 +73,12 @@ export interface WorkerCoreOptions {
   logger?: WorkerLogger | null;
   /** Monotonic clock in ms for the session lease (default `performance.now`). */
   now?: () => number;
+  /**
+   * A slot's row buffer holds up to this many windows (2..16, default 2). The last W rows stay
+   * contiguous by compacting when the buffer end is reached; more windows mean fewer
+   * compactions (cheaper multi-row appends) for more memory.
+   */
+  slotBufferWindows?: number;
 }
 
 /** A connection as the core sees it: something it can close after an unreadable header. */
@@ -259,7 +265,12 @@ export class WorkerCore {
     this.log = options.logger ?? silentLogger;
     this.now = options.now ?? (() => performance.now());
     this.rowBytes = d.numTaps * d.hidden * 2;
-    this.store = new WindowStore(this.maxSlots, d.window, this.rowBytes);
+    this.store = new WindowStore(
+      this.maxSlots,
+      d.window,
+      this.rowBytes,
+      optInt("slotBufferWindows", options.slotBufferWindows, 2, 2, 16),
+    );
     this.marks = new Uint8Array(this.maxSlots);
     this.failed = new Uint8Array(this.maxSlots);
     this.maxMessageBytes =

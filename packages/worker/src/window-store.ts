@@ -46,6 +46,8 @@ export class WindowStore {
   readonly maxSlots: number;
   readonly window: number;
   readonly rowBytes: number;
+  /** Rows a slot's buffer grows to: `bufferWindows * W`. */
+  readonly maxBufferRows: number;
   private readonly generation: Uint32Array;
   private readonly known: Uint8Array;
   private readonly start: Uint32Array;
@@ -58,7 +60,11 @@ export class WindowStore {
   private nonEmpty = 0;
   private allocatedBytes = 0;
 
-  constructor(maxSlots: number, window: number, rowBytes: number) {
+  /**
+   * @param bufferWindows a slot's buffer holds up to this many windows of rows (2..16, default
+   *   2): more means fewer compactions (each copies up to W-1 rows) and more memory.
+   */
+  constructor(maxSlots: number, window: number, rowBytes: number, bufferWindows = 2) {
     if (!Number.isInteger(maxSlots) || maxSlots < 0) {
       throw new WorkerError("WORKER_BAD_OPTION", `maxSlots ${maxSlots} is not a non-negative integer`);
     }
@@ -68,6 +74,10 @@ export class WindowStore {
     if (!Number.isInteger(rowBytes) || rowBytes < 2) {
       throw new WorkerError("WORKER_BAD_OPTION", `rowBytes ${rowBytes} is not an integer >= 2`);
     }
+    if (!Number.isInteger(bufferWindows) || bufferWindows < 2 || bufferWindows > 16) {
+      throw new WorkerError("WORKER_BAD_OPTION", `bufferWindows ${bufferWindows} is not an integer in 2..16`);
+    }
+    this.maxBufferRows = bufferWindows * window;
     this.maxSlots = maxSlots;
     this.window = window;
     this.rowBytes = rowBytes;
@@ -253,16 +263,21 @@ export class WindowStore {
    */
   private ensureCapacity(slot: number, needRows: number, keepRows: number): Uint8Array {
     const rb = this.rowBytes;
-    const maxRows = 2 * this.window;
+    const maxRows = this.maxBufferRows;
     const cur = this.buffers[slot] ?? null;
-    // A buffer of 2W rows always suffices (callers need at most W rows from row 0) and leaves
-    // W rows of room, so compactions cost at most one extra copy per appended row.
-    if (cur !== null && (cur.byteLength >= needRows * 2 * rb || cur.byteLength >= maxRows * rb)) {
+    // A full-size buffer (at least 2W rows) always suffices: callers need at most W rows from
+    // row 0, and W rows of room keep compactions to at most one extra copy per appended row.
+    // Smaller buffers grow (doubling) when their end is reached rather than compact.
+    if (
+      cur !== null &&
+      (cur.byteLength >= maxRows * rb || (keepRows === 0 && cur.byteLength >= needRows * rb))
+    ) {
       const s = this.start[slot]! * rb;
       if (keepRows > 0 && s > 0) cur.copyWithin(0, s, s + keepRows * rb);
       return cur;
     }
-    let rows = cur === null ? Math.min(maxRows, MIN_CAPACITY_ROWS) : cur.byteLength / rb;
+    let rows =
+      cur === null ? Math.min(maxRows, MIN_CAPACITY_ROWS) : Math.min(maxRows, (cur.byteLength / rb) * 2);
     while (rows < needRows * 2 && rows < maxRows) rows = Math.min(maxRows, rows * 2);
     const next = this.takeBuffer(rows * rb);
     if (cur !== null) {
@@ -290,7 +305,7 @@ export class WindowStore {
   }
 
   private giveBack(buf: Uint8Array): void {
-    if (this.pool.length < POOL_LIMIT && buf.byteLength === 2 * this.window * this.rowBytes) {
+    if (this.pool.length < POOL_LIMIT && buf.byteLength === this.maxBufferRows * this.rowBytes) {
       this.pool.push(buf);
     } else {
       this.allocatedBytes -= buf.byteLength;

@@ -826,6 +826,7 @@ describe("options", () => {
     ["name", { name: "x".repeat(33) }],
     ["token", { token: "" }],
     ["listen", { listen: [] }],
+    ["slotBufferWindows", { slotBufferWindows: 1 }],
   ])("bad %s is refused naming it", async (name, over) => {
     await expect(createWorker({ drafter: nullDrafter(), ...(over as object) })).rejects.toThrow(name);
   });

@@ -116,6 +116,15 @@ describe("WindowStore (CONTRACT 7.1, 7.2)", () => {
     expect(s.debugWindow(3)).toMatchObject({ known: false, nRows: 0 });
   });
 
+  test("bufferWindows bounds the slot buffer and is validated", () => {
+    const s = new WindowStore(1, 4, RB, 4);
+    s.checkGeneration(0, 1);
+    for (let p = 0; p < 100; p++) s.applyRows(0, p, 1, rowsFor(p, 1), 0, false);
+    expect(s.bytesAllocated).toBe(16 * RB);
+    expect(positionsOf(s.debugWindow(0).rows)).toEqual([96, 97, 98, 99]);
+    expect(() => new WindowStore(1, 4, RB, 1)).toThrow("bufferWindows");
+  });
+
   test("dropFrom forgets slots at and above the bound", () => {
     const s = new WindowStore(4, 4, RB);
     for (let slot = 0; slot < 4; slot++) {
@@ -159,41 +168,46 @@ describe("WindowStore (CONTRACT 7.1, 7.2)", () => {
       fc.record({ kind: fc.constant("gen" as const), d: fc.integer({ min: -2, max: 2 }) }),
     );
     fc.assert(
-      fc.property(fc.integer({ min: 1, max: 9 }), fc.array(op, { maxLength: 60 }), (W, ops) => {
-        const s = new WindowStore(1, W, RB);
-        let gen = 100;
-        s.checkGeneration(0, gen);
-        let model: number[] = [];
-        for (const o of ops) {
-          if (o.kind === "release") {
-            s.release(0);
-            model = [];
-          } else if (o.kind === "gen") {
-            const g = gen + o.d;
-            const r = s.checkGeneration(0, g);
-            if (o.d > 0) {
-              expect(r).toBe(GenerationCheck.RESET);
-              gen = g;
+      fc.property(
+        fc.integer({ min: 1, max: 9 }),
+        fc.integer({ min: 2, max: 5 }),
+        fc.array(op, { maxLength: 60 }),
+        (W, bw, ops) => {
+          const s = new WindowStore(1, W, RB, bw);
+          let gen = 100;
+          s.checkGeneration(0, gen);
+          let model: number[] = [];
+          for (const o of ops) {
+            if (o.kind === "release") {
+              s.release(0);
               model = [];
+            } else if (o.kind === "gen") {
+              const g = gen + o.d;
+              const r = s.checkGeneration(0, g);
+              if (o.d > 0) {
+                expect(r).toBe(GenerationCheck.RESET);
+                gen = g;
+                model = [];
+              } else {
+                expect(r).toBe(o.d === 0 ? GenerationCheck.SAME : GenerationCheck.STALE);
+              }
             } else {
-              expect(r).toBe(o.d === 0 ? GenerationCheck.SAME : GenerationCheck.STALE);
+              const start =
+                o.kind === "append" ? (model.length > 0 ? model[model.length - 1]! + 1 : 0) : o.start;
+              const resync = o.kind === "rows" && o.resync;
+              s.applyRows(0, start, o.n, rowsFor(start, o.n), 0, resync);
+              const connects = model.length === 0 ? start === 0 : model[model.length - 1]! + 1 === start;
+              const carried = range(start, start + o.n);
+              model = resync || !connects ? carried : [...model, ...carried];
+              model = model.slice(Math.max(0, model.length - W));
             }
-          } else {
-            const start =
-              o.kind === "append" ? (model.length > 0 ? model[model.length - 1]! + 1 : 0) : o.start;
-            const resync = o.kind === "rows" && o.resync;
-            s.applyRows(0, start, o.n, rowsFor(start, o.n), 0, resync);
-            const connects = model.length === 0 ? start === 0 : model[model.length - 1]! + 1 === start;
-            const carried = range(start, start + o.n);
-            model = resync || !connects ? carried : [...model, ...carried];
-            model = model.slice(Math.max(0, model.length - W));
+            const w = s.debugWindow(0);
+            expect(positionsOf(w.rows)).toEqual(model);
+            if (model.length > 0) expect(w.firstPos).toBe(model[0]);
+            expect(s.windowsHeld).toBe(model.length > 0 ? 1 : 0);
           }
-          const w = s.debugWindow(0);
-          expect(positionsOf(w.rows)).toEqual(model);
-          if (model.length > 0) expect(w.firstPos).toBe(model[0]);
-          expect(s.windowsHeld).toBe(model.length > 0 ? 1 : 0);
-        }
-      }),
+        },
+      ),
       { numRuns: 300 },
     );
   });
