@@ -133,6 +133,12 @@ export interface RoundCoreOptions {
   client: RoundClient;
   /** Confidence-scheduled verification; without it every draft's depth is its k. */
   depthPolicy?: DepthPolicy;
+  /**
+   * How rows leave: `"stage"` (default) copies them from the rings into the client's send
+   * buffer at `24 + rows_offset_for(n)` and sends one message; `"parts"` sends the prefix
+   * followed by views of the rings (scatter/gather, no copy of the rows after the ring).
+   */
+  rowsMode?: "stage" | "parts";
 }
 
 /** What RoundCore keeps for one slot, for inspection in tests and tools. */
@@ -234,6 +240,8 @@ function isU32(v: number): boolean {
 export class RoundCore {
   readonly client: RoundClient;
   readonly depthPolicy: DepthPolicy | null;
+  readonly rowsMode: "stage" | "parts";
+  readonly #parts: Uint8Array[] = [];
   readonly #W: number;
   readonly #N: number;
   readonly #rowBytes: number;
@@ -264,8 +272,13 @@ export class RoundCore {
     if (dp !== undefined && (dp === null || typeof dp.allocate !== "function")) {
       throw new ClientError("CLIENT_BAD_OPTION", "depthPolicy must be a DepthPolicy");
     }
+    const mode = options.rowsMode ?? "stage";
+    if (mode !== "stage" && mode !== "parts") {
+      throw new ClientError("CLIENT_BAD_OPTION", `rowsMode must be "stage" or "parts", got ${String(mode)}`);
+    }
     this.client = c;
     this.depthPolicy = dp ?? null;
+    this.rowsMode = mode;
     const o = c.options;
     this.#W = o.window;
     this.#N = o.numSpec;
@@ -363,6 +376,20 @@ export class RoundCore {
       const run = Math.min(b - p, W - idx);
       dst.set(ring.subarray(idx * rb, (idx + run) * rb), off);
       off += run * rb;
+      p += run;
+    }
+  }
+
+  // views of ring positions [a, b) appended to out (one, or two across the wrap)
+  #ringViews(s: Slot, a: number, b: number, out: Uint8Array[]): void {
+    const W = this.#W;
+    const rb = this.#rowBytes;
+    const ring = s.ring!;
+    let p = a;
+    while (p < b) {
+      const idx = p % W;
+      const run = Math.min(b - p, W - idx);
+      out.push(ring.subarray(idx * rb, (idx + run) * rb));
       p += run;
     }
   }
@@ -574,6 +601,9 @@ export class RoundCore {
     // 3. entries, then rows staged straight into the send buffer (CONTRACT 7.3)
     const buf = client.sendBuffer;
     let off = client.rowsOffset(nEntries);
+    const parts = this.#parts;
+    const asParts = this.rowsMode === "parts";
+    parts.length = 0;
     let e = 0;
     for (let o = 0; o < nOrd; o++) {
       const i = order[o]!;
@@ -601,7 +631,9 @@ export class RoundCore {
         m.tempMilli = src.tempMilli;
       }
       if (resync) res.resynced++;
-      if (count > 0) {
+      if (count > 0 && asParts) {
+        this.#ringViews(s, start, start + count, parts);
+      } else if (count > 0) {
         this.#copyRing(s, start, start + count, buf, off);
         off += count * rb;
       }
@@ -642,6 +674,7 @@ export class RoundCore {
       nRows: totalRows,
       sampleMeta: this.#sampled ? this.#meta : null,
       epoch,
+      ...(asParts ? { rows: parts } : {}),
     });
     res.outcome = outcome.reason;
     res.rttUs = outcome.rttUs;

@@ -70,6 +70,7 @@ class FakeClient implements RoundClient {
   steps: { entries: { slot: number; flags: number; nRows: number; rowStart: number }[] }[] = [];
   newSessions: string[] = [];
   resets = 0;
+  partsSteps = 0;
 
   constructor(maxRowsPerStep = 10) {
     this.options.maxRowsPerStep = maxRowsPerStep;
@@ -158,6 +159,15 @@ class FakeClient implements RoundClient {
     });
     if (call.epoch !== this.epoch) return fail("reconnected", false);
     const n = call.nEntries ?? call.entries.length;
+    if (call.rows !== undefined) {
+      // parts mode: gather them where a staged STEP would hold them
+      let off = this.rowsOffset(n);
+      for (const r of call.rows) {
+        this.sendBuffer.set(r, off);
+        off += r.length;
+      }
+      this.partsSteps++;
+    }
     const len = writeStepPrefix(this.sendBuffer, {
       seq: 1,
       session: 1,

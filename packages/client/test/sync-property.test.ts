@@ -105,76 +105,80 @@ const outcomes = new Map<string, number>();
 
 test("random rounds and faults: after a good round the worker's windows equal the rings", async () => {
   await fc.assert(
-    fc.asyncProperty(fc.array(opArb, { minLength: 1, maxLength: 20 }), async (ops) => {
-      proxy.setFault(null);
-      const client = new RemoteDraftClient(
-        clientOptions(proxy.endpoint, { requestTimeoutMs: 150, backoffMs: 2, backoffMaxMs: 5 }),
-      );
-      const core = new RoundCore({ client });
-      try {
-        expect(await client.waitReady(10_000)).toBe(true);
-        const eng = new Engine();
-        eng.reqs.set(0, { gen: eng.gen++, anchor: 11, sent: 0 });
-        eng.reqs.set(3, { gen: eng.gen++, anchor: 2, sent: 0 });
-        let release: number[] = [];
-        for (const o of ops) {
-          let faulted = false;
-          if (o.op === "start") {
-            eng.reqs.set(o.slot, { gen: eng.gen++, anchor: o.prompt, sent: 0 });
-            release = release.filter((s) => s !== o.slot);
-          } else if (o.op === "accept") {
-            for (const r of eng.reqs.values()) r.anchor += o.n;
-          } else if (o.op === "finish") {
-            if (eng.reqs.delete(o.slot)) release.push(o.slot);
-          } else if (o.op === "fault") {
-            proxy.setFault(o.fault);
-            faulted = true;
-          } else if (o.ev === "markFailed") {
-            client.markFailed("property");
-          } else if (o.ev === "newSession") {
-            client.newSession("property");
-          } else if (client.ready) {
-            await core.reset().catch(() => undefined);
-          }
-          const res = await core.round({ requests: eng.input(), release });
-          release = [];
-          checkDrafts(res);
-          outcomes.set(res.outcome, (outcomes.get(res.outcome) ?? 0) + 1);
-          if (faulted) {
-            proxy.setFault(null);
-            proxy.dropAll();
-            await until(() => client.ready, 10_000, "ready after a fault");
-          }
-        }
+    fc.asyncProperty(
+      fc.array(opArb, { minLength: 1, maxLength: 20 }),
+      fc.constantFrom<"stage" | "parts">("stage", "parts"),
+      async (ops, rowsMode) => {
         proxy.setFault(null);
-        // rounds until one succeeds with nothing deferred and every slot synced
-        let synced = false;
-        for (let i = 0; i < 50 && !synced; i++) {
-          await until(() => client.ready, 10_000, "ready");
-          const res = await core.round({ requests: eng.input(), release });
-          release = [];
-          checkDrafts(res);
-          synced =
-            (res.outcome === "ok" || res.outcome === "idle") &&
-            res.deferred === 0 &&
-            [...eng.reqs.keys()].every((s) => !core.slotView(s).needResync);
+        const client = new RemoteDraftClient(
+          clientOptions(proxy.endpoint, { requestTimeoutMs: 150, backoffMs: 2, backoffMaxMs: 5 }),
+        );
+        const core = new RoundCore({ client, rowsMode });
+        try {
+          expect(await client.waitReady(10_000)).toBe(true);
+          const eng = new Engine();
+          eng.reqs.set(0, { gen: eng.gen++, anchor: 11, sent: 0 });
+          eng.reqs.set(3, { gen: eng.gen++, anchor: 2, sent: 0 });
+          let release: number[] = [];
+          for (const o of ops) {
+            let faulted = false;
+            if (o.op === "start") {
+              eng.reqs.set(o.slot, { gen: eng.gen++, anchor: o.prompt, sent: 0 });
+              release = release.filter((s) => s !== o.slot);
+            } else if (o.op === "accept") {
+              for (const r of eng.reqs.values()) r.anchor += o.n;
+            } else if (o.op === "finish") {
+              if (eng.reqs.delete(o.slot)) release.push(o.slot);
+            } else if (o.op === "fault") {
+              proxy.setFault(o.fault);
+              faulted = true;
+            } else if (o.ev === "markFailed") {
+              client.markFailed("property");
+            } else if (o.ev === "newSession") {
+              client.newSession("property");
+            } else if (client.ready) {
+              await core.reset().catch(() => undefined);
+            }
+            const res = await core.round({ requests: eng.input(), release });
+            release = [];
+            checkDrafts(res);
+            outcomes.set(res.outcome, (outcomes.get(res.outcome) ?? 0) + 1);
+            if (faulted) {
+              proxy.setFault(null);
+              proxy.dropAll();
+              await until(() => client.ready, 10_000, "ready after a fault");
+            }
+          }
+          proxy.setFault(null);
+          // rounds until one succeeds with nothing deferred and every slot synced
+          let synced = false;
+          for (let i = 0; i < 50 && !synced; i++) {
+            await until(() => client.ready, 10_000, "ready");
+            const res = await core.round({ requests: eng.input(), release });
+            release = [];
+            checkDrafts(res);
+            synced =
+              (res.outcome === "ok" || res.outcome === "idle") &&
+              res.deferred === 0 &&
+              [...eng.reqs.keys()].every((s) => !core.slotView(s).needResync);
+          }
+          expect(synced).toBe(true);
+          for (const [slot, r] of eng.reqs) {
+            const win = worker.debugWindow(slot);
+            const ring = core.slotView(slot);
+            const want = Math.min(GEO.window, r.anchor);
+            expect(win.generation).toBe(r.gen);
+            expect(win.nRows).toBe(want);
+            if (want > 0) expect(win.firstPos + win.nRows).toBe(r.anchor);
+            expect(Buffer.from(win.rows)).toEqual(
+              Buffer.from(ring.rows.subarray(ring.rows.length - want * ROW_BYTES)),
+            );
+          }
+        } finally {
+          await client.close();
         }
-        expect(synced).toBe(true);
-        for (const [slot, r] of eng.reqs) {
-          const win = worker.debugWindow(slot);
-          const ring = core.slotView(slot);
-          const want = Math.min(GEO.window, r.anchor);
-          expect(win.generation).toBe(r.gen);
-          expect(win.nRows).toBe(want);
-          if (want > 0) expect(win.firstPos + win.nRows).toBe(r.anchor);
-          expect(Buffer.from(win.rows)).toEqual(
-            Buffer.from(ring.rows.subarray(ring.rows.length - want * ROW_BYTES)),
-          );
-        }
-      } finally {
-        await client.close();
-      }
-    }),
+      },
+    ),
     { numRuns: 25 },
   );
   // the run exercised both sides: good rounds and rounds with an unknown outcome

@@ -89,39 +89,42 @@ async function stats(c: RemoteDraftClient): Promise<Record<string, unknown>> {
 }
 
 describe.each(["tcp", "unix", "zmq+tcp"] as const)("real worker over %s", (scheme) => {
-  test("rounds: resync then new rows, drafts for every request, RELEASE frees the window", async () => {
-    const { endpoint } = await spawnWorker(endpointFor(scheme));
-    const c = client(endpoint);
-    const core = new RoundCore({ client: c });
-    expect(await c.waitReady(10_000)).toBe(true);
-    const eng = new Engine();
-    eng.start(0, 12);
-    eng.start(5, 3);
-    let r = await core.round({ requests: eng.input() });
-    expect(r.outcome).toBe("ok");
-    expect(r.resynced).toBe(2);
-    expect(r.drafts.map((d) => [d.reason, d.k])).toEqual([
-      ["ok", GEO.numSpec],
-      ["ok", GEO.numSpec],
-    ]);
-    eng.advance(2);
-    r = await core.round({ requests: eng.input() });
-    expect(r.resynced).toBe(0);
-    expect(r.rowsSent).toBe(4);
-    expect(r.drafts.every((d) => d.reason === "ok")).toBe(true);
-    expect((await stats(c)).windows_held).toBe(2);
-    eng.reqs.delete(5);
-    r = await core.round({ requests: eng.input(), release: [5] });
-    expect(r.released).toBe(1);
-    expect((await stats(c)).windows_held).toBe(1);
-    expect(await c.ping(new Uint8Array([9]))).toBeGreaterThan(0);
-    await core.reset();
-    expect((await stats(c)).windows_held).toBe(0);
-    eng.advance(1);
-    r = await core.round({ requests: eng.input() });
-    expect(r.resynced).toBe(1);
-    expect(r.drafts[0]!.reason).toBe("ok");
-  });
+  test.each(["stage", "parts"] as const)(
+    "rounds (%s): resync then new rows, drafts, RELEASE frees the window",
+    async (rowsMode) => {
+      const { endpoint } = await spawnWorker(endpointFor(scheme));
+      const c = client(endpoint);
+      const core = new RoundCore({ client: c, rowsMode });
+      expect(await c.waitReady(10_000)).toBe(true);
+      const eng = new Engine();
+      eng.start(0, 12);
+      eng.start(5, 3);
+      let r = await core.round({ requests: eng.input() });
+      expect(r.outcome).toBe("ok");
+      expect(r.resynced).toBe(2);
+      expect(r.drafts.map((d) => [d.reason, d.k])).toEqual([
+        ["ok", GEO.numSpec],
+        ["ok", GEO.numSpec],
+      ]);
+      eng.advance(2);
+      r = await core.round({ requests: eng.input() });
+      expect(r.resynced).toBe(0);
+      expect(r.rowsSent).toBe(4);
+      expect(r.drafts.every((d) => d.reason === "ok")).toBe(true);
+      expect((await stats(c)).windows_held).toBe(2);
+      eng.reqs.delete(5);
+      r = await core.round({ requests: eng.input(), release: [5] });
+      expect(r.released).toBe(1);
+      expect((await stats(c)).windows_held).toBe(1);
+      expect(await c.ping(new Uint8Array([9]))).toBeGreaterThan(0);
+      await core.reset();
+      expect((await stats(c)).windows_held).toBe(0);
+      eng.advance(1);
+      r = await core.round({ requests: eng.input() });
+      expect(r.resynced).toBe(1);
+      expect(r.drafts[0]!.reason).toBe("ok");
+    },
+  );
 
   test("worker killed and restarted: same identities reconnect and resync; other identities disable", async () => {
     const first = await spawnWorker(endpointFor(scheme));
