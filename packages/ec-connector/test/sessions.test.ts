@@ -399,6 +399,23 @@ describe("ConsumerSession + ProducerSession over the loopback data plane (EC-CON
     expect(p.cache.get("img")!.pins).toBe(0);
   });
 
+  it("a notification still in flight when the same key is re-granted is stale: it does not end the new grant", () => {
+    const { clock, p, c } = setup();
+    start(c, clock, "img", 200);
+    step(p, c, clock); // read 1 done; its notification waits in the producer's data plane
+    c.cache.markReady("img", c.session.takeResults().completed[0]!.crc32);
+    c.cache.free("img");
+    start(c, clock, "img", 200); // same session, same key, reaches the producer in the same step
+    p.session.pollStep(); // regrant first (4.1 order), then the old notification is drained
+    expect(p.data.stats.staleNotifications).toBe(1);
+    expect(p.cache.get("img")!.pins).toBe(1); // the new grant holds its pin
+    c.session.poll(p.router.take(c.identity), clock.now());
+    expect(c.session.takeResults().completed).toHaveLength(1); // read 2 is served
+    p.session.pollStep();
+    expect(p.cache.get("img")!.pins).toBe(0);
+    expect(counters(p.registry)["producer_regrants"]).toBe(1);
+  });
+
   it("producer restart: new metadata -> the consumer re-registers the peer", () => {
     const clock = new Clock();
     const fabric = new LoopbackFabric({ now: clock.now });

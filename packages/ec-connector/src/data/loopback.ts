@@ -1,11 +1,19 @@
 import { crc32 } from "../crc.js";
 import { checkIntOption, EcError } from "../errors.js";
-import type { AgentMetadata, DataTransport, ReadOptions, XferHandle, XferHandleState } from "./transport.js";
+import type {
+  AgentMetadata,
+  DataTransport,
+  Notif,
+  ReadOptions,
+  XferHandle,
+  XferHandleState,
+} from "./transport.js";
 import {
   agentNameOf,
   checkReadShape,
   decodeAgentMetadata,
   decodeMemDescriptor,
+  deliverNotifs,
   encodeAgentMetadata,
   encodeMemDescriptor,
   newInstanceId,
@@ -89,7 +97,7 @@ export class LoopbackDataTransport implements DataTransport {
   readonly meta: AgentMetadata;
   onNotification: (() => void) | null = null;
   /** Reads served / refused by this agent as the remote side (5.3). */
-  readonly stats = { served: 0, refused: 0, landedAfterRelease: 0 };
+  readonly stats = { served: 0, refused: 0, landedAfterRelease: 0, staleNotifications: 0 };
 
   readonly #fabric: LoopbackFabric;
   readonly #region: Uint8Array;
@@ -99,7 +107,7 @@ export class LoopbackDataTransport implements DataTransport {
   readonly #reads = new Map<XferHandle, Read>();
   readonly #late: Read[] = [];
   readonly #peers = new Map<string, LoopbackDataTransport>();
-  readonly #notifs = new Map<string, Uint8Array[]>();
+  readonly #notifs: Notif[] = [];
   readonly #faults: LoopbackFault[] = [];
   #sticky: LoopbackFault | null = null;
   #nextHandle = 1;
@@ -264,9 +272,11 @@ export class LoopbackDataTransport implements DataTransport {
   }
 
   getNewNotifs(): Map<string, Uint8Array[]> {
-    const out = new Map(this.#notifs);
-    this.#notifs.clear();
-    return out;
+    return deliverNotifs(this.#notifs, this.#grants, {
+      inc: () => {
+        this.stats.staleNotifications++;
+      },
+    });
   }
 
   grant(key: string, blocks: readonly number[], deadline: number): void {
@@ -330,10 +340,8 @@ export class LoopbackDataTransport implements DataTransport {
     r.crc = r.checksum ? crc : null;
     r.state = "DONE";
     if (r.fault?.kind !== "lost_notification") {
-      const from = agentNameOf(this.meta);
-      const list = remote.#notifs.get(from) ?? [];
-      list.push(r.notif);
-      remote.#notifs.set(from, list);
+      const grant = remote.#grants.get(r.key) ?? null;
+      remote.#notifs.push({ from: agentNameOf(this.meta), key: r.key, msg: r.notif, grant });
       remote.onNotification?.();
     }
   }

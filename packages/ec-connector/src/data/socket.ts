@@ -11,6 +11,7 @@ import type {
   AgentMetadata,
   DataTransport,
   MemDescriptor,
+  Notif,
   ReadOptions,
   XferHandle,
   XferHandleState,
@@ -20,6 +21,7 @@ import {
   checkReadShape,
   decodeAgentMetadata,
   decodeMemDescriptor,
+  deliverNotifs,
   encodeAgentMetadata,
   encodeMemDescriptor,
   newInstanceId,
@@ -79,6 +81,11 @@ interface Peer {
 interface Read {
   handle: XferHandle;
   local: readonly number[];
+  /** Destination as runs of contiguous blocks: region byte offsets and lengths (trimmed to nbytes). */
+  segStart: number[];
+  segLen: number[];
+  seg: number;
+  segOff: number;
   nbytes: number;
   received: number;
   checksum: boolean;
@@ -106,6 +113,8 @@ interface ReaderConn {
 
 interface ServerConn {
   socket: net.Socket;
+  /** The grant that authorised the current/last stream (its notification completes only that grant). */
+  grant: Grant | null;
   buf: Buffer;
   /** Key being streamed, or awaiting its notification. */
   key: Uint8Array | null;
@@ -123,6 +132,7 @@ interface DataMetrics {
   connections: Gauge;
   readErrors: Counter;
   bytesReceived: Counter;
+  staleNotifications: Counter;
 }
 
 function dataMetrics(r: Registry): DataMetrics {
@@ -135,6 +145,10 @@ function dataMetrics(r: Registry): DataMetrics {
     connections: r.gauge("data_server_connections", "open data-server connections"),
     readErrors: r.counter("data_read_errors", "reads that ended ERR at this reader"),
     bytesReceived: r.counter("data_bytes_received", "block bytes received by this reader"),
+    staleNotifications: r.counter(
+      "data_stale_notifications",
+      "notifications dropped because their grant was replaced or revoked meanwhile",
+    ),
   };
 }
 
@@ -177,7 +191,7 @@ export class SocketDataTransport implements DataTransport {
   readonly #serverConns = new Set<ServerConn>();
   readonly #peers = new Map<string, Peer>();
   readonly #reads = new Map<XferHandle, Read>();
-  readonly #notifs = new Map<string, Uint8Array[]>();
+  readonly #notifs: Notif[] = [];
   readonly #faults: SocketFault[] = [];
   #nextHandle = 1;
   #closed = false;
@@ -331,6 +345,9 @@ export class SocketDataTransport implements DataTransport {
     const read: Read = {
       handle: this.#nextHandle++,
       local: [...localBlocks],
+      ...segments(localBlocks, this.#bb, nbytes),
+      seg: 0,
+      segOff: 0,
       nbytes,
       received: 0,
       checksum: options.checksum === true,
@@ -384,9 +401,7 @@ export class SocketDataTransport implements DataTransport {
   }
 
   getNewNotifs(): Map<string, Uint8Array[]> {
-    const out = new Map(this.#notifs);
-    this.#notifs.clear();
-    return out;
+    return deliverNotifs(this.#notifs, this.#grants, this.#m.staleNotifications);
   }
 
   grant(key: string, blocks: readonly number[], deadline: number): void {
@@ -457,12 +472,10 @@ export class SocketDataTransport implements DataTransport {
   /** Where the kernel writes the next bytes: the header scratch, or straight into the destination block. */
   #nextBuffer(conn: ReaderConn): Uint8Array {
     const r = conn.read;
-    if (conn.phase === "body" && r !== null) {
-      const bi = Math.floor(r.received / this.#bb);
-      const inBlock = r.received - bi * this.#bb;
-      const n = Math.min(this.#bb - inBlock, r.nbytes - r.received);
-      const start = r.local[bi]! * this.#bb + inBlock;
-      return this.#region.subarray(start, start + n);
+    if (conn.phase === "body" && r !== null && r.seg < r.segStart.length) {
+      // The rest of the current run of contiguous destination blocks: one recv can fill it.
+      const start = r.segStart[r.seg]! + r.segOff;
+      return this.#region.subarray(start, start + r.segLen[r.seg]! - r.segOff);
     }
     if (conn.phase === "hdr") return conn.scratch.subarray(LEN_BYTES + conn.filled, LEN_BYTES + conn.hdrLen);
     return conn.scratch.subarray(conn.filled, LEN_BYTES);
@@ -472,8 +485,18 @@ export class SocketDataTransport implements DataTransport {
     if (conn.dead) return false;
     const r = conn.read;
     if (conn.phase === "body" && r !== null) {
+      if (r.fault?.kind === "corrupt") {
+        // Wire corruption as the bytes land (before the CRC sees them).
+        buf[0] = buf[0]! ^ 0xff;
+        r.fault = null;
+      }
       if (r.checksum) r.crc = crc32(buf.subarray(0, n), r.crc);
       r.received += n;
+      r.segOff += n;
+      if (r.segOff === r.segLen[r.seg]) {
+        r.seg++;
+        r.segOff = 0;
+      }
       this.#m.bytesReceived.inc(n);
       if (r.received === r.nbytes) this.#finish(conn, r);
       else if (r.fault !== null && r.received * 2 >= r.nbytes) this.#midFault(conn, r);
@@ -524,10 +547,6 @@ export class SocketDataTransport implements DataTransport {
       setTimeout(() => {
         if (!conn.dead) conn.socket.resume();
       }, f.ms).unref();
-    } else if (f.kind === "corrupt") {
-      const first = r.local[0]! * this.#bb;
-      this.#region[first] = this.#region[first]! ^ 0xff;
-      r.fault = null;
     }
   }
 
@@ -592,6 +611,7 @@ export class SocketDataTransport implements DataTransport {
     socket.setNoDelay(true);
     const c: ServerConn = {
       socket,
+      grant: null,
       buf: Buffer.alloc(0),
       key: null,
       keyStr: "",
@@ -643,9 +663,8 @@ export class SocketDataTransport implements DataTransport {
       }
       this.#streams.get(c.keyStr)?.delete(c);
       c.key = null;
-      const list = this.#notifs.get(c.reader) ?? [];
-      list.push(Uint8Array.from(msg));
-      this.#notifs.set(c.reader, list);
+      this.#notifs.push({ from: c.reader, key: c.keyStr, msg: Uint8Array.from(msg), grant: c.grant });
+      c.grant = null;
       this.#m.notifications.inc();
       this.onNotification?.();
       return;
@@ -694,6 +713,7 @@ export class SocketDataTransport implements DataTransport {
     }
     c.key = Uint8Array.from(key);
     c.keyStr = keyStr;
+    c.grant = g!;
     c.reader = reader;
     c.streaming = true;
     let set = this.#streams.get(keyStr);
@@ -709,10 +729,11 @@ export class SocketDataTransport implements DataTransport {
   async #stream(c: ServerConn, blocks: readonly number[], nbytes: number): Promise<void> {
     const s = c.socket;
     s.write(frame({ op: "data", nbytes }));
+    const { segStart, segLen } = segments(blocks, this.#bb, nbytes);
     let sent = 0;
-    for (let i = 0; i < blocks.length && sent < nbytes; i++) {
-      const base = blocks[i]! * this.#bb;
-      const n = Math.min(this.#bb, nbytes - sent);
+    for (let i = 0; i < segStart.length; i++) {
+      const base = segStart[i]!;
+      const n = segLen[i]!;
       for (let off = 0; off < n; off += this.#chunk) {
         if (s.destroyed) return;
         const len = Math.min(this.#chunk, n - off);
@@ -734,6 +755,29 @@ export class SocketDataTransport implements DataTransport {
     this.#log.warn({ why }, "malformed data-plane frame; closing the connection");
     c.socket.destroy();
   }
+}
+
+/** Runs of consecutive block ids as region byte ranges covering the first `nbytes` bytes. */
+function segments(
+  blocks: readonly number[],
+  bb: number,
+  nbytes: number,
+): { segStart: number[]; segLen: number[] } {
+  const segStart: number[] = [];
+  const segLen: number[] = [];
+  let left = nbytes;
+  for (let i = 0; i < blocks.length && left > 0; i++) {
+    const n = Math.min(bb, left);
+    const start = blocks[i]! * bb;
+    const last = segStart.length - 1;
+    if (last >= 0 && segStart[last]! + segLen[last]! === start) segLen[last]! += n;
+    else {
+      segStart.push(start);
+      segLen.push(n);
+    }
+    left -= n;
+  }
+  return { segStart, segLen };
 }
 
 function sleep(ms: number): Promise<void> {

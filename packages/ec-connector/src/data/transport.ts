@@ -187,3 +187,35 @@ export function parseDataEndpoint(endpoint: string): { host: string; port: numbe
   const host = m[1]!.startsWith("[") ? m[1]!.slice(1, -1) : m[1]!;
   return { host, port };
 }
+
+/** A received notification and the grant instance whose read it completes. */
+export interface Notif {
+  from: string;
+  key: string;
+  msg: Uint8Array;
+  grant: object | null;
+}
+
+/**
+ * Hands out received notifications, dropping stale ones (internal, both server transports): a
+ * notification completes the grant *instance* that authorised its read. If that grant has since
+ * been replaced (the consumer re-requested the same key while the notification was in flight) or
+ * revoked, delivering it would end the new grant and unpin blocks a read may be streaming.
+ */
+export function deliverNotifs(
+  queue: Notif[],
+  grants: ReadonlyMap<string, object>,
+  stale: { inc(n?: number): void },
+): Map<string, Uint8Array[]> {
+  const out = new Map<string, Uint8Array[]>();
+  for (const n of queue.splice(0)) {
+    if (n.grant === null || grants.get(n.key) !== n.grant) {
+      stale.inc();
+      continue;
+    }
+    const list = out.get(n.from) ?? [];
+    list.push(n.msg);
+    out.set(n.from, list);
+  }
+  return out;
+}
