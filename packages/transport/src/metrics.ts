@@ -20,7 +20,7 @@ export function serverMetrics(r: Registry): ServerMetrics {
     bytesOut: r.counter("transport_server_bytes_out", "bytes sent, length prefixes included"),
     errors: r.counter(
       "transport_server_errors",
-      "connections ended by an error: handler threw, bad reply, protocol, socket error",
+      "connections ended by an error: handler threw, bad reply, truncated request, socket error",
     ),
     tooLarge: r.counter("transport_server_too_large", "messages refused above maxMessageBytes"),
   };

@@ -46,6 +46,8 @@ class Conn implements ConnInfo {
   private waitingWrite = false;
   private readonly backlog: Buffer[] = [];
   private closed = false;
+  /** A socket error was seen (and counted). */
+  private errored = false;
   closeAfterReply = false;
 
   constructor(id: number, sock: net.Socket, srv: StreamServer, cfg: StreamServerConfig) {
@@ -267,9 +269,13 @@ class Conn implements ConnInfo {
 
   private readonly onError = (): void => {
     if (!this.closed) this.cfg.metrics.errors.inc();
+    this.errored = true;
   };
 
   private readonly onClose = (): void => {
+    // CONTRACT 3: the peer went away in the middle of a frame: a truncated request, dropped
+    // (never handed to the handler) and counted, unless the socket error was counted already.
+    if (!this.closed && !this.errored && this.hdrGot > 0) this.cfg.metrics.errors.inc();
     this.closed = true;
     this.backlog.length = 0;
     this.srv.removeConn(this);

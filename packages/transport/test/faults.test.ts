@@ -70,12 +70,12 @@ for (const t of matrix()) {
 
     test("a server killed mid-request: CLOSED (not a timeout)", async () => {
       const child = await spawnServer(t);
-      cleanups.push(() => child.proc.kill("SIGKILL"));
+      cleanups.push(() => child.child.kill("SIGKILL"));
       const c = client(child.endpoint, t.client);
       await c.connect(10_000);
       const p = c.request(Buffer.from("hang"), Buffer.alloc(16), 30_000);
       await child.hanging;
-      child.proc.kill("SIGKILL");
+      void child.child.kill("SIGKILL");
       expect(await codeOf(p)).toBe("TRANSPORT_CLOSED");
       expect(c.connected).toBe(false);
     });

@@ -1,112 +1,13 @@
-// Test helpers kept inside this package (the shared @tapwire/testing package was not available
-// when these tests were written; see README "Testing").
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+// Shared test environment: the scheme matrix, deterministic payloads. Socket paths and TLS
+// credentials come from the private @tapwire/testing package.
+import { makeTlsCredentials, uniqueSocketPath } from "@tapwire/testing";
 import type { ClientOptions, ServerOptions } from "../../src/index.js";
 
-let seq = 0;
+export { uniqueSocketPath };
 
-/** A fresh unix socket path, short enough for sun_path. */
-export function uniqueSocketPath(tag: string): string {
-  seq++;
-  return `/tmp/twt-${process.pid}-${tag}-${seq}-${Math.random().toString(36).slice(2, 8)}.sock`;
-}
-
-export interface TlsCreds {
-  ca: string;
-  cert: string;
-  key: string;
-  clientCert: string;
-  clientKey: string;
-  wrongCa: string;
-  wrongClientCert: string;
-  wrongClientKey: string;
-}
-
-let creds: TlsCreds | null = null;
-
-function ossl(dir: string, args: string[]): void {
-  execFileSync("openssl", args, { cwd: dir, stdio: "ignore" });
-}
-
-function makeCa(dir: string, name: string): void {
-  ossl(dir, [
-    "req",
-    "-x509",
-    "-newkey",
-    "ec",
-    "-pkeyopt",
-    "ec_paramgen_curve:P-256",
-    "-nodes",
-    "-keyout",
-    `${name}.key`,
-    "-out",
-    `${name}.crt`,
-    "-days",
-    "2",
-    "-subj",
-    `/CN=${name}`,
-  ]);
-}
-
-function makeLeaf(dir: string, ca: string, name: string, ext: string): void {
-  ossl(dir, [
-    "req",
-    "-newkey",
-    "ec",
-    "-pkeyopt",
-    "ec_paramgen_curve:P-256",
-    "-nodes",
-    "-keyout",
-    `${name}.key`,
-    "-out",
-    `${name}.csr`,
-    "-subj",
-    `/CN=${name}`,
-  ]);
-  execFileSync("sh", ["-c", `printf '%s\\n' '${ext}' > ${name}.ext`], { cwd: dir });
-  ossl(dir, [
-    "x509",
-    "-req",
-    "-in",
-    `${name}.csr`,
-    "-CA",
-    `${ca}.crt`,
-    "-CAkey",
-    `${ca}.key`,
-    "-CAcreateserial",
-    "-out",
-    `${name}.crt`,
-    "-days",
-    "2",
-    "-extfile",
-    `${name}.ext`,
-  ]);
-}
-
-/** A CA, a server certificate for 127.0.0.1/localhost, a client certificate, and an unrelated CA. */
-export function tlsCreds(): TlsCreds {
-  if (creds !== null) return creds;
-  const dir = mkdtempSync(join(tmpdir(), "twt-tls-"));
-  makeCa(dir, "ca");
-  makeCa(dir, "wrongca");
-  makeLeaf(dir, "ca", "server", "subjectAltName=IP:127.0.0.1,DNS:localhost");
-  makeLeaf(dir, "ca", "client", "extendedKeyUsage=clientAuth");
-  makeLeaf(dir, "wrongca", "wrongclient", "extendedKeyUsage=clientAuth");
-  const r = (f: string): string => readFileSync(join(dir, f), "utf8");
-  creds = {
-    ca: r("ca.crt"),
-    cert: r("server.crt"),
-    key: r("server.key"),
-    clientCert: r("client.crt"),
-    clientKey: r("client.key"),
-    wrongCa: r("wrongca.crt"),
-    wrongClientCert: r("wrongclient.crt"),
-    wrongClientKey: r("wrongclient.key"),
-  };
-  return creds;
+/** TLS material for tests (openssl-generated once per process by @tapwire/testing). */
+export function tlsCreds(): ReturnType<typeof makeTlsCredentials> {
+  return makeTlsCredentials();
 }
 
 /** One transport under test: where to listen and the options each side needs. */
@@ -119,6 +20,13 @@ export interface Case {
   stream: boolean;
 }
 
+/** One case of {@link matrix} by scheme. */
+export function caseOf(scheme: string): Case {
+  const t = matrix().find((c) => c.scheme === scheme);
+  if (t === undefined) throw new Error(`no test case for scheme ${scheme}`);
+  return t;
+}
+
 /** Every scheme, with port 0 / unique socket paths (CONTRACT 3). */
 export function matrix(): Case[] {
   const c = tlsCreds();
@@ -128,7 +36,7 @@ export function matrix(): Case[] {
     {
       scheme: "tls",
       listen: () => "tls://127.0.0.1:0",
-      server: { tls: { cert: c.cert, key: c.key } },
+      server: { tls: { cert: c.serverCert, key: c.serverKey } },
       client: { tls: { ca: c.ca } },
       stream: true,
     },

@@ -1,10 +1,10 @@
 // Hand-written peers that break the protocol on purpose (answer twice, answer late, lie about
 // lengths), and a child-process server that tests can kill.
-import { type ChildProcess, spawn } from "node:child_process";
 import * as net from "node:net";
 import { dirname, join } from "node:path";
 import * as tls from "node:tls";
 import { fileURLToPath } from "node:url";
+import { type ChildHandle, spawnBin } from "@tapwire/testing";
 import * as zmq from "zeromq";
 import { parseEndpoint } from "../../src/index.js";
 import type { Case } from "./env.js";
@@ -124,44 +124,27 @@ export async function rawRouter(
   return { endpoint, close: () => r.close() };
 }
 
-/** A server in a child process (see fixtures/child-server.ts). */
+/** A server in a child process (see fixtures/child-server.ts), started with @tapwire/testing's spawnBin. */
 export interface ChildServer {
   endpoint: string;
-  proc: ChildProcess;
+  child: ChildHandle;
   /** Resolves once the child printed that it is hanging on a request. */
-  hanging: Promise<void>;
+  hanging: Promise<unknown>;
 }
 
 export async function spawnServer(t: Case): Promise<ChildServer> {
-  const args = ["--import", "tsx", join(here, "..", "fixtures", "child-server.ts"), t.listen()];
+  const args = [t.listen()];
   if (t.scheme === "tls") {
     const c = tlsCreds();
     args.push(JSON.stringify({ cert: c.cert, key: c.key }));
   }
-  const proc = spawn(process.execPath, args, {
-    stdio: ["ignore", "pipe", "inherit"],
+  const child = await spawnBin(join(here, "..", "fixtures", "child-server.ts"), args, {
+    nodeArgs: ["--import", "tsx"],
     cwd: join(here, "..", ".."),
   });
-  let onHang: () => void = () => {};
-  const hanging = new Promise<void>((r) => {
-    onHang = r;
-  });
-  const endpoint = await new Promise<string>((resolve, reject) => {
-    let buf = "";
-    proc.stdout?.on("data", (d: Buffer) => {
-      buf += d.toString();
-      let nl = buf.indexOf("\n");
-      while (nl >= 0) {
-        const line = JSON.parse(buf.slice(0, nl)) as { msg: string; endpoint?: string };
-        buf = buf.slice(nl + 1);
-        if (line.msg === "listening") resolve(line.endpoint as string);
-        if (line.msg === "hanging") onHang();
-        nl = buf.indexOf("\n");
-      }
-    });
-    proc.once("exit", (code) => reject(new Error(`child server exited with ${code}`)));
-  });
-  return { endpoint, proc, hanging };
+  const endpoint = child.readyLine.json?.endpoint as string;
+  const hanging = child.waitFor((l) => l.json?.msg === "hanging", 60_000).catch(() => undefined);
+  return { endpoint, child, hanging };
 }
 
 /** ZMTP 3.0 greeting (NULL mechanism) followed by a READY command announcing `socketType`. */
