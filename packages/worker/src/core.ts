@@ -74,7 +74,7 @@ export interface WorkerCoreOptions {
   /** Monotonic clock in ms for the session lease (default `performance.now`). */
   now?: () => number;
   /**
-   * A slot's row buffer holds up to this many windows (2..16, default 2). The last W rows stay
+   * A slot's row buffer holds up to this many windows (2..16, default 4). The last W rows stay
    * contiguous by compacting when the buffer end is reached; more windows mean fewer
    * compactions (cheaper multi-row appends) for more memory.
    */
@@ -269,7 +269,7 @@ export class WorkerCore {
       this.maxSlots,
       d.window,
       this.rowBytes,
-      optInt("slotBufferWindows", options.slotBufferWindows, 2, 2, 16),
+      optInt("slotBufferWindows", options.slotBufferWindows, 4, 2, 16),
     );
     this.marks = new Uint8Array(this.maxSlots);
     this.failed = new Uint8Array(this.maxSlots);

@@ -1,11 +1,11 @@
 /**
  * Per-slot generations and windows of tap rows (CONTRACT 7.1, 7.2).
  *
- * Each slot owns a linear buffer of up to `2W` rows. The window is the run of `count` rows
+ * Each slot owns a linear buffer of up to `bufferWindows * W` rows (default 4W). The window is the run of `count` rows
  * starting at buffer row `start`; appending writes after it and, when the buffer end is reached,
  * the surviving rows are compacted to the front. The window is therefore always one contiguous
  * bf16 view, oldest row first, and the amortised cost per appended row is one copy plus at most
- * one more for the compaction. Buffers are allocated lazily per slot (doubling up to `2W` rows)
+ * a fraction for the compactions. Buffers are allocated lazily per slot (doubling up to the maximum)
  * and dropped on RELEASE and on a reset of all slots; nothing is allocated per STEP once a slot's
  * buffer has reached the size its traffic needs.
  */
@@ -62,9 +62,9 @@ export class WindowStore {
 
   /**
    * @param bufferWindows a slot's buffer holds up to this many windows of rows (2..16, default
-   *   2): more means fewer compactions (each copies up to W-1 rows) and more memory.
+   *   4): more means fewer compactions (each copies up to W-1 rows) and more memory.
    */
-  constructor(maxSlots: number, window: number, rowBytes: number, bufferWindows = 2) {
+  constructor(maxSlots: number, window: number, rowBytes: number, bufferWindows = 4) {
     if (!Number.isInteger(maxSlots) || maxSlots < 0) {
       throw new WorkerError("WORKER_BAD_OPTION", `maxSlots ${maxSlots} is not a non-negative integer`);
     }

