@@ -49,6 +49,7 @@ Sessions and limits
                            while the current session is leased (refuse)
   --session-lease-ms MS    lease after the last OK frame (default 10000)
   --name NAME              worker_name in HelloReply (default tapwire-worker)
+  --slot-buffer-windows N  slot buffers hold up to N windows of rows (2..16, default 4)
 
 Other
   --log-level LEVEL        pino level: fatal|error|warn|info|debug|trace|silent (default info)
@@ -164,6 +165,7 @@ async function main(): Promise<number> {
       takeover: str,
       "session-lease-ms": str,
       name: str,
+      "slot-buffer-windows": str,
       "log-level": str,
       help: { type: "boolean" },
     },
@@ -209,6 +211,7 @@ async function main(): Promise<number> {
       takeover,
       sessionLease: int("session-lease-ms", v["session-lease-ms"], 0, 2 ** 31 - 1),
       name: v.name,
+      slotBufferWindows: int("slot-buffer-windows", v["slot-buffer-windows"], 2, 16),
       logger,
       tls,
       idleTimeoutMs: int("idle-timeout-ms", v["idle-timeout-ms"], 0, 2 ** 31 - 1),
