@@ -10,6 +10,7 @@ import {
   ClientError,
   RemoteDraftClient,
   type RemoteDraftClientOptions,
+  RoundCore,
   type StepCall,
 } from "../src/index.js";
 import { clientOptions, GEO, makeRows, ROW_BYTES, ScriptedWorker, until } from "./helpers.js";
@@ -403,6 +404,39 @@ describe("sampled sessions over tcp (CONTRACT 8)", () => {
     await expect(client.step(staged(client, [entry(0, 4, 4)]))).rejects.toMatchObject({
       code: "CLIENT_BAD_ARGUMENT",
     });
+  });
+
+  test("RoundCore copies q and support out per slot; RELEASE entries carry greedy meta", async () => {
+    const { worker, client } = await rig("tcp", { sampleMode: "top32" });
+    const core = new RoundCore({ client });
+    const res = await core.round({
+      requests: [
+        {
+          slot: 2,
+          generation: 1,
+          anchorPos: 3,
+          anchorToken: 7,
+          newRows: makeRows(2, 0, 3),
+          sampleMeta: { seed: 9, topK: 3, tempMilli: 800 },
+        },
+        { slot: 4, generation: 1, anchorPos: 1, anchorToken: 7, newRows: makeRows(4, 0, 1) },
+      ],
+    });
+    expect(res.outcome).toBe("ok");
+    const d = res.drafts[0]!;
+    expect(d.sampledMask![0]).toBe(1);
+    let sum = 0;
+    for (let t = 0; t < 32; t++) sum += d.proposalQ![t]!;
+    expect(sum).toBe(2 ** 24);
+    expect(Array.from(d.supportIds!.subarray(0, 3))).toEqual([8, 9, 10]);
+    expect(res.drafts[1]!.sampledMask![0]).toBe(0);
+    await core.round({ requests: [], release: [2, 4] });
+    const last = worker.steps.at(-1)!;
+    expect(last.entries.map((e) => e.flags)).toEqual([EntryFlag.RELEASE, EntryFlag.RELEASE]);
+    expect(last.sampleMeta).toEqual([
+      { seed: 0, topK: 1, tempMilli: 0 },
+      { seed: 0, topK: 1, tempMilli: 0 },
+    ]);
   });
 
   test("q on a greedy session is bad_reply", async () => {
