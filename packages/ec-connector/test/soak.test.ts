@@ -81,6 +81,15 @@ it(`soak: ${N} transfers with random faults end with the invariants of EC-CONTRA
   const garbageDealer = new Dealer({ linger: 0 });
   garbageDealer.connect(b.control);
 
+  // at least one of each kind of garbage, whatever the dice say
+  await garbageDealer.send(new Uint8Array([0xc1, 0x00]));
+  await new Promise<void>((resolve) => {
+    const s = net.connect({ path: b.data.slice("unix://".length) });
+    s.on("error", () => {});
+    s.on("close", () => resolve());
+    s.end(Buffer.from([0, 0, 0, 3, 0xc1, 0xc1, 0xc1]));
+  });
+
   let issued = 0;
   const outcomes = { loaded: 0, failed: 0 };
   const worker = async (w: number) => {
@@ -126,7 +135,7 @@ it(`soak: ${N} transfers with random faults end with the invariants of EC-CONTRA
       if (out === "loaded") {
         outcomes.loaded++;
         // keep some entries so the small cache has to evict (LRU) for later allocations
-        if (rnd() < 0.7 && conn.cache.isReady(h) && (conn.cache.get(h)?.pins ?? 0) === 0) conn.free(h);
+        if (rnd() < 0.5 && conn.cache.isReady(h) && (conn.cache.get(h)?.pins ?? 0) === 0) conn.free(h);
       } else {
         outcomes.failed++;
       }
@@ -169,6 +178,7 @@ it(`soak: ${N} transfers with random faults end with the invariants of EC-CONTRA
   expect(c["consumer_evictions"]).toBeGreaterThan(0);
   expect(sb.metrics.counters["producer_lease_expiries"]).toBeGreaterThan(0);
   expect(sb.metrics.counters["producer_malformed_messages"]).toBeGreaterThan(0);
+  expect(sb.metrics.counters["data_malformed_frames"]).toBeGreaterThan(0);
   console.log(
     JSON.stringify(
       { soak: { n: N, seed: SEED, ...outcomes, consumer: c, producerB: sb.metrics.counters } },

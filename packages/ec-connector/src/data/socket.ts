@@ -95,7 +95,6 @@ interface Read {
   notif: Uint8Array;
   conn: ReaderConn | null;
   fault: SocketFault | null;
-  stalled: boolean;
 }
 
 type Phase = "len" | "hdr" | "body";
@@ -357,7 +356,6 @@ export class SocketDataTransport implements DataTransport {
       notif: Uint8Array.from(notifMsg),
       conn,
       fault: this.#faults.shift() ?? null,
-      stalled: false,
     };
     this.#reads.set(read.handle, read);
     conn.read = read;
@@ -499,7 +497,6 @@ export class SocketDataTransport implements DataTransport {
       }
       this.#m.bytesReceived.inc(n);
       if (r.received === r.nbytes) this.#finish(conn, r);
-      else if (r.fault !== null && r.received * 2 >= r.nbytes) this.#midFault(conn, r);
       return true;
     }
     conn.filled += n;
@@ -526,6 +523,17 @@ export class SocketDataTransport implements DataTransport {
     if (m["op"] === "data" && m["nbytes"] === r.nbytes) {
       conn.phase = "body";
       conn.filled = 0;
+      // Injected faults strike before the first body byte, so they hit reads of any size.
+      if (r.fault?.kind === "abort") {
+        this.#killConn(conn, "injected abort");
+        return false;
+      }
+      if (r.fault?.kind === "stall") {
+        conn.socket.pause();
+        setTimeout(() => {
+          if (!conn.dead) conn.socket.resume();
+        }, r.fault.ms).unref();
+      }
       return true;
     }
     const why =
@@ -534,20 +542,6 @@ export class SocketDataTransport implements DataTransport {
         : "unexpected data-plane answer";
     this.#protocolError(conn, why);
     return false;
-  }
-
-  #midFault(conn: ReaderConn, r: Read): void {
-    const f = r.fault!;
-    if (f.kind === "abort") {
-      r.fault = null;
-      this.#killConn(conn, "injected abort");
-    } else if (f.kind === "stall" && !r.stalled) {
-      r.stalled = true;
-      conn.socket.pause();
-      setTimeout(() => {
-        if (!conn.dead) conn.socket.resume();
-      }, f.ms).unref();
-    }
   }
 
   #finish(conn: ReaderConn, r: Read): void {

@@ -1,4 +1,5 @@
 import { Registry } from "@tapwire/stats";
+import { FakeClock } from "@tapwire/testing";
 import type {
   ConsumerSessionOptions,
   ControlMessage,
@@ -18,12 +19,10 @@ import {
 export const BLOCK = 64;
 export const COMPAT = compatibilityHash({ modelId: "m", dtype: "bf16", hiddenSize: 16, blockBytes: BLOCK });
 
-/** A fake clock (ms). */
-export class Clock {
-  t = 1000;
-  now = (): number => this.t;
-  advance(ms: number): void {
-    this.t += ms;
+/** The fake clock (ms) of @tapwire/testing, starting at 1000. */
+export class Clock extends FakeClock {
+  constructor() {
+    super(1000);
   }
 }
 
