@@ -132,6 +132,13 @@ export const SAMPLE_DEFAULTS = Object.freeze({
   mmShare: 0.2,
 });
 
+/**
+ * Defaults that change with `--faults` unless given: slower arrivals so that the run outlasts the
+ * fault schedule, a STEP timeout a stall can trip quickly, and more distinct media so that
+ * transfers keep happening after the encoder restarts.
+ */
+export const FAULT_DEFAULTS = Object.freeze({ rate: 6, stepTimeoutMs: 400, mediaPool: 40 });
+
 type Kind =
   | { t: "int"; min: number; max: number }
   | { t: "num"; min: number; max: number }
@@ -455,6 +462,9 @@ export function parseArgs(argv: readonly string[]): ParseResult {
   if (cfg.sample) {
     for (const [k, v] of Object.entries(SAMPLE_DEFAULTS)) if (!given.has(k)) rec[k] = v;
   }
+  if (cfg.faults) {
+    for (const [k, v] of Object.entries(FAULT_DEFAULTS)) if (!given.has(k)) rec[k] = v;
+  }
   validate(cfg);
   return { help: false, config: cfg, given };
 }
@@ -519,6 +529,10 @@ export function helpText(): string {
     "",
     "--sample changes the defaults of flags not given to many short requests over few prompts, for the",
     `distribution test: ${Object.entries(SAMPLE_DEFAULTS)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(", ")}.`,
+    "",
+    `--faults changes the defaults of flags not given: ${Object.entries(FAULT_DEFAULTS)
       .map(([k, v]) => `${k} ${v}`)
       .join(", ")}.`,
     "",

@@ -27,6 +27,8 @@ export interface FaultTargets {
   linkOk(): number;
   /** Embedding transfers completed so far. */
   ecOk(): number;
+  /** Embedding transfers in flight now (the encoder is restarted while one is, when it can be). */
+  ecInFlight(): number;
   /** Counters whose deltas describe a recovery (client outcomes, hellos, resyncs, EC retries, ...). */
   counters(): Record<string, number>;
   /** STEP timeout of the client (a stall must outlast it). */
@@ -41,6 +43,9 @@ interface Planned {
   /** Fraction of requests completed before it fires. */
   at: number;
 }
+
+/** How long a fault may wait past its threshold for a better moment (a transfer in flight). */
+const MOMENT_WAIT_MS = 3000;
 
 /** The schedule: fractions of completed requests. */
 export const FAULT_PLAN: readonly Planned[] = [
@@ -67,6 +72,7 @@ interface Active {
 /** Drives {@link FAULT_PLAN} from the engine's round hook. */
 export class FaultDriver {
   private next = 0;
+  private dueSince: number | null = null;
   private active: Active | null = null;
   private readonly records: FaultRecord[] = [];
   private readonly pending: Array<Promise<void>> = [];
@@ -96,7 +102,16 @@ export class FaultDriver {
     if (this.active) return;
     const p = this.plan[this.next];
     if (!p || completed < p.at * total) return;
+    this.dueSince ??= elapsedMs;
+    // the encoder is restarted mid-transfer when possible (the interesting case: reads in flight)
+    if (
+      p.kind === "encoder_restart" &&
+      this.t.ecInFlight() === 0 &&
+      elapsedMs - this.dueSince < MOMENT_WAIT_MS
+    )
+      return;
     this.next++;
+    this.dueSince = null;
     this.inject(p.kind, elapsedMs);
   };
 
@@ -184,7 +199,7 @@ export class FaultDriver {
       }
       case "encoder_restart": {
         const enc = t.encoder!;
-        rec.detail = `SIGKILL encoder pid ${enc.pid}, restarted on the same control endpoint`;
+        rec.detail = `SIGKILL encoder pid ${enc.pid} with ${t.ecInFlight()} transfer(s) in flight, restarted on the same control endpoint`;
         run(
           (async () => {
             a.baseline = t.ecOk();

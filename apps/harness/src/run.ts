@@ -452,6 +452,7 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
           proxy,
           linkOk: () => outcomes()["ok"] ?? 0,
           ecOk: () => ecMetrics.transfers.value,
+          ecInFlight: () => ecMedia?.pending ?? 0,
           counters: () => {
             const snap = clientRegistry.snapshot().counters;
             const c: Record<string, number> = {};
