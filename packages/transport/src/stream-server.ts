@@ -89,7 +89,8 @@ class Conn implements ConnInfo {
           off += HEADER_BYTES;
           this.hdrGot = HEADER_BYTES;
         } else {
-          this.len = this.len * 256 + (chunk[off] as number);
+          // A prefix split over reads: start from 0, not from the previous message's length.
+          this.len = (this.hdrGot === 0 ? 0 : this.len * 256) + (chunk[off] as number);
           off++;
           if (++this.hdrGot < HEADER_BYTES) continue;
         }

@@ -1,0 +1,390 @@
+// Hostile input to the servers: garbage, truncated frames, length prefixes split at every byte,
+// byte-at-a-time delivery, random and oversize lengths, and fast-check properties checking the
+// server against a model of the framing while a well-behaved client is served alongside.
+// CONTRACT 3 (u32 length prefix, maxMessageBytes enforced from the prefix).
+import type * as net from "node:net";
+import fc from "fast-check";
+import { afterEach, describe, expect, test } from "vitest";
+import * as zmq from "zeromq";
+import { type ConnInfo, listen, makeClient, type RpcClient, type RpcServer } from "../src/index.js";
+import { type Case, caseOf, pattern, sleep } from "./helpers/env.js";
+import { closed, rawConnect, rawZmtpConnect } from "./helpers/raw.js";
+
+const MAX = 4096;
+
+const cleanups: (() => unknown)[] = [];
+afterEach(async () => {
+  for (const f of cleanups.splice(0).reverse()) await f();
+});
+
+async function until(cond: () => boolean, what: string): Promise<void> {
+  for (let i = 0; i < 2000 && !cond(); i++) await sleep(5);
+  expect(cond(), what).toBe(true);
+}
+
+function frame(body: Uint8Array): Buffer {
+  const h = Buffer.alloc(4);
+  h.writeUInt32BE(body.length);
+  return Buffer.concat([h, body]);
+}
+
+function writeAsync(s: net.Socket, b: Uint8Array): Promise<void> {
+  return new Promise((resolve) => {
+    if (s.destroyed) resolve();
+    else s.write(b, () => resolve());
+  });
+}
+
+interface Served {
+  srv: RpcServer;
+  good: RpcClient;
+  /** Every request the handler saw (copies), with its connection. */
+  seen: { conn: ConnInfo; body: Buffer }[];
+  /** The bodies seen from connections other than the good client's, from index `from` of `seen`. */
+  hostile(from?: number): Buffer[];
+  counter(name: string): number;
+  /** Runs requests on `good` until the returned stop() is called; stop() resolves to the count. */
+  background(): () => Promise<number>;
+}
+
+/** An echo server (maxMessageBytes = MAX) and a connected well-behaved client. */
+async function serve(t: Case, maxMessageBytes = MAX): Promise<Served> {
+  const seen: { conn: ConnInfo; body: Buffer }[] = [];
+  const srv = await listen(
+    t.listen(),
+    (req, conn) => {
+      seen.push({ conn, body: Buffer.from(req) });
+      return Buffer.from(req);
+    },
+    { ...t.server, maxMessageBytes, closeTimeoutMs: 200 },
+  );
+  cleanups.push(() => srv.close());
+  const good = makeClient(srv.endpoint, t.client);
+  cleanups.push(() => good.close());
+  await good.connect(10_000);
+  // Learn which connection is the good client's.
+  await good.request(Buffer.from("hello"), Buffer.alloc(8), 10_000);
+  const goodConn = (seen[0] as { conn: ConnInfo }).conn;
+  const hostile = (from = 0): Buffer[] =>
+    seen
+      .slice(from)
+      .filter((e) => e.conn !== goodConn)
+      .map((e) => e.body);
+  const counter = (name: string): number => srv.registry.snapshot().counters[name] ?? 0;
+  const background = (): (() => Promise<number>) => {
+    let stop = false;
+    let failure: unknown = null;
+    const run = (async () => {
+      const reply = Buffer.alloc(512);
+      let n = 0;
+      while (!stop) {
+        const msg = pattern(1 + (n % 500), n + 7);
+        const k = await good.request(msg, reply, 20_000);
+        expect(k).toBe(msg.length);
+        expect(Buffer.compare(reply.subarray(0, k), msg)).toBe(0);
+        n++;
+        await new Promise((r) => setImmediate(r));
+      }
+      return n;
+    })().catch((e: unknown) => {
+      // Reported by stop(); a test that fails earlier must not leave an unhandled rejection.
+      failure = e;
+      return -1;
+    });
+    return async () => {
+      stop = true;
+      const n = await run;
+      if (failure !== null) throw failure;
+      return n;
+    };
+  };
+  return { srv, good, seen, hostile, counter, background };
+}
+
+/** Reads everything a raw socket receives until it closes. */
+function collect(s: net.Socket): { bytes(): Buffer; closed: Promise<void> } {
+  const chunks: Buffer[] = [];
+  s.on("data", (d: Buffer) => chunks.push(d));
+  s.on("error", () => {});
+  return { bytes: () => Buffer.concat(chunks), closed: closed(s) };
+}
+
+/**
+ * What a CONTRACT 3 stream server must do with `stream` (the model the server is checked against):
+ * the complete frames before the first oversize prefix are requests; an oversize prefix ends the
+ * connection; a stream ending inside a frame is a truncated request.
+ */
+function model(stream: Buffer, max: number): { frames: Buffer[]; oversize: boolean; truncated: boolean } {
+  const frames: Buffer[] = [];
+  let off = 0;
+  while (off < stream.length) {
+    if (stream.length - off < 4) return { frames, oversize: false, truncated: true };
+    const len = stream.readUInt32BE(off);
+    if (len > max) return { frames, oversize: true, truncated: false };
+    if (stream.length - off - 4 < len) return { frames, oversize: false, truncated: true };
+    frames.push(stream.subarray(off + 4, off + 4 + len));
+    off += 4 + len;
+  }
+  return { frames, oversize: false, truncated: false };
+}
+
+const STREAM = ["tcp", "unix", "tls"] as const;
+
+for (const scheme of STREAM) {
+  const t = caseOf(scheme);
+  describe(`${scheme}: hostile input to the stream server (CONTRACT 3)`, () => {
+    test("garbage bytes (an HTTP request) are an oversize prefix: refused, counted, others served", async () => {
+      const s = await serve(t);
+      const raw = await rawConnect(s.srv.endpoint);
+      const got = collect(raw);
+      raw.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+      await got.closed;
+      expect(got.bytes().length).toBe(0);
+      await until(() => s.counter("transport_server_too_large") === 1, "too_large counted");
+      expect(s.hostile()).toEqual([]);
+      const reply = Buffer.alloc(8);
+      expect(await s.good.request(Buffer.from("ok"), reply, 10_000)).toBe(2);
+      expect(s.srv.connections).toBe(1);
+    });
+
+    test("a truncated frame (length 100, 50 bytes, then close) never reaches the handler and is counted", async () => {
+      const s = await serve(t);
+      const raw = await rawConnect(s.srv.endpoint);
+      const got = collect(raw);
+      const f = frame(pattern(100, 1));
+      await writeAsync(raw, f.subarray(0, 4 + 50));
+      raw.end();
+      await got.closed;
+      await until(() => s.srv.connections === 1, "connection gone");
+      expect(s.hostile()).toEqual([]);
+      expect(s.counter("transport_server_errors")).toBe(1);
+      expect(s.counter("transport_server_requests")).toBe(1); // the good client's hello
+      expect(await s.good.request(Buffer.from("ok"), Buffer.alloc(8), 10_000)).toBe(2);
+    });
+
+    test("a length prefix split at every byte offset, then a message sent byte at a time: all delivered intact, in order", async () => {
+      const s = await serve(t);
+      const raw = await rawConnect(s.srv.endpoint);
+      const got = collect(raw);
+      const sent: Buffer[] = [];
+      // Different lengths each time, so a prefix assembled from a stale length would show.
+      for (let k = 0; k <= 4; k++) {
+        const body = pattern(300 + 37 * k, k + 1);
+        const f = frame(body);
+        await writeAsync(raw, f.subarray(0, k));
+        await sleep(5);
+        await writeAsync(raw, f.subarray(k));
+        sent.push(body);
+      }
+      for (const size of [0, 1, 5, 70]) {
+        const body = pattern(size, size + 11);
+        for (const b of frame(body)) {
+          await writeAsync(raw, Buffer.from([b]));
+          await new Promise((r) => setImmediate(r));
+        }
+        sent.push(body);
+      }
+      const expected = Buffer.concat(sent.map(frame));
+      await until(() => got.bytes().length >= expected.length, "every echo received");
+      expect(Buffer.compare(got.bytes(), expected)).toBe(0);
+      expect(s.hostile().map((b) => b.toString("hex"))).toEqual(sent.map((b) => b.toString("hex")));
+      expect(s.counter("transport_server_errors")).toBe(0);
+      raw.end();
+      await got.closed;
+    });
+
+    test("oversize and boundary lengths: MAX is served, MAX + 1 .. 2^32 - 1 refused without buffering", async () => {
+      const s = await serve(t);
+      const atMax = await rawConnect(s.srv.endpoint);
+      const gotMax = collect(atMax);
+      const body = pattern(MAX, 3);
+      await writeAsync(atMax, frame(body));
+      await until(() => gotMax.bytes().length === MAX + 4, "MAX echoed");
+      expect(Buffer.compare(gotMax.bytes().subarray(4), body)).toBe(0);
+      atMax.end();
+      await gotMax.closed;
+      let refused = 0;
+      for (const len of [MAX + 1, 0x10000, 0x7fffffff, 0x80000000, 0xffffffff]) {
+        const raw = await rawConnect(s.srv.endpoint);
+        const got = collect(raw);
+        const h = Buffer.alloc(4);
+        h.writeUInt32BE(len);
+        // The prefix arrives alone, then some body: the server must refuse on the prefix.
+        await writeAsync(raw, h);
+        await sleep(2);
+        raw.write(pattern(100, len & 0xff));
+        await got.closed;
+        refused++;
+        await until(() => s.counter("transport_server_too_large") === refused, `too_large for ${len}`);
+      }
+      expect(s.hostile().length).toBe(1);
+      expect(await s.good.request(Buffer.from("ok"), Buffer.alloc(8), 10_000)).toBe(2);
+    });
+
+    test("property: random byte chunks never crash the server; it answers exactly the model's frames and counts the rest, while serving a good client", async () => {
+      const s = await serve(t);
+      const stop = s.background();
+      // Pieces: valid frames, random garbage, an oversize prefix, a prefix whose body never fully arrives.
+      const piece = fc.oneof(
+        {
+          weight: 5,
+          arbitrary: fc.uint8Array({ maxLength: 300 }).map((b) => frame(Buffer.from([0xa5, ...b]))),
+        },
+        { weight: 1, arbitrary: fc.uint8Array({ minLength: 1, maxLength: 12 }).map((b) => Buffer.from(b)) },
+        {
+          weight: 1,
+          arbitrary: fc.integer({ min: MAX + 1, max: 0xffffffff }).map((n) => {
+            const h = Buffer.alloc(4);
+            h.writeUInt32BE(n);
+            return h;
+          }),
+        },
+        {
+          weight: 1,
+          arbitrary: fc
+            .tuple(fc.integer({ min: 1, max: MAX }), fc.nat({ max: 200 }))
+            .map(([len, have]) => frame(Buffer.alloc(len, 0xa5)).subarray(0, 4 + Math.min(have, len - 1))),
+        },
+      );
+      await fc.assert(
+        fc.asyncProperty(
+          fc.array(piece, { minLength: 1, maxLength: 8 }),
+          fc.array(fc.integer({ min: 1, max: 64 }), { minLength: 1, maxLength: 40 }),
+          async (pieces, cuts) => {
+            const stream = Buffer.concat(pieces);
+            const m = model(stream, MAX);
+            const before = {
+              requests: s.counter("transport_server_requests"),
+              tooLarge: s.counter("transport_server_too_large"),
+              errors: s.counter("transport_server_errors"),
+              seen: s.seen.length,
+            };
+            const raw = await rawConnect(s.srv.endpoint);
+            const got = collect(raw);
+            // Random chunking: cut sizes cycle over `cuts`, a turn of the event loop between chunks.
+            let off = 0;
+            for (let i = 0; off < stream.length && !raw.destroyed; i++) {
+              const n = cuts[i % cuts.length] as number;
+              await writeAsync(raw, stream.subarray(off, off + n));
+              off += n;
+              await new Promise((r) => setImmediate(r));
+            }
+            const expected = Buffer.concat(m.frames.map(frame));
+            if (!m.oversize) {
+              await until(() => got.bytes().length >= expected.length, "every echo received");
+              raw.end();
+            }
+            await got.closed;
+            await until(() => s.srv.connections === 1, "hostile connection gone");
+            // Replies sent before an oversize refusal may be cut by the reset: a prefix is enough there.
+            const received = got.bytes();
+            if (m.oversize) {
+              expect(Buffer.compare(received, expected.subarray(0, received.length))).toBe(0);
+            } else {
+              expect(Buffer.compare(received, expected)).toBe(0);
+            }
+            const hostile = s.hostile(before.seen);
+            expect(hostile.map((b) => b.toString("hex"))).toEqual(m.frames.map((b) => b.toString("hex")));
+            expect(s.counter("transport_server_too_large") - before.tooLarge).toBe(m.oversize ? 1 : 0);
+            expect(s.counter("transport_server_errors") - before.errors).toBe(m.truncated ? 1 : 0);
+            expect(s.counter("transport_server_requests") - before.requests).toBeGreaterThanOrEqual(
+              m.frames.length,
+            );
+          },
+        ),
+        { numRuns: scheme === "tls" ? 60 : 100 },
+      );
+      expect(await stop()).toBeGreaterThan(0);
+    });
+  });
+}
+
+const ZMQ = ["zmq+tcp", "zmq+ipc"] as const;
+
+function zmqAddr(endpoint: string): string {
+  return endpoint.replace(/^zmq\+/, "");
+}
+
+for (const scheme of ZMQ) {
+  const t = caseOf(scheme);
+  describe(`${scheme}: hostile input to the ROUTER (CONTRACT 3)`, () => {
+    test("property: random multipart messages from a raw DEALER are answered with their concatenation, oversize ones dropped and counted", async () => {
+      const s = await serve(t, 1024);
+      const stop = s.background();
+      const dealer = new zmq.Dealer({ linger: 0, receiveTimeout: 20_000 });
+      cleanups.push(() => dealer.close());
+      dealer.connect(zmqAddr(s.srv.endpoint));
+      // Frames up to 300 bytes (each under ZMQ_MAXMSGSIZE), totals up to 1800 (some above 1024).
+      const message = fc.array(fc.uint8Array({ maxLength: 300 }), { minLength: 1, maxLength: 6 });
+      let seq = 0;
+      await fc.assert(
+        fc.asyncProperty(fc.array(message, { minLength: 1, maxLength: 6 }), async (msgs) => {
+          const before = s.counter("transport_server_too_large");
+          const expected: Buffer[] = [];
+          let oversize = 0;
+          for (const parts of msgs) {
+            const whole = Buffer.concat(parts);
+            if (whole.length > 1024) oversize++;
+            else expected.push(whole);
+            await dealer.send(parts.map((p) => Buffer.from(p)));
+          }
+          // A sentinel after the batch proves no answer is missing or extra.
+          const sentinel = Buffer.from(`sentinel-${seq++}`);
+          await dealer.send(sentinel);
+          for (const e of [...expected, sentinel]) {
+            const reply = await dealer.receive();
+            expect(Buffer.concat(reply).toString("hex")).toBe(e.toString("hex"));
+          }
+          expect(s.counter("transport_server_too_large") - before).toBe(oversize);
+        }),
+        { numRuns: 60 },
+      );
+      expect(await stop()).toBeGreaterThan(0);
+    });
+
+    test("a single frame above ZMQ_MAXMSGSIZE: libzmq drops that connection, the handler never sees it, others served", async () => {
+      const s = await serve(t, 1024);
+      const dealer = new zmq.Dealer({ linger: 0, receiveTimeout: 300 });
+      cleanups.push(() => dealer.close());
+      const dropped = new Promise<void>((r) => dealer.events.on("disconnect", () => r()));
+      dealer.connect(zmqAddr(s.srv.endpoint));
+      await dealer.send(pattern(5000, 1));
+      await dropped;
+      expect(s.hostile().every((b) => b.length !== 5000)).toBe(true);
+      expect(await s.good.request(Buffer.from("ok"), Buffer.alloc(8), 10_000)).toBe(2);
+    });
+
+    test("property: random bytes at the ZMTP layer (before and after a handshake) never crash the ROUTER", async () => {
+      const s = await serve(t, 1024);
+      const { connect } = await import("node:net");
+      const ep = s.srv.endpoint;
+      const rawPlain = (): Promise<net.Socket> =>
+        new Promise((resolve, reject) => {
+          const m = /^zmq\+tcp:\/\/(.+):(\d+)$/.exec(ep);
+          const sock =
+            m !== null
+              ? connect({ host: m[1] as string, port: Number(m[2]) })
+              : connect({ path: ep.slice("zmq+ipc://".length) });
+          sock.once("connect", () => resolve(sock));
+          sock.once("error", reject);
+        });
+      await fc.assert(
+        fc.asyncProperty(
+          fc.boolean(),
+          fc.array(fc.uint8Array({ minLength: 1, maxLength: 200 }), { minLength: 1, maxLength: 6 }),
+          async (handshake, chunks) => {
+            const sock = handshake ? await rawZmtpConnect(ep) : await rawPlain();
+            sock.on("error", () => {});
+            for (const c of chunks) {
+              if (sock.destroyed) break;
+              await writeAsync(sock, c);
+            }
+            sock.destroy();
+            expect(await s.good.request(Buffer.from("alive"), Buffer.alloc(8), 10_000)).toBe(5);
+          },
+        ),
+        { numRuns: 60 },
+      );
+    });
+  });
+}
