@@ -1,4 +1,6 @@
-import { writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { existsSync, lstatSync, writeFileSync } from "node:fs";
+import * as net from "node:net";
 import fc from "fast-check";
 import { describe, expect, test } from "vitest";
 import { formatEndpoint, listen, makeClient, parseEndpoint, TransportError } from "../src/index.js";
@@ -102,14 +104,13 @@ describe("tls", () => {
 });
 
 describe("unix socket files", () => {
-  test("stale socket removed, live one refused, regular file refused, removed on close", async () => {
+  test("live socket refused, regular file refused, socket removed on close", async () => {
     const path = uniqueSocketPath("st");
     const a = await listen(`unix://${path}`, () => Buffer.alloc(0));
     expect(await listen(`unix://${path}`, () => null).catch((e: TransportError) => e.code)).toBe(
       "TRANSPORT_LISTEN",
     );
     await a.close();
-    const { existsSync } = await import("node:fs");
     expect(existsSync(path)).toBe(false);
     const file = uniqueSocketPath("f");
     writeFileSync(file, "x");
@@ -118,4 +119,32 @@ describe("unix socket files", () => {
     );
     expect(existsSync(file)).toBe(true);
   });
+
+  for (const scheme of ["unix", "zmq+ipc"] as const) {
+    test(`${scheme}: a stale socket file left by a killed server (no listener) is removed and listen succeeds`, async () => {
+      const path = uniqueSocketPath("stale");
+      // A server SIGKILLed while listening leaves its socket file behind.
+      const script = `require("node:net").createServer().listen(${JSON.stringify(path)}, () => process.kill(process.pid, "SIGKILL"))`;
+      expect(() => execFileSync(process.execPath, ["-e", script], { stdio: "ignore" })).toThrow();
+      expect(lstatSync(path).isSocket()).toBe(true);
+      const refused = await new Promise<string>((resolve) => {
+        const s = net.connect({ path });
+        s.once("connect", () => {
+          s.destroy();
+          resolve("connected");
+        });
+        s.once("error", (e: NodeJS.ErrnoException) => resolve(e.code ?? "error"));
+      });
+      expect(refused).toBe("ECONNREFUSED");
+      const srv = await listen(`${scheme}://${path}`, (r) => Buffer.from(r));
+      const c = makeClient(srv.endpoint);
+      await c.connect(5000);
+      const reply = Buffer.alloc(8);
+      expect(await c.request(Buffer.from("alive"), reply, 5000)).toBe(5);
+      expect(reply.subarray(0, 5).toString()).toBe("alive");
+      c.close();
+      await srv.close();
+      expect(existsSync(path)).toBe(false);
+    });
+  }
 });
