@@ -433,9 +433,11 @@ export class ConsumerConnector {
   }
 
   #start(req: Request, now: number): void {
-    const p = this.#session(req.producer, now);
     const blocks = this.cache.get(req.mmHash)!.blocks;
+    let p: Pooled;
     try {
+      // A malformed producer address throws here (EC_BAD_ENDPOINT): fail the request, keep no blocks.
+      p = this.#session(req.producer, now);
       p.session.startXfer(req.mmHash, blocks, Math.min(now + this.#ackTimeout, req.deadline), req.nbytes);
     } catch (err) {
       this.#drop(req, `could not start: ${(err as Error).message}`);

@@ -240,3 +240,15 @@ describe("ConsumerConnector (EC-CONTRACT 7)", () => {
     cache.check();
   });
 });
+
+describe("ConsumerConnector with real ZeroMQ (EC-CONTRACT 7)", () => {
+  it("a malformed producer address fails the request and keeps no blocks", async () => {
+    const conn = await ConsumerConnector.create({ numBlocks: 8, blockBytes: BLOCK, compatibility: COMPAT });
+    expect(conn.request("h", "not-an-endpoint", 100, performance.now() + 1_000)).toBe("pending");
+    const r = conn.poll();
+    expect(r.failed).toHaveLength(1);
+    expect(r.failed[0]!.reason).toMatch(/could not start/);
+    expect(conn.cache.freeBlocks).toBe(8);
+    await conn.close();
+  });
+});
