@@ -1,16 +1,27 @@
-// Full RoundCore round (rows into the ring, rows staged in the send buffer, STEP, reply
-// validation 6.3/7.4, draft copy-out, depth policy) against an in-process worker with the
-// NullDrafter, over tcp:// and unix://, versus a raw node:net length-prefixed exchange of the
-// same request and reply byte counts (onread into a reused buffer, cork/uncork), measured in the
-// same run and process. JSON on stdout; progress on stderr.
-import { mkdtempSync } from "node:fs";
+// Full RoundCore round (rows into the rings, rows staged or sent as ring views, STEP, reply
+// validation 6.3/7.4, draft copy-out, depth policy) against the worker (tapwire-worker
+// --drafter null) in a CHILD PROCESS, over tcp:// and unix://, versus a raw node:net
+// length-prefixed exchange with a raw server in another child process (bench/raw-server.ts:
+// reads the whole request into a reused buffer, answers a preallocated reply) with the same
+// request and reply byte counts as the STEP. Round and raw exchange alternate one by one
+// (ABBA order), medians. A separate, untimed phase counts the bytes a round allocates (V8 heap +
+// external memory, after a forced GC). JSON on stdout; progress on stderr.
+
 import * as net from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import * as v8 from "node:v8";
+import * as vm from "node:vm";
+import { type ChildHandle, spawnBin, uniqueSocketPath } from "@tapwire/testing";
 import { APP_HEADER_SIZE, rowsOffsetFor, stepReplyBodySize } from "@tapwire/wire";
-import { createWorker, NullDrafter } from "@tapwire/worker";
 import { pino } from "pino";
-import { DepthPolicy, RemoteDraftClient, RoundCore, type RoundRequest } from "../src/index.js";
+import {
+  DepthPolicy,
+  RemoteDraftClient,
+  RoundCore,
+  type RoundRequest,
+  type StepCall,
+  type StepOutcome,
+} from "../src/index.js";
 
 const NUM_TAPS = 3;
 const HIDDEN = 4096;
@@ -20,97 +31,78 @@ const NUM_SPEC = 4;
 const VOCAB = 32_000;
 const MAX_SLOTS = 64;
 const MAX_ROWS = 64;
-const ITERS = Number(process.env.BENCH_ITERS ?? 200);
-const BLOCKS = Number(process.env.BENCH_BLOCKS ?? 3);
-const dir = mkdtempSync(join(tmpdir(), "twc-"));
-const ids = { drafterIdentity: new Uint8Array(32).fill(1), markovIdentity: new Uint8Array(32).fill(2) };
+const ITERS = Number(process.env.BENCH_ITERS ?? 1000);
+const HEAP_ITERS = Number(process.env.BENCH_HEAP_ITERS ?? 100);
+const MODES = (process.env.BENCH_MODES ?? "stage,parts").split(",") as ("stage" | "parts")[];
+const KINDS = (process.env.BENCH_KINDS ?? "tcp,unix").split(",") as ("tcp" | "unix")[];
+const WORKER_BIN = fileURLToPath(new URL("../../worker/dist/bin/worker.js", import.meta.url));
+const RAW_SERVER = fileURLToPath(new URL("./raw-server.ts", import.meta.url));
+const DRAFTER_ID = new Uint8Array(32).fill(1);
+const MARKOV_ID = new Uint8Array(32).fill(2);
 
-interface Scenario {
+v8.setFlagsFromString("--expose-gc");
+const gc = vm.runInNewContext("gc") as () => void;
+
+interface Shape {
   name: string;
   slots: number;
   rowsPerSlot: number;
+  /** Only in the allocation check (shows that allocation does not follow the rows). */
+  heapOnly?: boolean;
 }
-const SCENARIOS: Scenario[] = [
+const ALL_SHAPES: Shape[] = [
   { name: "64 slots x 1 row", slots: 64, rowsPerSlot: 1 },
   { name: "8 slots x 8 rows", slots: 8, rowsPerSlot: 8 },
+  { name: "8 slots x 1 row", slots: 8, rowsPerSlot: 1, heapOnly: true },
 ];
+// BENCH_SHAPES=0,1 picks shapes by index (default all)
+const SHAPES = (process.env.BENCH_SHAPES ?? "0,1,2").split(",").map((i) => ALL_SHAPES[Number(i)]!);
 
-// samples in microseconds, preallocated; percentiles by sorting at the end
-class Samples {
-  readonly v = new Float64Array(ITERS * BLOCKS);
-  n = 0;
-  recordValue(us: number): void {
-    this.v[this.n++] = us;
-  }
-  getValueAtPercentile(q: number): number {
-    const s = this.v.slice(0, this.n).sort();
-    return s[Math.min(s.length - 1, Math.floor((q / 100) * s.length))]!;
-  }
+function frameBytesOf(sh: Shape): number {
+  return APP_HEADER_SIZE + rowsOffsetFor(sh.slots, false) + sh.slots * sh.rowsPerSlot * ROW_BYTES;
 }
-function newHist(): Samples {
-  return new Samples();
-}
-
-// Raw baseline: length-prefixed request of reqBytes, reply of replyBytes.
-async function rawNet(kind: "tcp" | "unix", replyBytes: number) {
-  const reply = Buffer.alloc(replyBytes, 7);
-  const server = net.createServer({ noDelay: true }, (s) => {
-    let asm = Buffer.allocUnsafe(4 << 20);
-    let hdr = 0;
-    let len = 0;
-    let got = 0;
-    const h = Buffer.allocUnsafe(4);
-    h.writeUInt32LE(replyBytes);
-    s.on("data", (c: Buffer) => {
-      let off = 0;
-      while (off < c.length) {
-        if (hdr < 4) {
-          len |= (c[off++] as number) << (8 * hdr);
-          if (++hdr === 4) {
-            got = 0;
-            if (asm.length < len) asm = Buffer.allocUnsafe(len);
-          }
-          if (hdr < 4 || len > 0) continue;
-        } else {
-          const n = Math.min(c.length - off, len - got);
-          c.copy(asm, got, off, off + n);
-          got += n;
-          off += n;
-        }
-        if (hdr === 4 && got === len) {
-          hdr = 0;
-          len = 0;
-          s.cork();
-          s.write(h);
-          s.write(reply);
-          s.uncork();
-        }
-      }
-    });
-  });
-  const path = join(dir, `raw-${Math.random().toString(36).slice(2)}.sock`);
-  await new Promise<void>((r) =>
-    kind === "unix" ? server.listen(path, r) : server.listen(0, "127.0.0.1", r),
+function replyBytesOf(sh: Shape): number {
+  return (
+    APP_HEADER_SIZE + stepReplyBodySize({ nReq: sh.slots, numSpec: NUM_SPEC, margin: true, sampled: false })
   );
-  const port = kind === "tcp" ? (server.address() as net.AddressInfo).port : 0;
-  const out = Buffer.allocUnsafe(replyBytes + 64);
+}
+
+class Samples {
+  readonly v: Float64Array;
+  n = 0;
+  constructor(cap: number) {
+    this.v = new Float64Array(cap);
+  }
+  add(x: number): void {
+    this.v[this.n++] = x;
+  }
+  pct(q: number): number {
+    const s = this.v.slice(0, this.n).sort();
+    return s[Math.min(s.length - 1, Math.floor((q / 100) * s.length))] ?? 0;
+  }
+}
+
+// Raw client: the technique of @tapwire/transport's raw baseline (onread into a reused 64 KiB
+// buffer, body copied into a reused reply buffer; header + message with cork/uncork).
+async function rawClient(endpoint: string, replyBytes: number) {
+  const out = Buffer.allocUnsafe(replyBytes);
   let hdr = 0;
   let len = 0;
   let got = 0;
   let done: () => void = () => {};
   const onread = {
-    buffer: Buffer.allocUnsafe(256 * 1024),
-    callback: (n: number, b: Uint8Array): boolean => {
-      const buf = b as Buffer;
+    buffer: Buffer.allocUnsafe(64 * 1024),
+    callback: (n: number, buf: Uint8Array): boolean => {
+      const b = buf as Buffer;
       let off = 0;
       while (off < n) {
         if (hdr < 4) {
-          len |= (buf[off++] as number) << (8 * hdr);
+          len = len * 256 + (b[off++] as number);
           hdr++;
           continue;
         }
         const k = Math.min(n - off, len - got);
-        buf.copy(out, got, off, off + k);
+        b.copy(out, got, off, off + k);
         got += k;
         off += k;
       }
@@ -123,50 +115,88 @@ async function rawNet(kind: "tcp" | "unix", replyBytes: number) {
       return true;
     },
   };
-  const sock = await new Promise<net.Socket>((resolve) => {
-    const s =
-      kind === "unix"
-        ? net.connect({ path, onread }, () => resolve(s))
-        : net.connect({ host: "127.0.0.1", port, noDelay: true, onread }, () => resolve(s));
+  const sock = await new Promise<net.Socket>((resolve, reject) => {
+    const s = endpoint.startsWith("unix://")
+      ? net.connect({ path: endpoint.slice("unix://".length), onread }, () => resolve(s))
+      : (() => {
+          const u = new URL(endpoint.replace(/^tcp:/, "http:"));
+          return net.connect({ host: u.hostname, port: Number(u.port), noDelay: true, onread }, () =>
+            resolve(s),
+          );
+        })();
+    s.once("error", reject);
   });
   const header = Buffer.allocUnsafe(4);
+  const resolver = (resolve: () => void): void => {
+    done = resolve;
+  };
   return {
     rt(msg: Uint8Array): Promise<void> {
-      return new Promise<void>((resolve) => {
-        done = resolve;
-        header.writeUInt32LE(msg.length);
-        sock.cork();
-        sock.write(header);
-        sock.write(msg);
-        sock.uncork();
-      });
+      const p = new Promise<void>(resolver);
+      header.writeUInt32BE(msg.length);
+      sock.cork();
+      sock.write(header);
+      sock.write(msg);
+      sock.uncork();
+      return p;
     },
-    async close() {
+    close(): void {
       sock.destroy();
-      await new Promise<void>((r) => server.close(() => r()));
     },
   };
 }
 
-async function run(kind: "tcp" | "unix", sc: Scenario, rowsMode: "stage" | "parts") {
-  const listenOn =
-    kind === "tcp" ? "tcp://127.0.0.1:0" : `unix://${join(dir, `w-${sc.slots}-${rowsMode}.sock`)}`;
-  const worker = await createWorker({
-    drafter: new NullDrafter({
-      ...ids,
-      window: WINDOW,
-      numSpec: NUM_SPEC,
-      vocabSize: VOCAB,
-      numTaps: NUM_TAPS,
-      hidden: HIDDEN,
-    }),
-    listen: [listenOn],
-    maxSlots: MAX_SLOTS,
-    maxRowsPerStep: MAX_ROWS,
-  });
+function workerArgs(listen: string[]): string[] {
+  const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");
+  return [
+    "--drafter",
+    "null",
+    ...listen.flatMap((l) => ["--listen", l]),
+    "--window",
+    String(WINDOW),
+    "--num-spec",
+    String(NUM_SPEC),
+    "--vocab",
+    String(VOCAB),
+    "--num-taps",
+    String(NUM_TAPS),
+    "--hidden",
+    String(HIDDEN),
+    "--drafter-identity",
+    hex(DRAFTER_ID),
+    "--markov-identity",
+    hex(MARKOV_ID),
+    "--max-slots",
+    String(MAX_SLOTS),
+    "--max-rows-per-step",
+    String(MAX_ROWS),
+    "--log-level",
+    "info",
+  ];
+}
+
+function endpointsOf(c: ChildHandle): { tcp: string; unix: string } {
+  const eps = c.readyLine.json?.endpoints as string[];
+  return {
+    tcp: eps.find((e) => e.startsWith("tcp://"))!,
+    unix: eps.find((e) => e.startsWith("unix://"))!,
+  };
+}
+
+interface Setup {
+  client: RemoteDraftClient;
+  core: RoundCore;
+  input: { requests: RoundRequest[] };
+  reqs: { anchorPos: number; newRows: Uint8Array | null }[];
+  /** Filled by the step wrapper: when step() was called / returned, the worker's worker_us. */
+  phase: { call: number; ret: number; workerUs: number };
+}
+
+export async function setup(endpoint: string, sh: Shape, rowsMode: "stage" | "parts"): Promise<Setup> {
   const client = new RemoteDraftClient({
-    endpoint: worker.endpoints[0]!,
-    ...ids,
+    endpoint,
+    drafterIdentity: DRAFTER_ID,
+    markovIdentity: MARKOV_ID,
     window: WINDOW,
     numSpec: NUM_SPEC,
     numTaps: NUM_TAPS,
@@ -177,16 +207,24 @@ async function run(kind: "tcp" | "unix", sc: Scenario, rowsMode: "stage" | "part
     requestTimeoutMs: 10_000,
     logger: pino({ level: "silent" }),
   });
-  if (!(await client.waitReady(10_000))) throw new Error(`no connection to ${worker.endpoints[0]}`);
+  if (!(await client.waitReady(10_000))) throw new Error(`no connection to ${endpoint}`);
+  // phase timestamps around step() (one extra async frame, ~1 µs)
+  const phase = { call: 0, ret: 0, workerUs: 0 };
+  const step = client.step.bind(client);
+  client.step = async (call: StepCall): Promise<StepOutcome> => {
+    phase.call = performance.now();
+    const o = await step(call);
+    phase.ret = performance.now();
+    phase.workerUs = o.reply?.workerUs ?? 0;
+    return o;
+  };
   const core = new RoundCore({
     client,
     rowsMode,
-    depthPolicy: new DepthPolicy({
-      budget: (b: number) => Math.max(8, 2 * b),
-    }),
+    depthPolicy: new DepthPolicy({ budget: (b: number) => Math.max(8, 2 * b) }),
   });
-  // one request per slot, each with a prompt of WINDOW rows, then rowsPerSlot accepted per round
-  const rows = new Uint8Array(Math.max(WINDOW, sc.rowsPerSlot) * ROW_BYTES);
+  // one request per slot with a prompt of WINDOW rows, then rowsPerSlot accepted rows per round
+  const rows = new Uint8Array(Math.max(WINDOW, sh.rowsPerSlot) * ROW_BYTES);
   for (let i = 0; i < rows.length; i++) rows[i] = (i * 31) & 0xff;
   const reqs: {
     slot: number;
@@ -195,7 +233,7 @@ async function run(kind: "tcp" | "unix", sc: Scenario, rowsMode: "stage" | "part
     anchorToken: number;
     newRows: Uint8Array | null;
   }[] = [];
-  for (let s = 0; s < sc.slots; s++) {
+  for (let s = 0; s < sh.slots; s++) {
     reqs.push({
       slot: s,
       generation: 1,
@@ -204,89 +242,215 @@ async function run(kind: "tcp" | "unix", sc: Scenario, rowsMode: "stage" | "part
       newRows: rows.subarray(0, WINDOW * ROW_BYTES),
     });
   }
-  const step = rows.subarray(0, sc.rowsPerSlot * ROW_BYTES);
+  const stepRows = rows.subarray(0, sh.rowsPerSlot * ROW_BYTES);
   const input = { requests: reqs as RoundRequest[] };
-  // warm-up: resync rounds (deferred over several rounds) until everything is in sync
-  for (let i = 0; i < 200; i++) {
+  // warm-up: the prompt rows go as RESYNC entries deferred over several rounds (no new tokens
+  // meanwhile), then rounds with rowsPerSlot new rows per slot until the JIT has settled
+  for (let i = 0; ; i++) {
     const r = await core.round(input);
-    for (const q of reqs) {
-      q.anchorPos += sc.rowsPerSlot;
-      q.newRows = step;
-    }
-    if (r.outcome === "ok" && r.resynced === 0 && r.deferred === 0 && i > 10) break;
+    for (const q of reqs) q.newRows = null;
+    if (r.outcome === "ok" && r.deferred === 0) break;
+    if (i > 100) throw new Error(`${sh.name}: prompt rows not in sync after ${i} rounds (${r.outcome})`);
   }
-  const frameBytes = APP_HEADER_SIZE + rowsOffsetFor(sc.slots, false) + sc.slots * sc.rowsPerSlot * ROW_BYTES;
-  const replyBytes =
-    APP_HEADER_SIZE + stepReplyBodySize({ nReq: sc.slots, numSpec: NUM_SPEC, margin: true, sampled: false });
-  const raw = await rawNet(kind, replyBytes);
-  const rawMsg = new Uint8Array(frameBytes).fill(3);
-  for (let i = 0; i < 50; i++) await raw.rt(rawMsg);
+  for (const q of reqs) q.newRows = stepRows;
+  for (let i = 0; i < 200; i++) {
+    for (const q of reqs) q.anchorPos += sh.rowsPerSlot;
+    const r = await core.round(input);
+    if (r.outcome !== "ok" || r.resynced !== 0 || r.deferred !== 0) {
+      throw new Error(
+        `${sh.name}: warm-up round ${i}: ${r.outcome}, ${r.resynced} resynced, ${r.deferred} deferred`,
+      );
+    }
+  }
+  for (const q of reqs) q.anchorPos += sh.rowsPerSlot;
+  return { client, core, input, reqs, phase };
+}
 
-  const hRound = newHist();
-  const hStep = newHist();
-  const hRaw = newHist();
-  let bad = 0;
-  let resynced = 0;
-  for (let b = 0; b < BLOCKS; b++) {
-    for (let i = 0; i < ITERS; i++) {
-      const t0 = performance.now();
-      const r = await core.round(input);
-      const us = (performance.now() - t0) * 1000;
-      if (r.outcome !== "ok" || r.rowsSent !== sc.slots * sc.rowsPerSlot) bad++;
-      resynced += r.resynced;
-      hRound.recordValue(Math.max(1, Math.round(us)));
-      hStep.recordValue(Math.max(1, Math.round(r.rttUs)));
-      for (const q of reqs) q.anchorPos += sc.rowsPerSlot;
-    }
-    for (let i = 0; i < ITERS; i++) {
-      const t0 = performance.now();
-      await raw.rt(rawMsg);
-      hRaw.recordValue(Math.max(1, Math.round((performance.now() - t0) * 1000)));
-    }
-  }
-  await raw.close();
-  await client.close();
-  await worker.close();
-  const p = (h: Samples, q: number) => Math.round(h.getValueAtPercentile(q));
+export async function oneRound(
+  st: Setup,
+  sh: Shape,
+): Promise<{ ok: boolean; resynced: number; rttUs: number }> {
+  const r = await st.core.round(st.input);
+  for (const q of st.reqs) q.anchorPos += sh.rowsPerSlot;
   return {
-    transport: kind,
-    scenario: sc.name,
-    rows_mode: rowsMode,
-    request_bytes: frameBytes,
-    reply_bytes: replyBytes,
-    iterations: ITERS * BLOCKS,
-    failed_rounds: bad,
-    resynced_entries: resynced,
-    round_us: { p50: p(hRound, 50), p99: p(hRound, 99) },
-    step_rtt_us: { p50: p(hStep, 50), p99: p(hStep, 99) },
-    raw_baseline_us: { p50: p(hRaw, 50), p99: p(hRaw, 99) },
-    round_p50_ratio_to_raw: Math.round((p(hRound, 50) / p(hRaw, 50)) * 100) / 100,
-    round_p99_ratio_to_raw: Math.round((p(hRound, 99) / p(hRaw, 99)) * 100) / 100,
-    step_p50_ratio_to_raw: Math.round((p(hStep, 50) / p(hRaw, 50)) * 100) / 100,
+    ok: r.outcome === "ok" && r.rowsSent === sh.slots * sh.rowsPerSlot,
+    resynced: r.resynced,
+    rttUs: r.rttUs,
   };
 }
 
-const results = [];
-for (const sc of SCENARIOS) {
-  for (const kind of ["tcp", "unix"] as const) {
-    for (const mode of ["stage", "parts"] as const) {
-      process.stderr.write(`client bench: ${kind} ${sc.name} ${mode}\n`);
-      results.push(await run(kind, sc, mode));
+function heapNow(): number {
+  const h = v8.getHeapStatistics();
+  return h.used_heap_size + h.external_memory;
+}
+
+/** Bytes allocated per call of `fn` (median over `n` calls, each after a full GC). */
+async function allocPerCall(n: number, fn: () => Promise<unknown>): Promise<number> {
+  const s = new Samples(n);
+  for (let i = 0; i < n; i++) {
+    gc();
+    const before = heapNow();
+    await fn();
+    s.add(heapNow() - before);
+  }
+  return Math.round(s.pct(50));
+}
+
+async function runLine(
+  kind: "tcp" | "unix",
+  sh: Shape,
+  rowsMode: "stage" | "parts",
+  workerEp: string,
+  rawEp: string,
+) {
+  const st = await setup(workerEp, sh, rowsMode);
+  const frameBytes = frameBytesOf(sh);
+  const replyBytes = replyBytesOf(sh);
+  const raw = await rawClient(rawEp, replyBytes);
+  const rawMsg = new Uint8Array(frameBytes).fill(3);
+  for (let i = 0; i < 200; i++) await raw.rt(rawMsg);
+
+  const hRound = new Samples(ITERS);
+  const hStep = new Samples(ITERS);
+  const hWorker = new Samples(ITERS);
+  const hPre = new Samples(ITERS);
+  const hPost = new Samples(ITERS);
+  const hRaw = new Samples(ITERS);
+  let failed = 0;
+  let resynced = 0;
+  const doRound = async () => {
+    const t0 = performance.now();
+    const r = await oneRound(st, sh);
+    const t1 = performance.now();
+    if (!r.ok) failed++;
+    resynced += r.resynced;
+    hRound.add((t1 - t0) * 1000);
+    hStep.add(r.rttUs);
+    hWorker.add(st.phase.workerUs);
+    hPre.add((st.phase.call - t0) * 1000);
+    hPost.add((t1 - st.phase.ret) * 1000);
+  };
+  const doRaw = async () => {
+    const t0 = performance.now();
+    await raw.rt(rawMsg);
+    hRaw.add((performance.now() - t0) * 1000);
+  };
+  for (let i = 0; i < ITERS; i++) {
+    // ABBA: neither side always goes first
+    if ((i & 1) === 0) {
+      await doRound();
+      await doRaw();
+    } else {
+      await doRaw();
+      await doRound();
     }
   }
+  const allocRound = await allocPerCall(HEAP_ITERS, () => oneRound(st, sh));
+  const allocRaw = await allocPerCall(HEAP_ITERS, () => raw.rt(rawMsg));
+  raw.close();
+  await st.client.close();
+  const p = (h: Samples, q: number) => Math.round(h.pct(q));
+  const ratio = (a: number, b: number) => Math.round((a / b) * 100) / 100;
+  return {
+    transport: kind,
+    shape: sh.name,
+    rows_mode: rowsMode,
+    request_bytes: frameBytes,
+    reply_bytes: replyBytes,
+    iterations: ITERS,
+    failed_rounds: failed,
+    resynced_entries: resynced,
+    round_us: { p50: p(hRound, 50), p99: p(hRound, 99) },
+    raw_us: { p50: p(hRaw, 50), p99: p(hRaw, 99) },
+    round_p50_ratio: ratio(p(hRound, 50), p(hRaw, 50)),
+    round_p99_ratio: ratio(p(hRound, 99), p(hRaw, 99)),
+    step_rtt_us: { p50: p(hStep, 50), p99: p(hStep, 99) },
+    step_p50_ratio: ratio(p(hStep, 50), p(hRaw, 50)),
+    worker_us_p50: p(hWorker, 50),
+    before_send_us_p50: p(hPre, 50),
+    after_reply_us_p50: p(hPost, 50),
+    alloc_bytes_per_round: allocRound,
+    alloc_bytes_per_raw_exchange: allocRaw,
+  };
 }
-process.stdout.write(
-  `${JSON.stringify(
-    {
-      package: "@tapwire/client",
-      node: process.version,
-      row_bytes: ROW_BYTES,
-      window: WINDOW,
-      num_spec: NUM_SPEC,
-      target: "round p50 within 1.3x of the raw baseline",
-      results,
-    },
-    null,
-    2,
-  )}\n`,
-);
+
+async function heapOnly(sh: Shape, rowsMode: "stage" | "parts", workerEp: string) {
+  const st = await setup(workerEp, sh, rowsMode);
+  const alloc = await allocPerCall(HEAP_ITERS, () => oneRound(st, sh));
+  await st.client.close();
+  return { transport: "unix", shape: sh.name, rows_mode: rowsMode, alloc_bytes_per_round: alloc };
+}
+
+export async function startWorker(): Promise<{ child: ChildHandle; eps: { tcp: string; unix: string } }> {
+  const child = await spawnBin(
+    WORKER_BIN,
+    workerArgs(["tcp://127.0.0.1:0", `unix://${uniqueSocketPath("twc-bench-w")}`]),
+  );
+  return { child, eps: endpointsOf(child) };
+}
+
+if (process.env.BENCH_NO_MAIN === undefined) await main();
+
+async function main(): Promise<void> {
+  const t0 = performance.now();
+  const { child: worker, eps: wEps } = await startWorker();
+  const results = [];
+  const allocation = [];
+  try {
+    for (const sh of SHAPES) {
+      if (sh.heapOnly) {
+        for (const mode of MODES) {
+          process.stderr.write(`client bench: allocation ${sh.name} ${mode}\n`);
+          allocation.push(await heapOnly(sh, mode, wEps.unix));
+        }
+        continue;
+      }
+      const rawChild = await spawnBin(
+        RAW_SERVER,
+        [
+          "--listen",
+          "tcp://127.0.0.1:0",
+          "--listen",
+          `unix://${uniqueSocketPath("twc-bench-r")}`,
+          "--request-bytes",
+          String(frameBytesOf(sh)),
+          "--reply-bytes",
+          String(replyBytesOf(sh)),
+        ],
+        { nodeArgs: ["--import", "tsx"] },
+      );
+      const rEps = endpointsOf(rawChild);
+      try {
+        for (const kind of KINDS) {
+          for (const mode of MODES) {
+            process.stderr.write(`client bench: ${kind} ${sh.name} ${mode}\n`);
+            results.push(await runLine(kind, sh, mode, wEps[kind], rEps[kind]));
+          }
+        }
+      } finally {
+        await rawChild.kill();
+      }
+    }
+  } finally {
+    await worker.kill();
+  }
+  process.stdout.write(
+    `${JSON.stringify(
+      {
+        package: "@tapwire/client",
+        node: process.version,
+        arrangement:
+          "worker (tapwire-worker --drafter null) and raw server in child processes; rounds and raw exchanges alternate",
+        row_bytes: ROW_BYTES,
+        window: WINDOW,
+        num_spec: NUM_SPEC,
+        target: "round p50 within 1.3x of the raw baseline",
+        seconds: Math.round((performance.now() - t0) / 100) / 10,
+        results,
+        allocation,
+      },
+      null,
+      2,
+    )}\n`,
+  );
+}
