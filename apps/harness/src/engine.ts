@@ -97,6 +97,8 @@ export type RoundHook = (p: {
   completed: number;
   total: number;
   elapsedMs: number;
+  /** Requests holding a slot now (0 while idle). */
+  running: number;
 }) => void | Promise<void>;
 
 /** Everything the engine produced. */
@@ -109,6 +111,8 @@ export interface EngineResult {
   linkMs: number;
   verifyMs: number;
   schedulingMs: number;
+  /** Prompt prefill of admitted requests (target steps over the prompt). */
+  prefillMs: number;
 }
 
 interface Live {
@@ -258,6 +262,7 @@ export class Engine {
     let linkMs = 0;
     let verifyMs = 0;
     let schedMs = 0;
+    let prefillMs = 0;
     let round = 0;
     let released: Array<{ slot: number; generation: number }> = [];
     const linkReqs: LinkRequest[] = [];
@@ -276,7 +281,10 @@ export class Engine {
         this.conditioning.set(ready.spec.id, conditioningOf(ready.digests));
         this.sched.submit(ready.spec);
       }
+      const tp0 = performance.now();
       for (const p of this.sched.admit()) this.start(p);
+      const roundPrefill = performance.now() - tp0;
+      prefillMs += roundPrefill;
       m.running.set(this.sched.runningCount);
       m.queued.set(this.sched.queued);
       m.waitingMedia.set(media.waiting);
@@ -309,7 +317,7 @@ export class Engine {
       if (liveOrder.length === 0) {
         if (released.length > 0) {
           // nothing to decode, but tell the worker about finished slots
-          await link.round(linkReqs, released);
+          this.countLink(await link.round(linkReqs, released));
           released = [];
         }
         await this.o.onRound?.({
@@ -317,6 +325,7 @@ export class Engine {
           completed: this.outputs.size,
           total,
           elapsedMs: performance.now() - t0,
+          running: 0,
         });
         const next = arrivals.nextArrivalMs();
         const waitMs = next === null ? 2 : Math.max(0, Math.min(next - (performance.now() - t0), 2));
@@ -330,8 +339,7 @@ export class Engine {
       const res = await link.round(linkReqs, released);
       const tl1 = performance.now();
       released = [];
-      m.outcome(res.outcome);
-      if (res.rttMs !== null) m.stepRtt.observe(res.rttMs / 1000);
+      this.countLink(res);
 
       m.resyncs.inc(res.resynced);
       m.deferred.inc(res.deferred);
@@ -396,7 +404,7 @@ export class Engine {
       const roundMs = tv1 - tr0;
       linkMs += tl1 - tl0;
       verifyMs += tv1 - tl1;
-      schedMs += roundMs - (tl1 - tl0) - (tv1 - tl1);
+      schedMs += roundMs - (tl1 - tl0) - (tv1 - tl1) - roundPrefill;
       m.roundTime.observe(roundMs / 1000);
       m.linkTime.observe((tl1 - tl0) / 1000);
       m.verifyTime.observe((tv1 - tl1) / 1000);
@@ -405,13 +413,27 @@ export class Engine {
         completed: this.outputs.size,
         total,
         elapsedMs: performance.now() - t0,
+        running: this.sched.runningCount,
       });
       // A target-only round does no I/O: without this, rounds would run back to back as
       // microtasks and starve timers and sockets (the client's reconnect loop, EC transfers).
       await yieldToLoop();
     }
-    if (released.length > 0) await link.round([], released);
-    return { outputs: this.outputs, wallMs: performance.now() - t0, linkMs, verifyMs, schedulingMs: schedMs };
+    if (released.length > 0) this.countLink(await link.round([], released));
+    return {
+      outputs: this.outputs,
+      wallMs: performance.now() - t0,
+      linkMs,
+      verifyMs,
+      schedulingMs: schedMs,
+      prefillMs,
+    };
+  }
+
+  /** Counts a link round's outcome and STEP RTT (decode rounds and RELEASE-only rounds alike). */
+  private countLink(res: LinkRound): void {
+    if (res.outcome !== "idle") this.o.metrics.outcome(res.outcome);
+    if (res.rttMs !== null) this.o.metrics.stepRtt.observe(res.rttMs / 1000);
   }
 
   /** Admits a request into its slot: prefill (rows of the prompt but its last token, the anchor). */

@@ -97,12 +97,14 @@ export class FaultDriver {
   }
 
   /** The engine's round hook. */
-  readonly hook: RoundHook = ({ completed, total, elapsedMs }) => {
+  readonly hook: RoundHook = ({ completed, total, elapsedMs, running }) => {
     this.checkRecovery(elapsedMs);
     if (this.active) return;
     const p = this.plan[this.next];
     if (!p || completed < p.at * total) return;
     this.dueSince ??= elapsedMs;
+    // link faults only while requests run, so that the next round's STEP meets them
+    if ((p.kind === "link_stall" || p.kind === "corrupt_reply") && running === 0) return;
     // the encoder is restarted mid-transfer when possible (the interesting case: reads in flight)
     if (
       p.kind === "encoder_restart" &&
@@ -188,7 +190,7 @@ export class FaultDriver {
         run(
           (async () => {
             await t.worker.kill("SIGKILL");
-            await new Promise((r) => setTimeout(r, 200));
+            await new Promise((r) => setTimeout(r, 50));
             await t.worker.start();
             rec.detail += ` (new pid ${t.worker.pid})`;
             a.baseline = t.linkOk();

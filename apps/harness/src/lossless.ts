@@ -103,7 +103,7 @@ export function checkSampled(
     mismatched: 0,
     firstMismatch: null,
     test: {
-      name: `stratified chi-square homogeneity, ${strata.size} strata, Bonferroni over ${positions.length} positions`,
+      name: `chi-square homogeneity of tokens 1..${positions.length}, stratified by prompt (${strata.size} strata), Bonferroni over positions`,
       positions,
       statistic: statSum,
       df: dfSum,

@@ -90,6 +90,11 @@ export interface EcMediaOptions {
   metrics: EcMediaMetrics;
   /** Called for each local fallback (mm_hash, reason). */
   onFallback?: (mmHash: string, reason: string) => void;
+  /**
+   * Test hook: flip one bit of the first embedding the engine reads after a transfer (as if memory
+   * had been corrupted after the CRC check), to prove the lossless check catches it.
+   */
+  corruptFirstLoad?: boolean;
 }
 
 /**
@@ -106,6 +111,7 @@ export class EcMedia implements MediaSource {
   private readonly digests = new Map<string, Uint8Array>();
   /** Items with a transfer in flight. */
   private readonly inFlight = new Set<string>();
+  private corrupted = false;
 
   constructor(options: EcMediaOptions) {
     this.o = options;
@@ -174,7 +180,13 @@ export class EcMedia implements MediaSource {
       this.inFlight.delete(h);
       metrics.transfers.inc();
       metrics.bytes.inc(this.o.nbytes);
-      this.digests.set(h, embeddingDigest(connector.cache.view(h)));
+      let bytes = connector.cache.view(h);
+      if (this.o.corruptFirstLoad && !this.corrupted) {
+        this.corrupted = true;
+        bytes = bytes.slice();
+        bytes[bytes.length >> 1] = (bytes[bytes.length >> 1] as number) ^ 1;
+      }
+      this.digests.set(h, embeddingDigest(bytes));
     }
     for (const f of res.failed) {
       this.inFlight.delete(f.mmHash);

@@ -73,7 +73,13 @@ export interface Report {
     draftsSkippedByPolicy: number;
   };
   latency: { stepRtt: LatencySummary; round: LatencySummary };
-  roundTime: { draftLinkMs: number; verifyMs: number; schedulingMs: number; totalMs: number };
+  roundTime: {
+    draftLinkMs: number;
+    verifyMs: number;
+    prefillMs: number;
+    schedulingMs: number;
+    totalMs: number;
+  };
   throughput: {
     wallSeconds: number;
     tokensPerSecond: number;
@@ -159,8 +165,9 @@ export function formatReport(r: Report): string {
     const t = r.lossless.test;
     row(
       "  sampled vs target-only",
-      `${r.lossless.ok ? "consistent" : "REJECTED"}: ${t.name}, chi2 ${num(t.statistic, 1)} df ${t.df}, p = ${num(t.pValue, 4)} (alpha ${t.alpha})`,
+      `${r.lossless.ok ? "consistent" : "REJECTED"}: adjusted p = ${num(t.pValue, 4)} (alpha ${t.alpha}; ${r.lossless.checked} requests)`,
     );
+    row("  test", t.name);
     for (const p of t.perPosition) {
       row(`    token ${p.position}`, `chi2 ${num(p.statistic, 1)} df ${p.df}, p = ${num(p.pValue, 4)}`);
     }
@@ -200,6 +207,7 @@ export function formatReport(r: Report): string {
   const pct = (v: number) => `${num(v, 0)} ms (${num((100 * v) / tot, 0)}%)`;
   row("  round time: draft link", pct(r.roundTime.draftLinkMs));
   row("  round time: verify", pct(r.roundTime.verifyMs));
+  row("  round time: prefill", pct(r.roundTime.prefillMs));
   row("  round time: scheduling", pct(r.roundTime.schedulingMs));
   row(
     "  throughput",

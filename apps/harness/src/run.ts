@@ -76,6 +76,12 @@ function latency(h: {
   };
 }
 
+/**
+ * Test-only: with this environment variable set to 1 the engine flips one bit of the first
+ * transferred embedding it reads, and the run must then fail the lossless check (exit 1).
+ */
+export const CORRUPT_ENV = "TAPWIRE_HARNESS_TEST_CORRUPT_EMBEDDING";
+
 /** Block size of both encoder caches (64 KiB, the EC connector's default). */
 export const EC_BLOCK_BYTES = 65_536;
 /** Simulated encode time of the encoder per item, ms. */
@@ -382,6 +388,7 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
         nbytes: cfg.embeddingBytes,
         deadlineMs: cfg.ecDeadlineMs,
         metrics: ecMetrics,
+        corruptFirstLoad: process.env[CORRUPT_ENV] === "1",
         onFallback: (h, why) => {
           if (fallbacks.length < 20) fallbacks.push(`${h.slice(0, 12)}: ${why}`);
         },
@@ -578,8 +585,9 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
       roundTime: {
         draftLinkMs: res.linkMs,
         verifyMs: res.verifyMs,
+        prefillMs: res.prefillMs,
         schedulingMs: res.schedulingMs,
-        totalMs: res.linkMs + res.verifyMs + res.schedulingMs,
+        totalMs: res.linkMs + res.verifyMs + res.prefillMs + res.schedulingMs,
       },
       throughput: {
         wallSeconds,
