@@ -168,6 +168,12 @@ async function main(): Promise<void> {
         blockBytes: BB,
         compatibility: producer.compatibilityHash,
       }),
+      crcThread: await ConsumerConnector.create({
+        numBlocks: BLOCKS,
+        blockBytes: BB,
+        compatibility: producer.compatibilityHash,
+        checksumThread: true,
+      }),
       nocrc: await ConsumerConnector.create({
         numBlocks: BLOCKS,
         blockBytes: BB,
@@ -184,6 +190,7 @@ async function main(): Promise<void> {
       const iters = ITER[n]!;
       const rawTimes: number[] = [];
       const crcTimes: number[] = [];
+      const crcThreadTimes: number[] = [];
       const noCrcTimes: number[] = [];
       // interleave so background load hits all three alike
       for (let i = 0; i < iters; i++) {
@@ -191,12 +198,14 @@ async function main(): Promise<void> {
         await rawClient.fetch(n);
         rawTimes.push(performance.now() - t0);
         crcTimes.push(await fetchOne(conns.crc, producer.controlEndpoint, `emb-${n}`, n));
+        crcThreadTimes.push(await fetchOne(conns.crcThread, producer.controlEndpoint, `emb-${n}`, n));
         noCrcTimes.push(await fetchOne(conns.nocrc, producer.controlEndpoint, `emb-${n}`, n));
       }
       const gbps = (ms: number) => round(n / (ms / 1000) / 1e9, 3);
       const raw = median(rawTimes);
       const crc = median(crcTimes);
       const nocrc = median(noCrcTimes);
+      const crcThread = median(crcThreadTimes);
       const best = (xs: number[]) => Math.min(...xs);
       throughput.push({
         kind,
@@ -206,9 +215,12 @@ async function main(): Promise<void> {
         raw_gb_s: gbps(raw),
         ec_crc_median_ms: round(crc),
         ec_crc_gb_s: gbps(crc),
+        ec_crc_thread_median_ms: round(crcThread),
+        ec_crc_thread_gb_s: gbps(crcThread),
         ec_nocrc_median_ms: round(nocrc),
         ec_nocrc_gb_s: gbps(nocrc),
         ratio_crc_vs_raw: round(raw / crc),
+        ratio_crc_thread_vs_raw: round(raw / crcThread),
         ratio_nocrc_vs_raw: round(raw / nocrc),
         // time the control plane + protocol add per transfer (CRC off: data bytes are the same)
         overhead_ms_nocrc: round(nocrc - raw),
@@ -217,6 +229,7 @@ async function main(): Promise<void> {
         best_ec_crc_gb_s: gbps(best(crcTimes)),
         best_ec_nocrc_gb_s: gbps(best(noCrcTimes)),
         best_ratio_crc_vs_raw: round(best(rawTimes) / best(crcTimes)),
+        best_ratio_crc_thread_vs_raw: round(best(rawTimes) / best(crcThreadTimes)),
         best_ratio_nocrc_vs_raw: round(best(rawTimes) / best(noCrcTimes)),
       });
     }

@@ -40,6 +40,8 @@ export interface EmbeddingCacheOptions {
   blockBytes: number;
   /** Called with the mm_hash of each entry evicted to make room (LRU, EC-CONTRACT 1). */
   onEvict?: (mmHash: string) => void;
+  /** Back the region with a `SharedArrayBuffer` (lets a worker thread checksum landed bytes). */
+  shared?: boolean;
 }
 
 /**
@@ -84,7 +86,11 @@ export class EmbeddingCache {
       throw new EcError("EC_BAD_OPTION", "option onEvict: expected a function");
     }
     this.#onEvict = options.onEvict;
-    this.region = new Uint8Array(total);
+    if (options.shared !== undefined && typeof options.shared !== "boolean") {
+      throw new EcError("EC_BAD_OPTION", "option shared: expected a boolean");
+    }
+    this.region =
+      options.shared === true ? new Uint8Array(new SharedArrayBuffer(total)) : new Uint8Array(total);
     this.#owner = new Int32Array(this.numBlocks).fill(FREE);
     this.#free = this.numBlocks;
   }

@@ -72,6 +72,11 @@ export interface CreateConsumerConnectorOptions extends Omit<ConsumerConnectorOp
   name?: string;
   /** Run a data server too (`tcp://…` or `unix://…`); a consumer only reads, so it is optional. */
   dataListen?: string;
+  /**
+   * Checksum on a worker thread (a `SharedArrayBuffer` cache region) so the CRC-32 overlaps the
+   * receive; worth it with a spare core (default false).
+   */
+  checksumThread?: boolean;
 }
 
 /** A request that will not complete: compute the embedding locally. */
@@ -256,7 +261,11 @@ export class ConsumerConnector {
    * connector over them; `close()` closes the data plane too.
    */
   static async create(options: CreateConsumerConnectorOptions): Promise<ConsumerConnector> {
-    const cache = new EmbeddingCache({ numBlocks: options.numBlocks, blockBytes: options.blockBytes });
+    const cache = new EmbeddingCache({
+      numBlocks: options.numBlocks,
+      blockBytes: options.blockBytes,
+      shared: options.checksumThread === true,
+    });
     const registry = options.registry ?? defaultRegistry();
     const data = await SocketDataTransport.create({
       name: options.name ?? "ec-consumer",
@@ -265,9 +274,17 @@ export class ConsumerConnector {
       blockBytes: cache.blockBytes,
       registry,
       ...(options.dataListen === undefined ? {} : { listen: options.dataListen }),
+      ...(options.checksumThread === undefined ? {} : { checksumThread: options.checksumThread }),
       ...(options.logger === undefined ? {} : { logger: options.logger }),
     });
-    const { numBlocks: _n, blockBytes: _b, name: _name, dataListen: _l, ...rest } = options;
+    const {
+      numBlocks: _n,
+      blockBytes: _b,
+      name: _name,
+      dataListen: _l,
+      checksumThread: _t,
+      ...rest
+    } = options;
     const c = new ConsumerConnector({ ...rest, registry, cache, data });
     c.#ownsData = true;
     return c;

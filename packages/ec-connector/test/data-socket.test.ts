@@ -187,6 +187,49 @@ for (const [kind, listen] of KINDS) {
       expect(await settle(reader, h3)).toBe("DONE");
     });
 
+    it("checksumThread: the worker's CRC-32 equals the producer's and catches corruption", async () => {
+      const sCache = new EmbeddingCache({ numBlocks: 512, blockBytes: BB });
+      const cCache = new EmbeddingCache({ numBlocks: 512, blockBytes: BB, shared: true });
+      const server = await SocketDataTransport.create({
+        name: "p",
+        region: sCache.region,
+        numBlocks: 512,
+        blockBytes: BB,
+        listen: listen(),
+      });
+      const reader = await SocketDataTransport.create({
+        name: "c",
+        region: cCache.region,
+        numBlocks: 512,
+        blockBytes: BB,
+        checksumThread: true,
+      });
+      open.push(server, reader);
+      const agent = reader.addRemotePeer(server.getAgentMetadata(), server.getMemDescriptor());
+      const n = 300 * BB + 5; // several batches of landed ranges
+      sCache.allocate("big", n);
+      sCache.write("big", 0, syntheticEmbedding("big", n));
+      const e = sCache.markReady("big");
+      server.grant("s:big", e.blocks, Number.POSITIVE_INFINITY);
+      const local = cCache.allocate("big", n);
+      const h = reader.postRead(local, agent, e.blocks, te.encode("s:big"), { nbytes: n, checksum: true });
+      expect(await settle(reader, h)).toBe("DONE");
+      expect(reader.getXferChecksum(h)).toBe(e.crc32);
+      reader.injectFault({ kind: "corrupt" });
+      const h2 = reader.postRead(local, agent, e.blocks, te.encode("s:big"), { nbytes: n, checksum: true });
+      expect(await settle(reader, h2)).toBe("DONE");
+      expect(reader.getXferChecksum(h2)).not.toBe(e.crc32);
+      await expect(
+        SocketDataTransport.create({
+          name: "x",
+          region: sCache.region,
+          numBlocks: 512,
+          blockBytes: BB,
+          checksumThread: true,
+        }),
+      ).rejects.toThrow(/checksumThread/);
+    });
+
     it("a reader fed garbage by a fake data server ends ERR without crashing", async () => {
       const cache = new EmbeddingCache({ numBlocks: 8, blockBytes: BB });
       const answers = [

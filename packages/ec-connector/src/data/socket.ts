@@ -1,5 +1,6 @@
 import { lstatSync, unlinkSync } from "node:fs";
 import * as net from "node:net";
+import { Worker } from "node:worker_threads";
 import type { Counter, Gauge } from "@tapwire/stats";
 import { Registry } from "@tapwire/stats";
 import type { Logger } from "pino";
@@ -34,6 +35,22 @@ const LEN_BYTES = 4;
 export const MAX_DATA_FRAME_BYTES = 1 << 20;
 /** Longest grant key / notification message in bytes. */
 const MAX_KEY_BYTES = 1024;
+/** Landed bytes handed to the checksum thread per message. */
+const CRC_BATCH = 512 * 1024;
+
+/** The checksum thread: CRC-32 of region ranges, in order, per read id; [-1, id] drops a read. */
+const CRC_WORKER = `
+const { parentPort, workerData } = require("node:worker_threads");
+const zlib = require("node:zlib");
+const region = new Uint8Array(workerData.buffer, workerData.byteOffset, workerData.length);
+const crcs = new Map();
+parentPort.on("message", (m) => {
+  if (m[0] === -1) { crcs.delete(m[1]); return; }
+  let c = crcs.get(m[0]) ?? 0;
+  if (m[2] > 0) c = zlib.crc32(region.subarray(m[1], m[1] + m[2]), c);
+  if (m[3]) { crcs.delete(m[0]); parentPort.postMessage([m[0], c >>> 0]); } else crcs.set(m[0], c);
+});
+`;
 
 /** Test/demo faults the socket reader can apply to its next reads (EC-CONTRACT 5.4 for real sockets). */
 export type SocketFault =
@@ -62,6 +79,12 @@ export interface SocketDataTransportOptions {
   throttleBytesPerSec?: number;
   /** Idle reader connections kept per peer (default 4). */
   maxIdlePerPeer?: number;
+  /**
+   * Compute read checksums on a worker thread as ranges land, so the CRC overlaps the receive
+   * instead of running between `recv`s (default false). Needs a region on a `SharedArrayBuffer`
+   * (`EmbeddingCache({ shared: true })`). A read is DONE once its last range is checksummed.
+   */
+  checksumThread?: boolean;
   registry?: Registry;
   logger?: Logger;
 }
@@ -86,6 +109,11 @@ interface Read {
   segLen: number[];
   seg: number;
   segOff: number;
+  /** Landed bytes not yet handed to the checksum thread (region offsets). */
+  pendStart: number;
+  pendLen: number;
+  /** Waiting for the checksum thread's final CRC. */
+  crcPending: boolean;
   nbytes: number;
   received: number;
   checksum: boolean;
@@ -194,6 +222,8 @@ export class SocketDataTransport implements DataTransport {
   readonly #faults: SocketFault[] = [];
   #nextHandle = 1;
   #closed = false;
+  readonly #crcThread: boolean;
+  #worker: Worker | null = null;
 
   private constructor(
     options: SocketDataTransportOptions,
@@ -208,6 +238,7 @@ export class SocketDataTransport implements DataTransport {
     this.#chunk = options.chunkBytes ?? 1 << 20;
     this.#throttle = options.throttleBytesPerSec ?? 0;
     this.#maxIdle = options.maxIdlePerPeer ?? 4;
+    this.#crcThread = options.checksumThread === true;
     this.#m = dataMetrics(options.registry ?? new Registry({ prefix: EC_METRICS_PREFIX }));
     this.#log = options.logger ?? silentLogger();
     this.#server = server;
@@ -240,6 +271,12 @@ export class SocketDataTransport implements DataTransport {
     if (options.throttleBytesPerSec !== undefined)
       checkNumberOption("throttleBytesPerSec", options.throttleBytesPerSec, 0);
     if (options.maxIdlePerPeer !== undefined) checkIntOption("maxIdlePerPeer", options.maxIdlePerPeer, 0);
+    if (options.checksumThread !== undefined && typeof options.checksumThread !== "boolean") {
+      throw new EcError("EC_BAD_OPTION", "option checksumThread: expected a boolean");
+    }
+    if (options.checksumThread === true && !(options.region.buffer instanceof SharedArrayBuffer)) {
+      throw new EcError("EC_BAD_OPTION", "option checksumThread: the region must be on a SharedArrayBuffer");
+    }
     if (options.listen === undefined) return new SocketDataTransport(options, null, "", null);
     const target = parseDataEndpoint(options.listen);
     const server = net.createServer({ noDelay: true });
@@ -347,6 +384,9 @@ export class SocketDataTransport implements DataTransport {
       ...segments(localBlocks, this.#bb, nbytes),
       seg: 0,
       segOff: 0,
+      pendStart: 0,
+      pendLen: 0,
+      crcPending: false,
       nbytes,
       received: 0,
       checksum: options.checksum === true,
@@ -390,6 +430,7 @@ export class SocketDataTransport implements DataTransport {
   releaseXferHandle(handle: XferHandle): boolean {
     const r = this.#must(handle);
     this.#reads.delete(handle);
+    if (r.state === "PROC" && r.checksum && this.#crcThread) this.#worker?.postMessage([-1, r.handle]);
     if (r.state === "PROC" && r.conn !== null) {
       // Destroying the socket stops its reads synchronously: nothing lands after this returns.
       this.#killConn(r.conn, "released");
@@ -422,6 +463,11 @@ export class SocketDataTransport implements DataTransport {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    if (this.#worker !== null) {
+      const w = this.#worker;
+      this.#worker = null;
+      await w.terminate();
+    }
     for (const peer of this.#peers.values()) for (const c of peer.all) this.#killConn(c, "transport closed");
     this.#peers.clear();
     for (const c of this.#serverConns) c.socket.destroy();
@@ -488,7 +534,10 @@ export class SocketDataTransport implements DataTransport {
         buf[0] = buf[0]! ^ 0xff;
         r.fault = null;
       }
-      if (r.checksum) r.crc = crc32(buf.subarray(0, n), r.crc);
+      if (r.checksum) {
+        if (this.#crcThread) this.#crcRange(r, buf.byteOffset - this.#region.byteOffset, n);
+        else r.crc = crc32(buf.subarray(0, n), r.crc);
+      }
       r.received += n;
       r.segOff += n;
       if (r.segOff === r.segLen[r.seg]) {
@@ -548,7 +597,13 @@ export class SocketDataTransport implements DataTransport {
     if (r.fault?.kind !== "lost_notification") {
       conn.socket.write(frame({ op: "notif", msg: r.notif }));
     }
-    r.state = "DONE";
+    if (r.checksum && this.#crcThread) {
+      // Every byte landed; the read is DONE when the thread's CRC of the last range comes back.
+      this.#crcPost(r, true);
+      r.crcPending = true;
+    } else {
+      r.state = "DONE";
+    }
     r.conn = null;
     conn.read = null;
     conn.phase = "len";
@@ -581,12 +636,57 @@ export class SocketDataTransport implements DataTransport {
     const i = conn.peer.idle.indexOf(conn);
     if (i >= 0) conn.peer.idle.splice(i, 1);
     if (r !== null && r.state === "PROC") {
+      if (r.checksum && this.#crcThread) this.#worker?.postMessage([-1, r.handle]);
       r.state = "ERR";
       r.error = why;
       r.conn = null;
       this.#m.readErrors.inc();
       this.onReadDone?.();
     }
+  }
+
+  #crcRange(r: Read, start: number, n: number): void {
+    if (r.pendLen > 0 && r.pendStart + r.pendLen === start) r.pendLen += n;
+    else {
+      if (r.pendLen > 0) this.#crcPost(r, false);
+      r.pendStart = start;
+      r.pendLen = n;
+    }
+    if (r.pendLen >= CRC_BATCH) this.#crcPost(r, false);
+  }
+
+  #crcPost(r: Read, final: boolean): void {
+    if (this.#worker === null) {
+      const region = this.#region;
+      this.#worker = new Worker(CRC_WORKER, {
+        eval: true,
+        workerData: { buffer: region.buffer, byteOffset: region.byteOffset, length: region.length },
+      });
+      this.#worker.unref();
+      this.#worker.on("message", (m: [number, number]) => this.#crcDone(m[0], m[1]));
+      this.#worker.on("error", (err) => {
+        this.#log.error({ err }, "checksum thread failed");
+        this.#worker = null;
+        for (const rd of this.#reads.values()) {
+          if (rd.state === "PROC" && rd.checksum) {
+            rd.state = "ERR";
+            rd.error = "checksum thread failed";
+          }
+        }
+        this.onReadDone?.();
+      });
+    }
+    this.#worker.postMessage([r.handle, r.pendStart, r.pendLen, final]);
+    r.pendLen = 0;
+  }
+
+  #crcDone(handle: XferHandle, crc: number): void {
+    const r = this.#reads.get(handle);
+    if (r === undefined || r.state !== "PROC" || !r.crcPending) return;
+    r.crc = crc;
+    r.crcPending = false;
+    r.state = "DONE";
+    this.onReadDone?.();
   }
 
   #must(handle: XferHandle): Read {
