@@ -230,6 +230,41 @@ for (const [kind, listen] of KINDS) {
       ).rejects.toThrow(/checksumThread/);
     });
 
+    it("the server reassembles a READ frame fed one byte at a time", async () => {
+      const { server, put } = await pair(listen());
+      const e = put("img", 100);
+      server.grant("s:img", e.blocks, Number.POSITIVE_INFINITY);
+      const body = encode({
+        op: "read",
+        key: te.encode("s:img"),
+        blocks: e.blocks,
+        nbytes: 100,
+        reader: "raw",
+        instance: server.meta.instance,
+      });
+      const frame = Buffer.concat([Buffer.from([0, 0, 0, body.length]), Buffer.from(body)]);
+      const target = server.endpoint.startsWith("unix://")
+        ? { path: server.endpoint.slice(7) }
+        : { host: "127.0.0.1", port: Number(server.endpoint.split(":").pop()) };
+      const s = net.connect(target as net.NetConnectOpts);
+      s.setNoDelay(true);
+      const got: Buffer[] = [];
+      s.on("data", (d: Buffer) => got.push(d));
+      for (const b of frame) {
+        s.write(Buffer.from([b]));
+        await new Promise((r) => setTimeout(r, 1));
+      }
+      const all = await until(() => {
+        const b = Buffer.concat(got);
+        return b.length >= 4 && b.length >= 4 + b.readUInt32BE(0) + 100 ? b : undefined;
+      });
+      const hdr = 4 + all.readUInt32BE(0);
+      expect(
+        Buffer.from(all.subarray(hdr, hdr + 100)).equals(Buffer.from(syntheticEmbedding("img", 100))),
+      ).toBe(true);
+      s.destroy();
+    });
+
     it("a reader fed garbage by a fake data server ends ERR without crashing", async () => {
       const cache = new EmbeddingCache({ numBlocks: 8, blockBytes: BB });
       const answers = [

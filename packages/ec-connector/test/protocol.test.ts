@@ -229,3 +229,65 @@ describe("XferAck codec (EC-CONTRACT 3)", () => {
     );
   });
 });
+
+describe("XferReq codec properties", () => {
+  it("round-trips arbitrary requests within the limits (property)", () => {
+    const s = fc.string({ maxLength: 64 });
+    fc.assert(
+      fc.property(
+        s,
+        s,
+        s,
+        fc.integer({ min: -(2 ** 40), max: 2 ** 40 }),
+        (mmHash, compat, sessionId, connectorVersion) => {
+          const req = { mmHash, compatibilityHash: compat, sessionId, connectorVersion };
+          expect(decodeXferReq(encodeXferReq(req))).toEqual(req);
+        },
+      ),
+    );
+  });
+});
+
+describe("agent metadata and memory descriptor codecs (EC-CONTRACT 5.3)", () => {
+  it("round-trip (property) and reject garbage, truncation, wrong types and oversize strings", async () => {
+    const { decodeAgentMetadata, decodeMemDescriptor, encodeAgentMetadata, encodeMemDescriptor } =
+      await import("../src/index.js");
+    fc.assert(
+      fc.property(
+        fc.record({
+          name: fc.string({ maxLength: 64 }),
+          instance: fc.stringMatching(/^[0-9a-f]{0,16}$/),
+          endpoint: fc.string({ maxLength: 200 }),
+        }),
+        fc.integer({ min: 1, max: 2 ** 30 }),
+        fc.integer({ min: 1, max: 2 ** 30 }),
+        (meta, numBlocks, blockBytes) => {
+          expect(decodeAgentMetadata(encodeAgentMetadata(meta))).toEqual(meta);
+          expect(decodeMemDescriptor(encodeMemDescriptor({ numBlocks, blockBytes }))).toEqual({
+            numBlocks,
+            blockBytes,
+          });
+        },
+      ),
+    );
+    const good = encodeAgentMetadata({ name: "a", instance: "0123", endpoint: "tcp://127.0.0.1:1" });
+    for (let n = 0; n < good.length; n++) malformed(() => decodeAgentMetadata(good.subarray(0, n)));
+    malformed(() => decodeAgentMetadata(encode({ name: "a", instance: 1, endpoint: "x" })));
+    malformed(() => decodeAgentMetadata(encode({ name: "a".repeat(257), instance: "1", endpoint: "x" })));
+    malformed(() => decodeAgentMetadata(encode({ name: "a", instance: "1", endpoint: "x".repeat(1025) })));
+    malformed(() => decodeMemDescriptor(encode({ num_blocks: 0, block_bytes: 4 })));
+    malformed(() => decodeMemDescriptor(encode({ num_blocks: true, block_bytes: 4 })));
+    malformed(() => decodeMemDescriptor(new Uint8Array([0xc1])));
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 64 }), (bytes) => {
+        for (const f of [() => decodeAgentMetadata(bytes), () => decodeMemDescriptor(bytes)]) {
+          try {
+            f();
+          } catch (err) {
+            expect((err as EcError).code).toBe("EC_MALFORMED");
+          }
+        }
+      }),
+    );
+  });
+});
