@@ -93,6 +93,7 @@ export class ProducerSession {
   readonly #grants = new Map<string, Grant>();
   readonly #decoder = new TextDecoder("utf-8", { fatal: true });
   #closed = false;
+  #lastEvictions: number;
 
   constructor(options: ProducerSessionOptions) {
     for (const k of ["control", "data", "cache"] as const) {
@@ -114,6 +115,7 @@ export class ProducerSession {
     this.#m = producerMetrics(options.registry ?? defaultRegistry());
     this.#log = options.logger ?? silentLogger();
     this.#m.freeBlocks.set(this.#cache.freeBlocks);
+    this.#lastEvictions = this.#cache.evictions;
   }
 
   /** The bound control endpoint. */
@@ -309,6 +311,9 @@ export class ProducerSession {
   }
 
   #gauges(): void {
+    const ev = this.#cache.evictions;
+    if (ev > this.#lastEvictions) this.#m.evictions.inc(ev - this.#lastEvictions);
+    this.#lastEvictions = ev;
     this.#m.activeGrants.set(this.#grants.size);
     this.#m.pinnedBlocks.set(this.#cache.pinnedBlocks);
     this.#m.freeBlocks.set(this.#cache.freeBlocks);

@@ -155,8 +155,7 @@ export class EcProducer {
     const registry = options.registry ?? defaultRegistry();
     const log = options.logger ?? silentLogger();
     const compat = compatibilityHash({ modelId, dtype, hiddenSize, blockBytes });
-    const evictions = registry.counter("producer_evictions", "cache entries evicted (LRU)");
-    const cache = new EmbeddingCache({ numBlocks, blockBytes, onEvict: () => evictions.inc() });
+    const cache = new EmbeddingCache({ numBlocks, blockBytes });
     const data = await SocketDataTransport.create({
       name: options.name ?? EC_PRODUCER_DEFAULTS.name,
       region: cache.region,

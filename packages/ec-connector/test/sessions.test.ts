@@ -492,6 +492,16 @@ describe("ConsumerSession + ProducerSession over the loopback data plane (EC-CON
     expect(r.tombstoned.map((x) => x.reason)).toEqual(["session_closed", "session_closed"]);
   });
 
+  it("counts producer evictions and keeps the free/pinned gauges current", () => {
+    const { p } = setup([["img", 200]]);
+    p.cache.allocate("filler", 61 * 64); // 60 blocks are free: img (LRU, unpinned) is evicted
+    p.session.pollStep();
+    const snap = p.registry.snapshot();
+    expect(snap.counters["producer_evictions"]).toBe(1);
+    expect(snap.gauges["producer_free_blocks"]).toBe(3);
+    expect(snap.gauges["producer_pinned_blocks"]).toBe(0);
+  });
+
   it("guards transitions", () => {
     const x = new ConsumerXfer("h", [0], 0, undefined, { debug() {} } as never);
     expect(() => x.transition([XferState.READING], XferState.DONE)).toThrow(EcError);
