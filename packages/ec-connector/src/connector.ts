@@ -450,7 +450,12 @@ export class ConsumerConnector {
   }
 
   #start(req: Request, now: number): void {
-    const blocks = this.cache.get(req.mmHash)!.blocks;
+    const entry = this.cache.get(req.mmHash);
+    if (entry === undefined || entry.ready) {
+      this.#drop(req, "local entry changed outside the connector");
+      return;
+    }
+    const blocks = entry.blocks;
     let p: Pooled;
     try {
       // A malformed producer address throws here (EC_BAD_ENDPOINT): fail the request, keep no blocks.
@@ -470,32 +475,35 @@ export class ConsumerConnector {
     for (const h of r.quarantined) {
       const req = this.#mine(p, h);
       if (req === undefined) continue;
+      this.#requests.delete(h);
       // The read may still land: the blocks leave the key (so the engine may recompute and cache
       // it) but stay owned until the read settles (EC-CONTRACT 6.3, 8).
-      this.#held.set(`${sid}:${h}`, this.cache.detach(h));
-      this.#requests.delete(h);
+      this.#guard(h, () => this.#held.set(`${sid}:${h}`, this.cache.detach(h)));
       this.#fail(h, "read timed out or producer went down mid-read (quarantined)");
     }
     for (const c of r.completed) {
       const req = this.#mine(p, c.mmHash);
       if (req === undefined) continue;
       this.#requests.delete(c.mmHash);
-      this.cache.markReady(c.mmHash, c.crc32);
-      this.#m.loaded.inc();
-      loaded.push(c.mmHash);
+      if (this.#guard(c.mmHash, () => this.cache.markReady(c.mmHash, c.crc32))) {
+        this.#m.loaded.inc();
+        loaded.push(c.mmHash);
+      } else {
+        this.#fail(c.mmHash, "local entry vanished while the read was in flight");
+      }
     }
-    for (const x of r.settled) this.#endHold(sid, x.mmHash, true);
+    for (const x of r.settled) this.#guard(x.mmHash, () => this.#endHold(sid, x.mmHash, true));
     for (const x of r.tombstoned) {
-      if (this.#endHold(sid, x.mmHash, true)) continue;
+      if (this.#guard(x.mmHash, () => this.#endHold(sid, x.mmHash, true)) === true) continue;
       const req = this.#mine(p, x.mmHash);
       if (req !== undefined) this.#drop(req, x.reason);
     }
     for (const x of r.retired) {
-      if (this.#endHold(sid, x.mmHash, false)) continue;
+      if (this.#guard(x.mmHash, () => this.#endHold(sid, x.mmHash, false)) === true) continue;
       const req = this.#mine(p, x.mmHash);
       if (req === undefined) continue;
       this.#requests.delete(x.mmHash);
-      this.cache.retire(x.mmHash);
+      this.#guard(x.mmHash, () => this.cache.retire(x.mmHash));
       this.#fail(x.mmHash, `${x.reason} (blocks retired)`);
     }
     for (const x of r.retryable) {
@@ -509,6 +517,19 @@ export class ConsumerConnector {
       );
       req.retryAt = now + delay;
       if (req.retryAt >= req.deadline) this.#drop(req, `deadline passed (last: ${x.reason})`);
+    }
+  }
+
+  /**
+   * Runs one cache update; a throw (the engine freed an entry the connector still owns) is logged
+   * instead of escaping `poll()`. Returns `fn`'s result, or `undefined` after a throw.
+   */
+  #guard<T>(mmHash: string, fn: () => T): T | undefined {
+    try {
+      return fn();
+    } catch (err) {
+      this.#log.error({ err, mmHash }, "cache update failed (entry changed outside the connector?)");
+      return undefined;
     }
   }
 
@@ -530,7 +551,9 @@ export class ConsumerConnector {
   /** Gives up a request and frees its blocks. */
   #drop(req: Request, reason: string): void {
     this.#requests.delete(req.mmHash);
-    if (this.cache.has(req.mmHash) && !this.cache.isReady(req.mmHash)) this.cache.free(req.mmHash);
+    this.#guard(req.mmHash, () => {
+      if (this.cache.has(req.mmHash) && !this.cache.isReady(req.mmHash)) this.cache.free(req.mmHash);
+    });
     this.#fail(req.mmHash, reason);
   }
 

@@ -221,6 +221,33 @@ describe("ConsumerConnector (EC-CONTRACT 7)", () => {
     expect(p.cache.pinnedBlocks).toBe(0);
   });
 
+  it("poll() does not throw when the engine frees entries the connector still owns", () => {
+    const { clock, conn, cache, data, step, p } = setup([
+      ["a", 64],
+      ["b", 64],
+    ]);
+    p.cache.allocate("c", 64); // never ready: c keeps retrying
+    conn.request("c", ADDR, 64, clock.now() + 5_000);
+    data.injectFault({ kind: "stuck" });
+    conn.request("a", ADDR, 64, clock.now() + 5_000);
+    step();
+    cache.free("a"); // misuse: freed while READING
+    cache.free("c"); // misuse: freed while waiting to retry
+    data.unstick();
+    const failed = new Map<string, string>();
+    for (let i = 0; i < 4; i++) {
+      clock.advance(20);
+      let r: ConnectorStepResults | undefined;
+      expect(() => {
+        r = step();
+      }).not.toThrow();
+      for (const f of r!.failed) failed.set(f.mmHash, f.reason);
+    }
+    expect(failed.get("a")).toBe("local entry vanished while the read was in flight");
+    expect(failed.get("c")).toBe("local entry changed outside the connector");
+    expect(conn.pendingCount).toBe(0);
+  });
+
   it("closes idle sessions and close() releases everything", async () => {
     const { clock, conn, cache, dealers, step, data } = setup([
       ["img", 200],
