@@ -36,7 +36,7 @@ const HEAP_ITERS = Number(process.env.BENCH_HEAP_ITERS ?? 100);
 const MODES = (process.env.BENCH_MODES ?? "stage,parts").split(",") as ("stage" | "parts")[];
 const KINDS = (process.env.BENCH_KINDS ?? "tcp,unix").split(",") as ("tcp" | "unix")[];
 const WORKER_BIN = fileURLToPath(new URL("../../worker/dist/bin/worker.js", import.meta.url));
-const RAW_SERVER = fileURLToPath(new URL("./raw-server.ts", import.meta.url));
+const RAW_SERVER = process.env.BENCH_RAW_SERVER ?? fileURLToPath(new URL("./raw-server.ts", import.meta.url));
 const DRAFTER_ID = new Uint8Array(32).fill(1);
 const MARKOV_ID = new Uint8Array(32).fill(2);
 
@@ -417,7 +417,7 @@ async function main(): Promise<void> {
           "--reply-bytes",
           String(replyBytesOf(sh)),
         ],
-        { nodeArgs: ["--import", "tsx"] },
+        { nodeArgs: process.env.BENCH_RAW_SERVER ? [] : ["--import", "tsx"] },
       );
       const rEps = endpointsOf(rawChild);
       try {

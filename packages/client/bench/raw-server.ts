@@ -1,7 +1,8 @@
 // Raw-socket baseline server for the client bench, run as a child process (like the worker).
 // Length-prefixed messages (u32 big-endian, CONTRACT 3) over node:net: every request is read
 // whole into one reused buffer (allocated once, at the size given), and answered with one
-// preallocated reply of `--reply-bytes` (the STEP reply frame size) in a single write.
+// preallocated reply of `--reply-bytes` (the STEP reply frame size) in a single write. Nothing
+// else: no decoding, no copy into slot windows, no drafting.
 // Prints `{"msg":"listening","endpoints":[...]}` once bound.
 //
 //   node --import tsx bench/raw-server.ts --listen tcp://127.0.0.1:0 --listen unix:///tmp/x.sock \
@@ -28,46 +29,73 @@ if (!(Number.isInteger(requestBytes) && requestBytes > 0 && Number.isInteger(rep
 const reply = Buffer.alloc(4 + replyBytes, 7);
 reply.writeUInt32BE(replyBytes, 0);
 
-function serve(s: net.Socket): void {
-  s.setNoDelay?.(true);
+// The technique of @tapwire/transport's server and of its bench's `raw-*-direct` baseline: the
+// accepted (paused) socket's handle moves to a socket created with `onread`, so that once a
+// request's length is known the kernel reads the rest straight into the reused request buffer
+// (large reads, no copy, no allocation per read).
+function serve(orig: net.Socket): void {
+  const holder = orig as unknown as { _handle: unknown };
+  const handle = holder._handle;
+  const rbuf = Buffer.allocUnsafe(64 * 1024);
   const asm = Buffer.allocUnsafe(requestBytes);
   let hdr = 0;
   let len = 0;
   let got = 0;
-  s.on("data", (c: Buffer) => {
-    let off = 0;
-    const end = c.length;
-    while (off < end) {
-      if (hdr < 4) {
-        len = len * 256 + (c[off++] as number);
-        if (++hdr < 4) continue;
-        got = 0;
-        if (len > asm.length) {
-          process.stderr.write(`raw-server: request of ${len} bytes above --request-bytes\n`);
-          s.destroy();
-          return;
+  let direct: Uint8Array | null = null;
+  const done = (): void => {
+    hdr = 0;
+    len = 0;
+    got = 0;
+    s.write(reply);
+  };
+  const s = new net.Socket({
+    handle,
+    readable: true,
+    writable: true,
+    onread: {
+      buffer: (): Uint8Array => {
+        direct = hdr === 4 && got < len ? asm.subarray(got, len) : null;
+        return direct ?? rbuf;
+      },
+      callback: (n: number, b: Uint8Array): boolean => {
+        if (b === direct) {
+          got += n;
+          if (got === len) done();
+          return true;
         }
-      } else {
-        let n = end - off;
-        if (n > len - got) n = len - got;
-        c.copy(asm, got, off, off + n);
-        got += n;
-        off += n;
-      }
-      if (got === len) {
-        hdr = 0;
-        len = 0;
-        got = 0;
-        s.write(reply);
-      }
-    }
-  });
+        let off = 0;
+        while (off < n) {
+          if (hdr < 4) {
+            len = len * 256 + (rbuf[off++] as number);
+            if (++hdr < 4) continue;
+            got = 0;
+            if (len > asm.length) {
+              process.stderr.write(`raw-server: request of ${len} bytes above --request-bytes\n`);
+              s.destroy();
+              return false;
+            }
+            if (len === 0) done();
+            continue;
+          }
+          const k = Math.min(n - off, len - got);
+          rbuf.copy(asm, got, off, off + k);
+          got += k;
+          off += k;
+          if (got === len) done();
+        }
+        return true;
+      },
+    },
+  } as net.SocketConstructorOpts);
+  holder._handle = null;
+  orig.destroy();
+  if (s.remoteAddress !== undefined) s.setNoDelay(true);
   s.on("error", () => {});
 }
 
 const endpoints: string[] = [];
 for (const url of v.listen ?? []) {
-  const server = net.createServer({ noDelay: true }, serve);
+  const server = net.createServer({ noDelay: true, pauseOnConnect: true }, serve);
   if (url.startsWith("unix://")) {
     const path = url.slice("unix://".length);
     try {

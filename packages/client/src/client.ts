@@ -172,6 +172,19 @@ export class RemoteDraftClient {
   readonly #backoff: Backoff;
   readonly #replyBuf: Uint8Array;
   readonly #helloBuf = new Uint8Array(4096);
+  /** Views `sendBuffer[0, rowsOffset(n))` by entry count n (parts mode). */
+  readonly #heads: Uint8Array[] = [];
+  readonly #partsOut: Uint8Array[] = [];
+  /** The reply context of the STEP being checked, refilled per STEP. */
+  readonly #ctx: {
+    stepId: number;
+    vocabSize: number;
+    window: number;
+    numSpec: number;
+    entries: readonly ReqEntry[];
+    nEntries: number;
+    sampleMeta: readonly SampleMeta[] | null;
+  };
   #ctrlBuf: Uint8Array | null = null;
 
   #session: number;
@@ -252,7 +265,17 @@ export class RemoteDraftClient {
     const replySize =
       APP_HEADER_SIZE +
       stepReplyBodySize({ nReq: o.maxSlots, numSpec: o.numSpec, margin: o.wantMargin, sampled: o.sampled });
-    this.sendBuffer = new Uint8Array(sendSize);
+    // a Buffer: written to the socket without a wrapper per write
+    this.sendBuffer = Buffer.alloc(sendSize);
+    this.#ctx = {
+      stepId: 0,
+      vocabSize: o.vocabSize,
+      window: o.window,
+      numSpec: o.numSpec,
+      entries: [],
+      nEntries: 0,
+      sampleMeta: null,
+    };
     this.#replyBuf = new Uint8Array(replySize);
     const topts = { ...(options.transportOptions ?? {}) } as Record<string, unknown>;
     topts.connectTimeoutMs = o.connectTimeoutMs;
@@ -715,14 +738,24 @@ export class RemoteDraftClient {
     }
     let parts: Uint8Array[] | null = null;
     if (call.rows !== undefined) {
-      const head = this.rowsOffset(nEntries);
+      // the prefix view (one per entry count, made once) then the caller's parts, in a reused array
+      let headView = this.#heads[nEntries];
+      if (headView === undefined) {
+        headView = this.sendBuffer.subarray(0, this.rowsOffset(nEntries));
+        this.#heads[nEntries] = headView;
+      }
+      const rows = call.rows;
+      parts = this.#partsOut;
+      parts.length = rows.length + 1;
+      parts[0] = headView;
       let total = 0;
-      parts = [this.sendBuffer.subarray(0, head)];
-      for (const r of call.rows) {
+      for (let i = 0; i < rows.length; i++) {
+        const r = rows[i]!;
         total += r.length;
-        parts.push(r);
+        parts[i + 1] = r;
       }
       if (total !== call.nRows * o.rowBytes) {
+        parts.length = 0;
         throw new ClientError(
           "CLIENT_BAD_ARGUMENT",
           `rows hold ${total} bytes, ${call.nRows} rows need ${call.nRows * o.rowBytes}`,
@@ -771,15 +804,11 @@ export class RemoteDraftClient {
         margin: o.wantMargin,
         sampled: o.sampled,
       });
-      const ctx = {
-        stepId: call.stepId,
-        vocabSize: o.vocabSize,
-        window: o.window,
-        numSpec: o.numSpec,
-        entries: call.entries,
-        nEntries,
-        sampleMeta,
-      };
+      const ctx = this.#ctx;
+      ctx.stepId = call.stepId;
+      ctx.entries = call.entries;
+      ctx.nEntries = nEntries;
+      ctx.sampleMeta = sampleMeta;
       checkReplyValues(reply, ctx);
       if (o.sampled) validateSampled(reply, ctx);
     } catch (e) {

@@ -134,9 +134,11 @@ export interface RoundCoreOptions {
   /** Confidence-scheduled verification; without it every draft's depth is its k. */
   depthPolicy?: DepthPolicy;
   /**
-   * How rows leave: `"stage"` (default) copies them from the rings into the client's send
-   * buffer at `24 + rows_offset_for(n)` and sends one message; `"parts"` sends the prefix
-   * followed by views of the rings (scatter/gather, no copy of the rows after the ring).
+   * How rows leave: `"parts"` (default) sends the prefix followed by views of the rings
+   * (scatter/gather: the copy into the ring is the only copy of a row on the client);
+   * `"stage"` copies them from the rings into the client's send buffer at
+   * `24 + rows_offset_for(n)` and sends one message (one more copy per row; slower in every
+   * benchmarked shape, see docs/benchmarks/client.md).
    */
   rowsMode?: "stage" | "parts";
 }
@@ -163,6 +165,8 @@ class Slot {
   known = false; // a generation was seen for the slot
   generation = 0;
   ring: Uint8Array | null = null;
+  /** Views of the ring by `idx * (W + 1) + run`, made once (parts mode sends them every round). */
+  views: Map<number, Uint8Array> | null = null;
   ringStart = 0;
   ringEnd = 0;
   workerEnd = -1;
@@ -222,6 +226,11 @@ function bad(message: string): ClientError {
   return new ClientError("CLIENT_BAD_ARGUMENT", message);
 }
 
+// names a request in error messages (built only when throwing)
+function at(i: number, slot: number): string {
+  return `request ${i} (slot ${slot})`;
+}
+
 function isU32(v: number): boolean {
   return Number.isInteger(v) && v >= 0 && v <= 0xffffffff;
 }
@@ -257,6 +266,7 @@ export class RoundCore {
   readonly #plannedStart: Float64Array;
   readonly #plannedResync: Uint8Array;
   readonly #result = new Result();
+  readonly #call: StepCall;
   readonly #cands: { k: number; conf: Float32Array; margin: Float32Array | null }[] = [];
   #depthOut: Int32Array;
   #round = 0;
@@ -272,7 +282,7 @@ export class RoundCore {
     if (dp !== undefined && (dp === null || typeof dp.allocate !== "function")) {
       throw new ClientError("CLIENT_BAD_OPTION", "depthPolicy must be a DepthPolicy");
     }
-    const mode = options.rowsMode ?? "stage";
+    const mode = options.rowsMode ?? "parts";
     if (mode !== "stage" && mode !== "parts") {
       throw new ClientError("CLIENT_BAD_OPTION", `rowsMode must be "stage" or "parts", got ${String(mode)}`);
     }
@@ -296,6 +306,17 @@ export class RoundCore {
     this.#plannedStart = new Float64Array(n);
     this.#plannedResync = new Uint8Array(n);
     this.#depthOut = new Int32Array(Math.min(n, 1024));
+    // one StepCall object, refilled every round
+    const call: StepCall = {
+      stepId: 0,
+      entries: this.#entries,
+      nEntries: 0,
+      nRows: 0,
+      sampleMeta: this.#sampled ? this.#meta : null,
+      epoch: 0,
+    };
+    if (mode === "parts") call.rows = this.#parts;
+    this.#call = call;
   }
 
   #slot(i: number): Slot {
@@ -380,29 +401,44 @@ export class RoundCore {
     }
   }
 
-  // views of ring positions [a, b) appended to out (one, or two across the wrap)
-  #ringViews(s: Slot, a: number, b: number, out: Uint8Array[]): void {
+  // views of ring positions [a, b) written to out from index np (one, or two across the wrap);
+  // each distinct view is made once per slot and reused; returns the new count
+  #ringViews(s: Slot, a: number, b: number, out: Uint8Array[], np: number): number {
     const W = this.#W;
     const rb = this.#rowBytes;
-    const ring = s.ring!;
+    s.views ??= new Map();
+    const views = s.views;
     let p = a;
     while (p < b) {
       const idx = p % W;
       const run = Math.min(b - p, W - idx);
-      out.push(ring.subarray(idx * rb, (idx + run) * rb));
+      const key = idx * (W + 1) + run;
+      let v = views.get(key);
+      if (v === undefined) {
+        v = s.ring!.subarray(idx * rb, (idx + run) * rb);
+        views.set(key, v);
+      }
+      out[np++] = v;
       p += run;
     }
+    return np;
   }
 
   // appends rows of positions [start, start + n) to the ring (only the last W are kept)
   #appendRing(s: Slot, rows: Uint8Array, start: number, n: number): void {
     const W = this.#W;
     const rb = this.#rowBytes;
-    s.ring ??= new Uint8Array(W * rb);
+    // a Buffer, so that ring views go to the socket without a Buffer wrapper per write
+    s.ring ??= Buffer.alloc(W * rb);
     const ring = s.ring;
     let skip = n > W ? n - W : 0;
     let p = start + skip;
     const end = start + n;
+    if (skip === 0 && (start % W) + n <= W) {
+      // the common case: one run, the whole input (no subarray)
+      ring.set(rows, (start % W) * rb);
+      p = end;
+    }
     while (p < end) {
       const idx = p % W;
       const run = Math.min(end - p, W - idx);
@@ -437,52 +473,61 @@ export class RoundCore {
     const rb = this.#rowBytes;
     for (let i = 0; i < nReq; i++) {
       const r = input.requests[i]!;
-      const where = `request ${i} (slot ${r.slot})`;
       if (!Number.isInteger(r.slot) || r.slot < 0 || r.slot >= this.#maxSlots) {
         throw bad(`request ${i}: slot ${r.slot} outside 0..${this.#maxSlots - 1}`);
       }
       const s = this.#slot(r.slot);
-      if (s.seenRound === round) throw bad(`${where}: slot appears twice in the round`);
+      if (s.seenRound === round) throw bad(`${at(i, r.slot)}: slot appears twice in the round`);
       s.seenRound = round;
-      if (!isU32(r.generation)) throw bad(`${where}: generation ${r.generation} is not a u32`);
+      if (!isU32(r.generation)) throw bad(`${at(i, r.slot)}: generation ${r.generation} is not a u32`);
       if (s.known && r.generation !== s.generation && !serialNewer(r.generation, s.generation)) {
-        throw bad(`${where}: generation ${r.generation} is older than ${s.generation} (CONTRACT 7.1)`);
+        throw bad(
+          `${at(i, r.slot)}: generation ${r.generation} is older than ${s.generation} (CONTRACT 7.1)`,
+        );
       }
       if (s.known && !s.active && r.generation === s.generation) {
-        throw bad(`${where}: generation ${r.generation} was released; a new request needs a newer one`);
+        throw bad(
+          `${at(i, r.slot)}: generation ${r.generation} was released; a new request needs a newer one`,
+        );
       }
-      if (!isU32(r.anchorPos)) throw bad(`${where}: anchorPos ${r.anchorPos} is not a u32`);
-      if (!isU32(r.anchorToken)) throw bad(`${where}: anchorToken ${r.anchorToken} is not a u32`);
+      if (!isU32(r.anchorPos)) throw bad(`${at(i, r.slot)}: anchorPos ${r.anchorPos} is not a u32`);
+      if (!isU32(r.anchorToken)) throw bad(`${at(i, r.slot)}: anchorToken ${r.anchorToken} is not a u32`);
       const nOut = r.nOut ?? 0;
       if (!Number.isInteger(nOut) || nOut < 0 || nOut > this.#N) {
-        throw bad(`${where}: nOut ${nOut} outside 0..${this.#N}`);
+        throw bad(`${at(i, r.slot)}: nOut ${nOut} outside 0..${this.#N}`);
       }
       const rows = r.newRows ?? null;
       const bytes = rows === null ? 0 : rows.length;
       if (bytes % rb !== 0)
-        throw bad(`${where}: newRows holds ${bytes} bytes, not a multiple of row_bytes ${rb}`);
+        throw bad(`${at(i, r.slot)}: newRows holds ${bytes} bytes, not a multiple of row_bytes ${rb}`);
       const n = bytes / rb;
       const start = r.newRowsStart ?? r.anchorPos - n;
       if (n > 0 && (!Number.isInteger(start) || start < 0 || start + n !== r.anchorPos)) {
-        throw bad(`${where}: ${n} new rows from position ${start} do not end at anchorPos ${r.anchorPos}`);
+        throw bad(
+          `${at(i, r.slot)}: ${n} new rows from position ${start} do not end at anchorPos ${r.anchorPos}`,
+        );
       }
       const fresh = !s.known || r.generation !== s.generation;
       if (!fresh) {
         if (n > 0 && start !== s.ringEnd) {
-          throw bad(`${where}: new rows start at position ${start} but the ring ends at ${s.ringEnd}`);
+          throw bad(
+            `${at(i, r.slot)}: new rows start at position ${start} but the ring ends at ${s.ringEnd}`,
+          );
         }
         if (n === 0 && r.anchorPos !== s.ringEnd) {
-          throw bad(`${where}: anchorPos ${r.anchorPos} moved past the ring end ${s.ringEnd} without rows`);
+          throw bad(
+            `${at(i, r.slot)}: anchorPos ${r.anchorPos} moved past the ring end ${s.ringEnd} without rows`,
+          );
         }
       }
       if (this.#sampled && r.sampleMeta != null) {
         const m = r.sampleMeta;
-        if (!isU32(m.seed)) throw bad(`${where}: sampleMeta.seed ${m.seed} is not a u32`);
+        if (!isU32(m.seed)) throw bad(`${at(i, r.slot)}: sampleMeta.seed ${m.seed} is not a u32`);
         if (!Number.isInteger(m.topK) || m.topK < 1 || m.topK > 32) {
-          throw bad(`${where}: sampleMeta.topK ${m.topK} outside 1..32 (CONTRACT 7.3)`);
+          throw bad(`${at(i, r.slot)}: sampleMeta.topK ${m.topK} outside 1..32 (CONTRACT 7.3)`);
         }
         if (!Number.isInteger(m.tempMilli) || m.tempMilli < 0 || m.tempMilli > 0xffff) {
-          throw bad(`${where}: sampleMeta.tempMilli ${m.tempMilli} is not a u16`);
+          throw bad(`${at(i, r.slot)}: sampleMeta.tempMilli ${m.tempMilli} is not a u16`);
         }
       }
     }
@@ -603,7 +648,7 @@ export class RoundCore {
     let off = client.rowsOffset(nEntries);
     const parts = this.#parts;
     const asParts = this.rowsMode === "parts";
-    parts.length = 0;
+    let np = 0; // parts written; the array keeps its length between rounds of the same shape
     let e = 0;
     for (let o = 0; o < nOrd; o++) {
       const i = order[o]!;
@@ -632,7 +677,7 @@ export class RoundCore {
       }
       if (resync) res.resynced++;
       if (count > 0 && asParts) {
-        this.#ringViews(s, start, start + count, parts);
+        np = this.#ringViews(s, start, start + count, parts, np);
       } else if (count > 0) {
         this.#copyRing(s, start, start + count, buf, off);
         off += count * rb;
@@ -662,20 +707,18 @@ export class RoundCore {
       res.released++;
       e++;
     }
+    if (parts.length !== np) parts.length = np;
     res.rowsSent = totalRows;
     this.#stepId = (this.#stepId + 1) >>> 0;
     res.stepId = this.#stepId;
 
     // 4. the STEP
-    const outcome = await client.step({
-      stepId: this.#stepId,
-      entries: this.#entries,
-      nEntries,
-      nRows: totalRows,
-      sampleMeta: this.#sampled ? this.#meta : null,
-      epoch,
-      ...(asParts ? { rows: parts } : {}),
-    });
+    const call = this.#call;
+    call.stepId = this.#stepId;
+    call.nEntries = nEntries;
+    call.nRows = totalRows;
+    call.epoch = epoch;
+    const outcome = await client.step(call);
     res.outcome = outcome.reason;
     res.rttUs = outcome.rttUs;
 
@@ -773,18 +816,36 @@ export class RoundCore {
   }
 
   #copyDraft(reply: StepReplyViews, k: number, nOut: number, d: DraftOut): void {
+    // element loops: N is small, and subarray() would allocate a view per array per entry
     const N = this.#N;
     const kk = nOut === 0 ? N : Math.min(nOut, N);
     const a = k * N;
     d.k = kk;
     d.depth = kk;
-    d.ids.set(reply.draftIds.subarray(a, a + N));
-    d.conf.set(reply.confidence.subarray(a, a + N));
-    if (d.margin !== null && reply.margin !== null) d.margin.set(reply.margin.subarray(a, a + N));
+    const ids = d.ids;
+    const conf = d.conf;
+    const rIds = reply.draftIds;
+    const rConf = reply.confidence;
+    for (let j = 0; j < N; j++) {
+      ids[j] = rIds[a + j]!;
+      conf[j] = rConf[a + j]!;
+    }
+    const m = d.margin;
+    const rm = reply.margin;
+    if (m !== null && rm !== null) for (let j = 0; j < N; j++) m[j] = rm[a + j]!;
     if (d.sampledMask !== null && reply.sampledMask !== null) {
-      d.sampledMask.set(reply.sampledMask.subarray(a, a + N));
-      d.supportIds!.set(reply.supportIds!.subarray(a * 32, (a + N) * 32));
-      d.proposalQ!.set(reply.proposalQ!.subarray(a * 32, (a + N) * 32));
+      const mask = d.sampledMask;
+      const rMask = reply.sampledMask;
+      for (let j = 0; j < N; j++) mask[j] = rMask[a + j]!;
+      const sup = d.supportIds!;
+      const q = d.proposalQ!;
+      const rSup = reply.supportIds!;
+      const rq = reply.proposalQ!;
+      const b = a * 32;
+      for (let j = 0; j < N * 32; j++) {
+        sup[j] = rSup[b + j]!;
+        q[j] = rq[b + j]!;
+      }
     }
   }
 }

@@ -71,6 +71,8 @@ class FakeClient implements RoundClient {
   newSessions: string[] = [];
   resets = 0;
   partsSteps = 0;
+  /** The `rows` parts of every STEP (the array copied, the views as given), null when staged. */
+  rowsSeen: (Uint8Array[] | null)[] = [];
 
   constructor(maxRowsPerStep = 10) {
     this.options.maxRowsPerStep = maxRowsPerStep;
@@ -159,6 +161,7 @@ class FakeClient implements RoundClient {
     });
     if (call.epoch !== this.epoch) return fail("reconnected", false);
     const n = call.nEntries ?? call.entries.length;
+    this.rowsSeen.push(call.rows === undefined ? null : [...call.rows]);
     if (call.rows !== undefined) {
       // parts mode: gather them where a staged STEP would hold them
       let off = this.rowsOffset(n);
@@ -307,6 +310,50 @@ function expectInSync(core: RoundCore, fake: FakeClient, engine: Engine): void {
 }
 
 describe("RoundCore (CONTRACT 7.5) with a fake client", () => {
+  test("rows leave as views of the rings by default (parts), the same view objects every W rounds; stage copies", async () => {
+    const fake = new FakeClient();
+    const core = new RoundCore({ client: fake });
+    expect(core.rowsMode).toBe("parts");
+    const eng = new Engine();
+    eng.start(0, 2);
+    eng.start(1, 3);
+    await core.round({ requests: eng.input() });
+    const sent: Uint8Array[][] = [];
+    const given: Uint8Array[] = [];
+    for (let r = 0; r < 2 * W; r++) {
+      eng.accept(0, 1);
+      eng.accept(1, 1);
+      const input = eng.input();
+      given.push(input[0]!.newRows!);
+      const res = await core.round({ requests: input });
+      expect(res.outcome).toBe("ok");
+      expect(res.resynced).toBe(0);
+      const parts = fake.rowsSeen.at(-1)!;
+      expect(parts).toHaveLength(2);
+      // the ring's copy of the new row, not the engine's buffer
+      expect(Buffer.from(parts[0]!)).toEqual(Buffer.from(given[r]!));
+      expect(parts[0]!.buffer).not.toBe(given[r]!.buffer);
+      sent.push(parts);
+    }
+    for (let r = 0; r < W; r++) {
+      expect(sent[r + W]![0]).toBe(sent[r]![0]);
+      expect(sent[r + W]![1]).toBe(sent[r]![1]);
+      expect(sent[r]![0]!.buffer).toBe(sent[0]![0]!.buffer);
+    }
+    expectInSync(core, fake, eng);
+
+    const fake2 = new FakeClient();
+    const staged = new RoundCore({ client: fake2, rowsMode: "stage" });
+    const eng2 = new Engine();
+    eng2.start(0, 2);
+    await staged.round({ requests: eng2.input() });
+    eng2.accept(0, 1);
+    await staged.round({ requests: eng2.input() });
+    expect(fake2.rowsSeen).toEqual([null, null]);
+    expect(fake2.partsSteps).toBe(0);
+    expectInSync(staged, fake2, eng2);
+  });
+
   test("new request resyncs with the whole ring, then only new rows", async () => {
     const fake = new FakeClient();
     const core = new RoundCore({ client: fake });
