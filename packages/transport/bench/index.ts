@@ -1,5 +1,7 @@
 // Request/reply RTT and throughput: @tapwire/transport per scheme vs (a) a raw node:net baseline
 // using the best known technique and (b) @grpc/grpc-js unary calls with pass-through serializers.
+// Also (a') raw-*-direct: (a) with the server receiving the way @tapwire/transport's server does
+// (see adoptDirect); ratios to it are reported as p50_ratio_to_direct.
 // Server and client share this process for every contender (same arrangement for all).
 // JSON on stdout; progress on stderr.
 import { mkdtempSync } from "node:fs";
@@ -12,8 +14,8 @@ import { tlsCreds } from "../test/helpers/env.js";
 
 const SIZES = [64, 96 * 1024, 768 * 1024, 4 * 1024 * 1024];
 const REPLY = 16 * 1024;
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
-// Per (size) iteration counts, chosen to keep the whole run under ~3 minutes on 2 cores.
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
+// Per (size) iteration counts, chosen to keep the whole run (5 rounds) around 2-3 minutes on 2 cores.
 const ITERS: Record<number, number> = {
   64: 1500,
   [96 * 1024]: 500,
@@ -29,10 +31,81 @@ interface Rt {
 
 const replyBody = Buffer.alloc(REPLY, 7);
 
+/**
+ * (a') server side of `raw-*-direct`: the accepted socket's handle is moved to a socket created
+ * with `onread` (what @tapwire/transport's server does, see src/stream-server.ts), so the rest of
+ * a message is read by the kernel straight into the assembly buffer, no per-read allocation.
+ */
+function adoptDirect(orig: net.Socket): void {
+  const holder = orig as unknown as { _handle: unknown };
+  const handle = holder._handle;
+  const rbuf = Buffer.allocUnsafe(64 * 1024);
+  let asm = Buffer.allocUnsafe(8 << 20);
+  let hdr = 0;
+  let len = 0;
+  let got = 0;
+  let direct: Uint8Array | null = null;
+  const h = Buffer.allocUnsafe(4);
+  h.writeUInt32BE(REPLY);
+  let s: net.Socket;
+  const done = (): void => {
+    hdr = 0;
+    len = 0;
+    s.cork();
+    s.write(h);
+    s.write(replyBody);
+    s.uncork();
+  };
+  s = new net.Socket({
+    handle,
+    readable: true,
+    writable: true,
+    onread: {
+      buffer: (): Uint8Array => {
+        direct = hdr === 4 && got < len ? asm.subarray(got, len) : null;
+        return direct ?? rbuf;
+      },
+      callback: (n: number, b: Uint8Array): boolean => {
+        if (b === direct) {
+          got += n;
+          if (got === len) done();
+          return true;
+        }
+        let off = 0;
+        while (off < n) {
+          if (hdr < 4) {
+            len = len * 256 + (rbuf[off++] as number);
+            if (++hdr === 4) {
+              got = 0;
+              if (asm.length < len) asm = Buffer.allocUnsafe(len);
+              if (len === 0) done();
+            }
+            continue;
+          }
+          const k = Math.min(n - off, len - got);
+          rbuf.copy(asm, got, off, off + k);
+          got += k;
+          off += k;
+          if (got === len) done();
+        }
+        return true;
+      },
+    },
+  } as net.SocketConstructorOpts);
+  holder._handle = null;
+  orig.destroy();
+  s.setNoDelay(true);
+}
+
 // (a) Raw node:net: client reads with onread into a reused buffer and copies into the reply
 // buffer; sends header + payload with cork/uncork; server assembles into a reused buffer.
-async function rawNet(kind: "tcp" | "unix"): Promise<Rt> {
-  const server = net.createServer({ noDelay: true }, (s) => {
+// With `direct`, the server receives as in adoptDirect instead of through 'data' events.
+async function rawNet(kind: "tcp" | "unix", direct = false): Promise<Rt> {
+  const server = net.createServer({ noDelay: true, pauseOnConnect: direct }, (s) => {
+    if (direct) {
+      adoptDirect(s);
+      return;
+    }
     let asm = Buffer.allocUnsafe(8 << 20);
     let hdr = 0;
     let len = 0;
@@ -199,6 +272,8 @@ async function grpcJs(): Promise<Rt> {
 const CONTENDERS: Record<string, () => Promise<Rt>> = {
   "raw-tcp": () => rawNet("tcp"),
   "raw-unix": () => rawNet("unix"),
+  "raw-tcp-direct": () => rawNet("tcp", true),
+  "raw-unix-direct": () => rawNet("unix", true),
   tcp: () => ours("tcp"),
   unix: () => ours("unix"),
   tls: () => ours("tls"),
@@ -210,12 +285,28 @@ const CONTENDERS: Record<string, () => Promise<Rt>> = {
 const BASELINE: Record<string, string> = {
   "raw-tcp": "raw-tcp",
   "raw-unix": "raw-unix",
+  "raw-tcp-direct": "raw-tcp",
+  "raw-unix-direct": "raw-unix",
   tcp: "raw-tcp",
   unix: "raw-unix",
   tls: "raw-tcp",
   "zmq+tcp": "raw-tcp",
   "zmq+ipc": "raw-unix",
   grpc: "raw-tcp",
+};
+
+// (a') of the same carrier.
+const DIRECT: Record<string, string> = {
+  "raw-tcp": "raw-tcp-direct",
+  "raw-unix": "raw-unix-direct",
+  "raw-tcp-direct": "raw-tcp-direct",
+  "raw-unix-direct": "raw-unix-direct",
+  tcp: "raw-tcp-direct",
+  unix: "raw-unix-direct",
+  tls: "raw-tcp-direct",
+  "zmq+tcp": "raw-tcp-direct",
+  "zmq+ipc": "raw-unix-direct",
+  grpc: "raw-tcp-direct",
 };
 
 function pct(sorted: number[], p: number): number {
@@ -280,6 +371,7 @@ for (const name of Object.keys(CONTENDERS)) {
     const rps = median(ss.map((s) => s.rps));
     const b50 = median(base.map((s) => s.p50));
     const b99 = median(base.map((s) => s.p99));
+    const d50 = median((samples.get(`${DIRECT[name]}|${size}`) as Sample[]).map((s) => s.p50));
     results.push({
       transport: name,
       baseline: BASELINE[name],
@@ -291,6 +383,7 @@ for (const name of Object.keys(CONTENDERS)) {
       MB_per_s: Math.round((rps * (size + REPLY)) / 1e6),
       p50_ratio_to_baseline: Math.round((p50 / b50) * 100) / 100,
       p99_ratio_to_baseline: Math.round((p99 / b99) * 100) / 100,
+      p50_ratio_to_direct: Math.round((p50 / d50) * 100) / 100,
     });
   }
 }

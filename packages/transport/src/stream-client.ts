@@ -19,8 +19,9 @@ const EMPTY: readonly Uint8Array[] = [];
  * Client for the length-prefixed stream schemes (tcp, unix, tls), CONTRACT 3.
  *
  * Receive path: `onread` into one reused 64 KiB buffer (no allocation per read), the length prefix
- * parsed incrementally, the body copied straight into the caller's reply buffer. Send path:
- * cork/uncork so the header and every part go out in one writev.
+ * parsed incrementally, the body copied straight into the caller's reply buffer; once a reply's
+ * length is known, the rest of it is read by the kernel directly into the reply buffer (no copy,
+ * large reads). Send path: cork/uncork so the header and every part go out in one writev.
  */
 export class StreamClient implements RpcClient {
   readonly endpoint: string;
@@ -46,6 +47,8 @@ export class StreamClient implements RpcClient {
   private len = 0;
   private got = 0;
   private resolveFn: ((r: number | Failure) => void) | null = null;
+  /** The reply-buffer view handed out for the next read, if any (see nextBuffer). */
+  private direct: Uint8Array | null = null;
   private timer: NodeJS.Timeout | null = null;
   private timeoutMs = 0;
 
@@ -120,7 +123,7 @@ export class StreamClient implements RpcClient {
   private openSocket(): net.Socket {
     const ep = this.ep;
     const onread = {
-      buffer: this.recvBuf,
+      buffer: (): Uint8Array => this.nextBuffer(),
       callback: (n: number, buf: Uint8Array): boolean => this.onRead(n, buf),
     };
     if (ep.scheme === "unix") return net.connect({ path: ep.path, onread });
@@ -161,7 +164,28 @@ export class StreamClient implements RpcClient {
     });
   }
 
+  /**
+   * Buffer for the next read: mid-reply, exactly the unfilled rest of the caller's reply buffer
+   * (a read never goes past the reply's end, and after a failure the socket is destroyed, so no
+   * read can land there later); otherwise the reused receive buffer.
+   */
+  private nextBuffer(): Uint8Array {
+    if (this.pending && this.hdrGot === HEADER_BYTES && this.got < this.len) {
+      this.direct = this.replyBuf.subarray(this.got, this.len);
+      return this.direct;
+    }
+    this.direct = null;
+    return this.recvBuf;
+  }
+
   private onRead(nread: number, buf: Uint8Array): boolean {
+    if (buf === this.direct) {
+      this.direct = null;
+      if (!this.pending) return false; // unreachable: failures destroy the socket
+      this.got += nread;
+      if (this.got === this.len) this.complete();
+      return true;
+    }
     this.feed(buf as Buffer, 0, nread);
     return true;
   }

@@ -466,7 +466,8 @@ export class ZmqServer implements RpcServer {
     } else if (msg.length < 2) {
       req = Buffer.alloc(0);
     } else {
-      if (peer.asm === null || peer.asm.length < total) peer.asm = Buffer.allocUnsafe(Math.max(total, 4096));
+      if (peer.asm === null || peer.asm.length < total)
+        peer.asm = Buffer.allocUnsafeSlow(Math.max(total, 4096));
       let off = 0;
       for (let i = 1; i < msg.length; i++) {
         const f = msg[i] as Buffer;
@@ -544,6 +545,15 @@ export class ZmqServer implements RpcServer {
   }
 
   private enqueueSend(peer: Peer, r: Uint8Array | readonly Uint8Array[]): void {
+    // zeromq.js sends buffers above 128 bytes zero-copy: libzmq reads them on its I/O thread,
+    // possibly after send() resolved. A reply that is (a view of) this peer's reassembly buffer
+    // keeps it: the next multipart request from that peer gets a fresh one.
+    const asm = peer.asm;
+    if (asm !== null) {
+      if (r instanceof Uint8Array ? r.buffer === asm.buffer : r.some((p) => p.buffer === asm.buffer)) {
+        peer.asm = null;
+      }
+    }
     let total = 0;
     const msg: (zmq.MessageLike | readonly Uint8Array[])[] = [peer.routingId];
     if (r instanceof Uint8Array) {

@@ -268,7 +268,8 @@ for (const t of matrix()) {
           await sleep(100);
           return Buffer.from(req);
         },
-        t.server,
+        // Far beyond the test timeout: the graceful close must finish on its own, not by deadline.
+        { ...t.server, closeTimeoutMs: 600_000 },
       );
       const c = client(srv.endpoint, t.client);
       await c.connect(5000);

@@ -54,7 +54,8 @@ async function serve(t: Case, maxMessageBytes = MAX): Promise<Served> {
     t.listen(),
     (req, conn) => {
       seen.push({ conn, body: Buffer.from(req) });
-      return Buffer.from(req);
+      // The request view itself: valid until the reply has been written (CONTRACT 3 handler view).
+      return req;
     },
     { ...t.server, maxMessageBytes, closeTimeoutMs: 200 },
   );
@@ -189,6 +190,25 @@ for (const scheme of STREAM) {
       expect(Buffer.compare(got.bytes(), expected)).toBe(0);
       expect(s.hostile().map((b) => b.toString("hex"))).toEqual(sent.map((b) => b.toString("hex")));
       expect(s.counter("transport_server_errors")).toBe(0);
+      raw.end();
+      await got.closed;
+    });
+
+    test("pipelined large requests echoed as views of themselves: no read overwrites a reply still queued", async () => {
+      // CONTRACT 3 allows one request outstanding; a client breaking that must still get intact
+      // answers: while a reply (here a view of the request buffer) is queued, nothing is read.
+      const s = await serve(t, 64 << 20);
+      const raw = await rawConnect(s.srv.endpoint);
+      const got = collect(raw);
+      const bodies = [pattern(3 << 20, 1), pattern(100, 2), pattern(5 << 20, 3), pattern(70_000, 4)];
+      raw.write(Buffer.concat(bodies.map(frame)));
+      const expected = Buffer.concat(bodies.map(frame));
+      await until(() => got.bytes().length >= expected.length, "every echo received");
+      expect(got.bytes().length).toBe(expected.length);
+      expect(Buffer.compare(got.bytes(), expected)).toBe(0);
+      const mine = s.seen.filter((e) => e.conn !== s.seen[0]?.conn);
+      expect(mine.map((e) => e.body.length)).toEqual(bodies.map((b) => b.length));
+      if (scheme !== "unix") expect(mine[0]?.conn.remote).toMatch(/^127\.0\.0\.1:\d+$/);
       raw.end();
       await got.closed;
     });
@@ -340,6 +360,24 @@ for (const scheme of ZMQ) {
         { numRuns: 60 },
       );
       expect(await stop()).toBeGreaterThan(0);
+    });
+
+    test("pipelined multipart requests echoed as views of the reassembly buffer: every reply intact", async () => {
+      // zeromq.js sends large buffers zero-copy; a reply that is a view of the peer's reassembly
+      // buffer must not be overwritten by the next multipart request of that peer.
+      const s = await serve(t, 1 << 20);
+      const dealer = new zmq.Dealer({ linger: 0, receiveTimeout: 20_000 });
+      cleanups.push(() => dealer.close());
+      dealer.connect(zmqAddr(s.srv.endpoint));
+      const msgs = Array.from({ length: 16 }, (_, i) => [
+        pattern(40_000, 2 * i + 1),
+        pattern(30_000, 2 * i + 2),
+      ]);
+      await Promise.all(msgs.map((m) => dealer.send(m)));
+      for (const m of msgs) {
+        const reply = await dealer.receive();
+        expect(Buffer.compare(Buffer.concat(reply), Buffer.concat(m))).toBe(0);
+      }
     });
 
     test("a single frame above ZMQ_MAXMSGSIZE: libzmq drops that connection, the handler never sees it, others served", async () => {
