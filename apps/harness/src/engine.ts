@@ -220,6 +220,12 @@ export interface EngineOptions {
   metrics: EngineMetrics;
   /** Per-round hook (progress, faults). */
   onRound?: RoundHook;
+  /**
+   * How many requests may have arrived so far (default unlimited): requests past the cap wait,
+   * in arrival order, until it rises. `--faults` uses it to keep some traffic for the end of the
+   * fault schedule, so that every fault meets live requests whatever the machine's speed.
+   */
+  arrivalCap?: (p: { arrived: number; running: number; total: number }) => number;
   /** Media conditioning per request id, recorded for the reference decode. */
   conditioning?: Map<number, Uint8Array | undefined>;
 }
@@ -268,11 +274,20 @@ export class Engine {
     const linkReqs: LinkRequest[] = [];
     const liveOrder: Live[] = [];
     const emitted: number[] = [];
+    // arrived requests held back by `arrivalCap` (faults mode keeps traffic for the fault schedule)
+    const held: RequestSpec[] = [];
+    let heldHead = 0;
+    let arrived = 0;
 
     while (this.outputs.size < total) {
       const tr0 = performance.now();
       const elapsed = tr0 - t0;
-      for (const spec of arrivals.due(elapsed)) {
+      for (const spec of arrivals.due(elapsed)) held.push(spec);
+      const cap =
+        this.o.arrivalCap?.({ arrived, running: this.sched.runningCount, total }) ?? Number.POSITIVE_INFINITY;
+      while (heldHead < held.length && arrived < cap) {
+        const spec = held[heldHead++] as RequestSpec;
+        arrived++;
         m.requestsArrived.inc();
         if (spec.media.length > 0) media.request(spec);
         else this.sched.submit(spec);

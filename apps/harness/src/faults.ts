@@ -1,6 +1,7 @@
 /**
  * `--faults`: a fixed schedule of faults injected while the engine runs, each after the previous
- * one recovered, with what recovering took (counter deltas between injection and recovery).
+ * one recovered, with what recovering took (counter deltas from the injection until the next
+ * fault or the end of the run: reconnects, resyncs, retries, fallbacks).
  *
  * - link_stall: the fault proxy holds every byte for longer than the STEP timeout (client
  *   timeouts, reconnect, resync);
@@ -23,8 +24,10 @@ export interface FaultTargets {
   encoder: ChildService | null;
   /** The proxy between client and worker (tcp only), or null. */
   proxy: FaultProxy | null;
-  /** Link rounds with outcome ok so far. */
-  linkOk(): number;
+  /** The client's connection epoch (successful HELLOs so far). */
+  linkEpoch(): number;
+  /** True while the client has a ready connection. */
+  ready(): boolean;
   /** Embedding transfers completed so far. */
   ecOk(): number;
   /** Embedding transfers in flight now (the encoder is restarted while one is, when it can be). */
@@ -50,21 +53,24 @@ const MOMENT_WAIT_MS = 3000;
 /** The schedule: fractions of completed requests. */
 export const FAULT_PLAN: readonly Planned[] = [
   { kind: "link_stall", at: 0.1 },
-  { kind: "worker_kill", at: 0.3 },
-  { kind: "encoder_restart", at: 0.45 },
-  { kind: "corrupt_reply", at: 0.6 },
+  { kind: "worker_kill", at: 0.2 },
+  { kind: "encoder_restart", at: 0.3 },
+  { kind: "corrupt_reply", at: 0.4 },
 ];
 
 /** Offset of the first STEP reply's seq byte on a new connection: HELLO reply (4 + 24 + 128), length prefix, header offset 8. */
 export const CORRUPT_OFFSET = 4 + 24 + 128 + 4 + 8;
+/** Share of requests that arrive on schedule while faults are still pending. */
+export const HOLD_BACK = 0.6;
 /** Give up waiting for a recovery after this long and move on. */
 const RECOVERY_GIVE_UP_MS = 15_000;
 
 interface Active {
   rec: FaultRecord;
   before: Record<string, number>;
-  /** Resolved once the fault's own action (restart, stall release) is complete. */
+  /** True once the fault's own action is over (restart done, stall released, byte flipped). */
   cleared: boolean;
+  /** Link: the connection epoch the recovery must pass; encoder: completed transfers. */
   baseline: number;
   injectedAt: number;
 }
@@ -73,7 +79,10 @@ interface Active {
 export class FaultDriver {
   private next = 0;
   private dueSince: number | null = null;
+  /** The fault whose recovery is awaited. */
   private active: Active | null = null;
+  /** The last fault injected: its record collects counter deltas until the next one. */
+  private open: Active | null = null;
   private readonly records: FaultRecord[] = [];
   private readonly pending: Array<Promise<void>> = [];
   private readonly plan: Planned[];
@@ -130,21 +139,19 @@ export class FaultDriver {
       // one flipped byte is enough: new connections must pass untouched
       t.proxy.setFault(null);
       a.cleared = true;
-      a.baseline = t.linkOk();
+      a.baseline = t.linkEpoch();
     }
     let recovered = false;
     if (a.cleared) {
-      recovered = a.rec.kind === "encoder_restart" ? t.ecOk() > a.baseline : t.linkOk() > a.baseline;
+      // the link is back once a HELLO succeeded after the fault (a newer epoch: every slot resyncs
+      // on its next round); the encoder once a transfer completed after the restart
+      recovered =
+        a.rec.kind === "encoder_restart" ? t.ecOk() > a.baseline : t.ready() && t.linkEpoch() > a.baseline;
     }
     if (recovered) {
       a.rec.recoveredAfterMs = nowMs - a.injectedAt;
     } else if (nowMs - a.injectedAt < RECOVERY_GIVE_UP_MS) {
       return;
-    }
-    const after = t.counters();
-    for (const [k, v] of Object.entries(after)) {
-      const d = v - (a.before[k] ?? 0);
-      if (d !== 0) a.rec.recovery[k] = d;
     }
     t.log(
       `fault ${a.rec.kind}: ${recovered ? `recovered after ${Math.round(nowMs - a.injectedAt)} ms` : "no recovery observed"}`,
@@ -152,12 +159,29 @@ export class FaultDriver {
     this.active = null;
   }
 
+  /** Records what happened since `a` was injected (until the next fault or the end of the run). */
+  private close(a: Active): void {
+    const after = this.t.counters();
+    for (const [k, v] of Object.entries(after)) {
+      const d = v - (a.before[k] ?? 0);
+      if (d !== 0) a.rec.recovery[k] = d;
+    }
+  }
+
   private inject(kind: Kind, nowMs: number): void {
     const t = this.t;
+    if (this.open) this.close(this.open);
     const rec: FaultRecord = { kind, atMs: nowMs, detail: "", recovery: {}, recoveredAfterMs: null };
-    const a: Active = { rec, before: t.counters(), cleared: false, baseline: 0, injectedAt: nowMs };
+    const a: Active = {
+      rec,
+      before: t.counters(),
+      cleared: false,
+      baseline: t.linkEpoch(),
+      injectedAt: nowMs,
+    };
     this.records.push(rec);
     this.active = a;
+    this.open = a;
     const run = (what: Promise<void>) => {
       this.pending.push(
         what.catch((e: unknown) => {
@@ -176,7 +200,6 @@ export class FaultDriver {
           new Promise<void>((resolve) => {
             setTimeout(() => {
               t.proxy!.setFault(null);
-              a.baseline = t.linkOk();
               a.cleared = true;
               resolve();
             }, ms);
@@ -193,7 +216,6 @@ export class FaultDriver {
             await new Promise((r) => setTimeout(r, 50));
             await t.worker.start();
             rec.detail += ` (new pid ${t.worker.pid})`;
-            a.baseline = t.linkOk();
             a.cleared = true;
           })(),
         );
@@ -229,16 +251,44 @@ export class FaultDriver {
   /** Waits for fault actions still running (a restart) and closes the last record. */
   async settle(): Promise<void> {
     await Promise.all(this.pending);
-    if (this.active) {
-      // the run ended first: record what happened so far
-      const a = this.active;
-      const after = this.t.counters();
-      for (const [k, v] of Object.entries(after)) {
-        const d = v - (a.before[k] ?? 0);
-        if (d !== 0) a.rec.recovery[k] = d;
-      }
-      if (a.rec.kind === "corrupt_reply") this.t.proxy?.setFault(null);
-      this.active = null;
+    if (this.active?.rec.kind === "corrupt_reply") this.t.proxy?.setFault(null);
+    this.active = null;
+    if (this.open) this.close(this.open);
+    this.open = null;
+  }
+
+  /** True once every planned fault fired and recovered (or was given up). */
+  get done(): boolean {
+    return this.next >= this.plan.length && this.active === null;
+  }
+
+  /**
+   * The engine's arrival cap: until the schedule is done, only the first {@link HOLD_BACK} share
+   * of requests arrives on time; after that one more arrives whenever nothing runs and the
+   * schedule needs traffic (a fault waiting to meet a STEP, a transfer after the encoder restart),
+   * and none while a restarted worker is awaited, so the run cannot end before the last fault
+   * recovered, however slow the machine.
+   */
+  readonly arrivalCap = (p: { arrived: number; running: number; total: number }): number => {
+    if (this.done) return Number.POSITIVE_INFINITY;
+    const free = Math.floor(HOLD_BACK * p.total);
+    if (p.arrived < free) return free;
+    return p.running === 0 && this.needsTraffic() ? p.arrived + 1 : p.arrived;
+  };
+
+  /** Whether the schedule can only move on with requests running (else it waits for a restart). */
+  private needsTraffic(): boolean {
+    const a = this.active;
+    if (!a) return true; // the next fault waits for completions or for a running request
+    switch (a.rec.kind) {
+      case "corrupt_reply":
+        // a STEP on the new connection must meet the flipped byte: traffic once it is up
+        return !a.cleared && this.t.ready();
+      case "encoder_restart":
+        // recovery is a completed transfer: the retried one when the restart caught one in flight
+        return this.t.ecInFlight() === 0;
+      default:
+        return false; // a reconnect needs no traffic
     }
   }
 

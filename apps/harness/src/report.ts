@@ -18,9 +18,12 @@ export interface FaultRecord {
   /** ms after the run started. */
   atMs: number;
   detail: string;
-  /** Counter deltas between the injection and the recovery (reconnects, resyncs, retries, ...). */
+  /** Counter deltas from the injection until the next fault or the end (reconnects, resyncs, retries, ...). */
   recovery: Record<string, number>;
-  /** ms from injection until the link (or encoder) served normally again; null when it never did. */
+  /**
+   * ms from injection until recovery: for link faults a successful HELLO after the fault (a new
+   * epoch); for the encoder a completed transfer after the restart. Null when not observed.
+   */
   recoveredAfterMs: number | null;
 }
 
@@ -220,10 +223,8 @@ export function formatReport(r: Report): string {
     `${int(r.ec.lookups)} for ${int(r.ec.requestsWaited)} requests (mean wait ${num(r.ec.meanWaitMs, 1)} ms)`,
   );
   row("  transfers", `${int(r.ec.transfers)} (${bytes(r.ec.bytes)})`);
-  row(
-    "  cache hits / fallbacks / retries",
-    `${int(r.ec.cacheHits)} / ${int(r.ec.fallbacks)} / ${int(r.ec.retries)}`,
-  );
+  row("  cache hits / joined in flight", `${int(r.ec.cacheHits)} / ${int(r.ec.joined)}`);
+  row("  retries / local fallbacks", `${int(r.ec.retries)} / ${int(r.ec.fallbacks)}`);
   row("  EC statuses", counts(r.ec.statusCounts));
   sec("");
   sec("drafter link");

@@ -457,7 +457,8 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
           worker,
           encoder,
           proxy,
-          linkOk: () => outcomes()["ok"] ?? 0,
+          linkEpoch: () => client.epoch,
+          ready: () => client.ready,
           ecOk: () => ecMetrics.transfers.value,
           ecInFlight: () => ecMedia?.pending ?? 0,
           counters: () => {
@@ -490,6 +491,7 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
       media,
       budgetFor: (b) => (cfg.budget !== null ? cfg.budget : budgetFromCurve(cfg.loadCurve, b)),
       metrics,
+      ...(faults ? { arrivalCap: faults.arrivalCap } : {}),
       onRound: async (p) => {
         progress.update({
           phase: "decoding",
