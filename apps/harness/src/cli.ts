@@ -34,7 +34,7 @@ export interface HarnessConfig {
   stateDim: number;
   /** Noise of the draft head's distillation (higher: lower acceptance). */
   draftNoise: number;
-  /** Rank of the draft head's Markov correction. */
+  /** Rank of the draft head's backbone (its approximation of the target recurrence). */
   draftRank: number;
   draftTransport: DraftTransport;
   ecData: EcDataPlane;
@@ -205,13 +205,13 @@ const FLAGS: Record<string, FlagSpec> = {
     key: "draftNoise",
     kind: { t: "num", min: 0, max: 10 },
     arg: "X",
-    help: "draft head distillation noise (default: the model's)",
+    help: "draft head distillation noise",
   },
   "--draft-rank": {
     key: "draftRank",
     kind: { t: "int", min: 1, max: 512 },
     arg: "R",
-    help: "draft head Markov rank (default: the model's)",
+    help: "draft head backbone rank",
   },
   "--draft-transport": {
     key: "draftTransport",
@@ -427,6 +427,8 @@ export function parseArgs(argv: readonly string[]): ParseResult {
   const rec = cfg as unknown as Record<string, unknown>;
   for (let i = 0; i < argv.length; i++) {
     let arg = argv[i] as string;
+    // `pnpm start -- --help` passes the separator through; there are no positionals to end
+    if (arg === "--") continue;
     let inline: string | undefined;
     const eq = arg.indexOf("=");
     if (arg.startsWith("--") && eq > 0) {
@@ -504,6 +506,14 @@ export function budgetFromCurve(curve: readonly LoadPoint[], batch: number): num
   return (curve[curve.length - 1] as LoadPoint).tokens;
 }
 
+/** `--flag value, ...` for config keys and values. */
+function flagList(values: Readonly<Record<string, unknown>>): string {
+  const byKey = new Map(Object.entries(FLAGS).map(([flag, spec]) => [spec.key as string, flag]));
+  return Object.entries(values)
+    .map(([k, v]) => `${byKey.get(k) ?? k} ${String(v)}`)
+    .join(", ");
+}
+
 /** The `--help` text. */
 export function helpText(): string {
   const lines = [
@@ -520,7 +530,7 @@ export function helpText(): string {
       const v = defaults[spec.key];
       if (spec.key === "loadCurve") def = DEFAULTS.loadCurve.map((p) => `${p.batch}:${p.tokens}`).join(",");
       else if (spec.key === "budget") def = "auto";
-      else if (spec.key === "draftNoise" || spec.key === "draftRank") def = "model's";
+      else if (spec.key === "draftNoise" || spec.key === "draftRank") def = "reference-model default";
       else if (v !== null && v !== false) def = String(v);
     }
     lines.push(`${left.padEnd(30)} ${spec.help}${def ? ` [${def}]` : ""}`);
@@ -528,13 +538,9 @@ export function helpText(): string {
   lines.push(
     "",
     "--sample changes the defaults of flags not given to many short requests over few prompts, for the",
-    `distribution test: ${Object.entries(SAMPLE_DEFAULTS)
-      .map(([k, v]) => `${k} ${v}`)
-      .join(", ")}.`,
+    `distribution test: ${flagList(SAMPLE_DEFAULTS)}.`,
     "",
-    `--faults changes the defaults of flags not given: ${Object.entries(FAULT_DEFAULTS)
-      .map(([k, v]) => `${k} ${v}`)
-      .join(", ")}.`,
+    `--faults changes the defaults of flags not given: ${flagList(FAULT_DEFAULTS)}.`,
     "",
     "Exit status: 0 lossless, 1 output differs from target-only (or the sampled test rejects), 2 usage error,",
     "3 a child process or package failed.",

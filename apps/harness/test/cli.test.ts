@@ -84,6 +84,7 @@ describe("flags", () => {
   test("--help lists every flag with its default", () => {
     expect(parseArgs(["--help"])).toEqual({ help: true });
     expect(parseArgs(["-h"])).toEqual({ help: true });
+    expect(parseArgs(["--", "--help"])).toEqual({ help: true });
     const h = helpText();
     for (const f of [
       "--slots",
