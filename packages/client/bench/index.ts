@@ -1,17 +1,20 @@
-// Full RoundCore round (rows into the rings, rows staged or sent as ring views, STEP, reply
+// Full RoundCore round (rows into the rings, rows sent as ring views or staged, STEP, reply
 // validation 6.3/7.4, draft copy-out, depth policy) against the worker (tapwire-worker
 // --drafter null) in a CHILD PROCESS, over tcp:// and unix://, versus a raw node:net
 // length-prefixed exchange with a raw server in another child process (bench/raw-server.ts:
 // reads the whole request into a reused buffer, answers a preallocated reply) with the same
-// request and reply byte counts as the STEP. Round and raw exchange alternate one by one
-// (ABBA order), medians. A separate, untimed phase counts the bytes a round allocates (V8 heap +
-// external memory, after a forced GC). JSON on stdout; progress on stderr.
+// request and reply byte counts as the STEP. A third contender, for diagnosis: @tapwire/transport
+// alone (requestParts with the STEP's part layout) against bench/transport-server.ts, which only
+// answers a preallocated reply. The three alternate one by one in rotating order; medians. A
+// separate, untimed phase counts the bytes a round allocates (sampling heap profiler + external
+// memory). JSON on stdout; progress on stderr.
 
+import * as inspector from "node:inspector/promises";
 import * as net from "node:net";
 import { fileURLToPath } from "node:url";
 import * as v8 from "node:v8";
-import * as vm from "node:vm";
 import { type ChildHandle, spawnBin, uniqueSocketPath } from "@tapwire/testing";
+import { makeClient } from "@tapwire/transport";
 import { APP_HEADER_SIZE, rowsOffsetFor, stepReplyBodySize } from "@tapwire/wire";
 import { pino } from "pino";
 import {
@@ -36,12 +39,10 @@ const HEAP_ITERS = Number(process.env.BENCH_HEAP_ITERS ?? 100);
 const MODES = (process.env.BENCH_MODES ?? "stage,parts").split(",") as ("stage" | "parts")[];
 const KINDS = (process.env.BENCH_KINDS ?? "tcp,unix").split(",") as ("tcp" | "unix")[];
 const WORKER_BIN = fileURLToPath(new URL("../../worker/dist/bin/worker.js", import.meta.url));
+const TRANSPORT_SERVER = fileURLToPath(new URL("./transport-server.ts", import.meta.url));
 const RAW_SERVER = process.env.BENCH_RAW_SERVER ?? fileURLToPath(new URL("./raw-server.ts", import.meta.url));
 const DRAFTER_ID = new Uint8Array(32).fill(1);
 const MARKOV_ID = new Uint8Array(32).fill(2);
-
-v8.setFlagsFromString("--expose-gc");
-const gc = vm.runInNewContext("gc") as () => void;
 
 interface Shape {
   name: string;
@@ -190,6 +191,8 @@ interface Setup {
   reqs: { anchorPos: number; newRows: Uint8Array | null }[];
   /** Filled by the step wrapper: when step() was called / returned, the worker's worker_us. */
   phase: { call: number; ret: number; workerUs: number };
+  /** Removes the phase wrapper (the allocation count then sees only the round). */
+  unwrap(): void;
 }
 
 export async function setup(endpoint: string, sh: Shape, rowsMode: "stage" | "parts"): Promise<Setup> {
@@ -263,7 +266,16 @@ export async function setup(endpoint: string, sh: Shape, rowsMode: "stage" | "pa
     }
   }
   for (const q of reqs) q.anchorPos += sh.rowsPerSlot;
-  return { client, core, input, reqs, phase };
+  const unwrap = (): void => {
+    delete (client as { step?: unknown }).step;
+  };
+  return { client, core, input, reqs, phase, unwrap };
+}
+
+// a round and the anchors' advance, nothing else (allocation count)
+async function advance(st: Setup, sh: Shape): Promise<void> {
+  await st.core.round(st.input);
+  for (const q of st.reqs) q.anchorPos += sh.rowsPerSlot;
 }
 
 export async function oneRound(
@@ -279,21 +291,43 @@ export async function oneRound(
   };
 }
 
-function heapNow(): number {
-  const h = v8.getHeapStatistics();
-  return h.used_heap_size + h.external_memory;
+interface ProfileNode {
+  selfSize: number;
+  children: ProfileNode[];
 }
 
-/** Bytes allocated per call of `fn` (median over `n` calls, each after a full GC). */
-async function allocPerCall(n: number, fn: () => Promise<unknown>): Promise<number> {
-  const s = new Samples(n);
+/**
+ * Bytes allocated per call of `fn`, two ways: V8 heap objects counted by the sampling heap
+ * profiler (every 64 bytes on average, objects collected meanwhile included) over `n` calls, and
+ * ArrayBuffer memory outside the heap (`external_memory` after minus before, median per call).
+ */
+async function allocPerCall(
+  n: number,
+  fn: () => Promise<unknown>,
+): Promise<{ heap: number; external: number }> {
+  const ext = new Samples(n);
+  const session = new inspector.Session();
+  session.connect();
+  await session.post("HeapProfiler.enable");
+  await session.post("HeapProfiler.startSampling", {
+    samplingInterval: 64,
+    includeObjectsCollectedByMajorGC: true,
+    includeObjectsCollectedByMinorGC: true,
+  } as inspector.HeapProfiler.StartSamplingParameterType);
   for (let i = 0; i < n; i++) {
-    gc();
-    const before = heapNow();
+    const before = v8.getHeapStatistics().external_memory;
     await fn();
-    s.add(heapNow() - before);
+    ext.add(v8.getHeapStatistics().external_memory - before);
   }
-  return Math.round(s.pct(50));
+  const { profile } = await session.post("HeapProfiler.stopSampling");
+  session.disconnect();
+  let total = 0;
+  const walk = (node: ProfileNode): void => {
+    total += node.selfSize;
+    for (const c of node.children) walk(c);
+  };
+  walk(profile.head as ProfileNode);
+  return { heap: Math.round(total / n), external: Math.round(ext.pct(50)) };
 }
 
 async function runLine(
@@ -302,6 +336,7 @@ async function runLine(
   rowsMode: "stage" | "parts",
   workerEp: string,
   rawEp: string,
+  transportEp: string,
 ) {
   const st = await setup(workerEp, sh, rowsMode);
   const frameBytes = frameBytesOf(sh);
@@ -309,6 +344,16 @@ async function runLine(
   const raw = await rawClient(rawEp, replyBytes);
   const rawMsg = new Uint8Array(frameBytes).fill(3);
   for (let i = 0; i < 200; i++) await raw.rt(rawMsg);
+  // diagnostic: @tapwire/transport alone (requestParts with the STEP's part layout) against a
+  // server that only answers a preallocated reply
+  const tcli = makeClient(transportEp, { maxMessageBytes: 64 << 20 });
+  await tcli.connect(10_000);
+  const tParts: Uint8Array[] = [rawMsg.subarray(0, APP_HEADER_SIZE + rowsOffsetFor(sh.slots, false))];
+  for (let s = 0, off = tParts[0]!.length; s < sh.slots; s++, off += sh.rowsPerSlot * ROW_BYTES) {
+    tParts.push(rawMsg.subarray(off, off + sh.rowsPerSlot * ROW_BYTES));
+  }
+  const tReply = new Uint8Array(replyBytes);
+  for (let i = 0; i < 200; i++) await tcli.requestParts(tParts, tReply, 10_000);
 
   const hRound = new Samples(ITERS);
   const hStep = new Samples(ITERS);
@@ -316,6 +361,7 @@ async function runLine(
   const hPre = new Samples(ITERS);
   const hPost = new Samples(ITERS);
   const hRaw = new Samples(ITERS);
+  const hTransport = new Samples(ITERS);
   let failed = 0;
   let resynced = 0;
   const doRound = async () => {
@@ -335,19 +381,23 @@ async function runLine(
     await raw.rt(rawMsg);
     hRaw.add((performance.now() - t0) * 1000);
   };
+  const doTransport = async () => {
+    const t0 = performance.now();
+    await tcli.requestParts(tParts, tReply, 10_000);
+    hTransport.add((performance.now() - t0) * 1000);
+  };
+  // the three contenders in rotating order: none always goes first or follows the same one
+  const order = [doRound, doRaw, doTransport, doRound, doTransport, doRaw];
   for (let i = 0; i < ITERS; i++) {
-    // ABBA: neither side always goes first
-    if ((i & 1) === 0) {
-      await doRound();
-      await doRaw();
-    } else {
-      await doRaw();
-      await doRound();
-    }
+    const k = (i % 2) * 3;
+    const r = (i >> 1) % 3;
+    for (let j = 0; j < 3; j++) await order[k + ((r + j) % 3)]!();
   }
-  const allocRound = await allocPerCall(HEAP_ITERS, () => oneRound(st, sh));
+  st.unwrap();
+  const allocRound = await allocPerCall(HEAP_ITERS, () => advance(st, sh));
   const allocRaw = await allocPerCall(HEAP_ITERS, () => raw.rt(rawMsg));
   raw.close();
+  tcli.close();
   await st.client.close();
   const p = (h: Samples, q: number) => Math.round(h.pct(q));
   const ratio = (a: number, b: number) => Math.round((a / b) * 100) / 100;
@@ -366,6 +416,8 @@ async function runLine(
     round_p99_ratio: ratio(p(hRound, 99), p(hRaw, 99)),
     step_rtt_us: { p50: p(hStep, 50), p99: p(hStep, 99) },
     step_p50_ratio: ratio(p(hStep, 50), p(hRaw, 50)),
+    transport_only_us: { p50: p(hTransport, 50), p99: p(hTransport, 99) },
+    transport_only_p50_ratio: ratio(p(hTransport, 50), p(hRaw, 50)),
     worker_us_p50: p(hWorker, 50),
     before_send_us_p50: p(hPre, 50),
     after_reply_us_p50: p(hPost, 50),
@@ -376,7 +428,8 @@ async function runLine(
 
 async function heapOnly(sh: Shape, rowsMode: "stage" | "parts", workerEp: string) {
   const st = await setup(workerEp, sh, rowsMode);
-  const alloc = await allocPerCall(HEAP_ITERS, () => oneRound(st, sh));
+  st.unwrap();
+  const alloc = await allocPerCall(HEAP_ITERS, () => advance(st, sh));
   await st.client.close();
   return { transport: "unix", shape: sh.name, rows_mode: rowsMode, alloc_bytes_per_round: alloc };
 }
@@ -420,15 +473,29 @@ async function main(): Promise<void> {
         { nodeArgs: process.env.BENCH_RAW_SERVER ? [] : ["--import", "tsx"] },
       );
       const rEps = endpointsOf(rawChild);
+      const transportChild = await spawnBin(
+        TRANSPORT_SERVER,
+        [
+          "--listen",
+          "tcp://127.0.0.1:0",
+          "--listen",
+          `unix://${uniqueSocketPath("twc-bench-t")}`,
+          "--reply-bytes",
+          String(replyBytesOf(sh)),
+        ],
+        { nodeArgs: ["--import", "tsx"] },
+      );
+      const tEps = endpointsOf(transportChild);
       try {
         for (const kind of KINDS) {
           for (const mode of MODES) {
             process.stderr.write(`client bench: ${kind} ${sh.name} ${mode}\n`);
-            results.push(await runLine(kind, sh, mode, wEps[kind], rEps[kind]));
+            results.push(await runLine(kind, sh, mode, wEps[kind], rEps[kind], tEps[kind]));
           }
         }
       } finally {
         await rawChild.kill();
+        await transportChild.kill();
       }
     }
   } finally {
