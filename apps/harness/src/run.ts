@@ -193,7 +193,15 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
   const note = (m: string) => progress.note(m);
   const workarounds: string[] = [];
   const dir = mkdtempSync(join(tmpdir(), "tapwire-harness-"));
-  const cleanups: Array<() => Promise<void> | void> = [() => rmSync(dir, { recursive: true, force: true })];
+  // also on SIGINT / process.exit, when the finally below never runs
+  const removeDir = () => rmSync(dir, { recursive: true, force: true });
+  process.once("exit", removeDir);
+  const cleanups: Array<() => Promise<void> | void> = [
+    () => {
+      process.off("exit", removeDir);
+      removeDir();
+    },
+  ];
   const childLog = cfg.verbose ? (l: string) => process.stderr.write(`${l}\n`) : undefined;
   try {
     // 1. models: the target, and the draft head the worker will serve (same seed, same weights)
