@@ -92,7 +92,8 @@ export function expectedAccepted(conf: ArrayLike<number>, k: number): number {
  * The gain of verifying position j of a request is `prod_{i<=j} conf[i]`; these gains are
  * non-increasing in j (each step multiplies by a value in [0, 1]), so the objective is a sum of
  * concave functions and greedy selection of the largest available gain (a max-heap over requests)
- * is optimal. O((n + budget) log n); no allocation after warm-up.
+ * is optimal. O((n + budget) log n), or O(n * N) without the heap when every position fits the
+ * budget; no allocation after warm-up.
  */
 export class DepthPolicy {
   readonly marginGate: number;
@@ -160,15 +161,19 @@ export class DepthPolicy {
     const gain = this.#gain;
     const tie = this.#tie;
     const limit = this.#limit;
+    const gate = this.marginGate;
+    const minGain = this.minGain;
+    const byMargin = this.tieBreak === "margin";
     let size = 0;
+    let positions = 0;
     for (let i = 0; i < n; i++) {
       outDepth[i] = 0;
       const c = cands[i]!;
       let k = c.k;
       const m = c.margin ?? null;
-      if (m !== null && this.marginGate > 0) {
+      if (m !== null && gate > 0) {
         for (let j = 0; j < k; j++) {
-          if (!(m[j]! >= this.marginGate)) {
+          if (!(m[j]! >= gate)) {
             k = j;
             break;
           }
@@ -176,13 +181,34 @@ export class DepthPolicy {
       }
       limit[i] = k;
       if (k === 0) continue;
-      gain[i] = c.conf[0]!;
-      tie[i] = this.#tieValue(m, 0);
-      if (gain[i]! > this.minGain) heap[size++] = i;
+      const g = c.conf[0]!;
+      gain[i] = g;
+      tie[i] = byMargin ? tieValue(m, 0) : 0;
+      if (g > minGain) {
+        heap[size++] = i;
+        positions += k;
+      }
     }
-    for (let s = (size >> 1) - 1; s >= 0; s--) this.#siftDown(s, size);
     let left = Number.isFinite(budget) && budget > 0 ? Math.floor(budget) : 0;
     let total = 0;
+    if (positions <= left) {
+      // everything fits: every position whose gain stays above minGain (gains only decrease)
+      for (let h = 0; h < size; h++) {
+        const i = heap[h]!;
+        const conf = cands[i]!.conf;
+        const k = limit[i]!;
+        let g = gain[i]!;
+        let d = 0;
+        while (d < k && g > minGain) {
+          total += g;
+          d++;
+          if (d < k) g *= conf[d]!;
+        }
+        outDepth[i] = d;
+      }
+      return total;
+    }
+    for (let s = (size >> 1) - 1; s >= 0; s--) siftDown(heap, gain, tie, s, size);
     while (left > 0 && size > 0) {
       const i = heap[0]!;
       const d = (outDepth[i] as number) + 1;
@@ -191,48 +217,18 @@ export class DepthPolicy {
       left--;
       if (d < limit[i]!) {
         const c = cands[i]!;
-        gain[i] = gain[i]! * c.conf[d]!;
-        tie[i] = this.#tieValue(c.margin ?? null, d);
-        if (gain[i]! > this.minGain) {
-          this.#siftDown(0, size);
+        const g = gain[i]! * c.conf[d]!;
+        gain[i] = g;
+        if (byMargin) tie[i] = tieValue(c.margin ?? null, d);
+        if (g > minGain) {
+          siftDown(heap, gain, tie, 0, size);
           continue;
         }
       }
       heap[0] = heap[--size]!;
-      this.#siftDown(0, size);
+      siftDown(heap, gain, tie, 0, size);
     }
     return total;
-  }
-
-  #tieValue(m: ArrayLike<number> | null, j: number): number {
-    if (this.tieBreak !== "margin" || m === null) return 0;
-    const v = m[j]!;
-    return Number.isFinite(v) ? v : 0;
-  }
-
-  // true when request a should be verified before b
-  #before(a: number, b: number): boolean {
-    const ga = this.#gain[a]!;
-    const gb = this.#gain[b]!;
-    if (ga !== gb) return ga > gb;
-    const ta = this.#tie[a]!;
-    const tb = this.#tie[b]!;
-    if (ta !== tb) return ta > tb;
-    return a < b;
-  }
-
-  #siftDown(pos: number, size: number): void {
-    const heap = this.#heap;
-    const item = heap[pos]!;
-    for (;;) {
-      let child = 2 * pos + 1;
-      if (child >= size) break;
-      if (child + 1 < size && this.#before(heap[child + 1]!, heap[child]!)) child++;
-      if (!this.#before(heap[child]!, item)) break;
-      heap[pos] = heap[child]!;
-      pos = child;
-    }
-    heap[pos] = item;
   }
 
   #ensure(n: number): void {
@@ -243,4 +239,41 @@ export class DepthPolicy {
     this.#tie = new Float64Array(cap);
     this.#limit = new Int32Array(cap);
   }
+}
+
+// the tie value of position j: its margin when finite, else 0
+function tieValue(m: ArrayLike<number> | null, j: number): number {
+  if (m === null) return 0;
+  const v = m[j]!;
+  return Number.isFinite(v) ? v : 0;
+}
+
+// max-heap of request indices ordered by (gain desc, tie desc, index asc)
+function siftDown(heap: Int32Array, gain: Float64Array, tie: Float64Array, pos: number, size: number): void {
+  const item = heap[pos]!;
+  const gi = gain[item]!;
+  const ti = tie[item]!;
+  for (;;) {
+    let child = 2 * pos + 1;
+    if (child >= size) break;
+    let c = heap[child]!;
+    let gc = gain[c]!;
+    let tc = tie[c]!;
+    if (child + 1 < size) {
+      const r = heap[child + 1]!;
+      const gr = gain[r]!;
+      const tr = tie[r]!;
+      if (gr > gc || (gr === gc && (tr > tc || (tr === tc && r < c)))) {
+        child++;
+        c = r;
+        gc = gr;
+        tc = tr;
+      }
+    }
+    // stop when the item goes before the larger child
+    if (gi > gc || (gi === gc && (ti > tc || (ti === tc && item < c)))) break;
+    heap[pos] = c;
+    pos = child;
+  }
+  heap[pos] = item;
 }

@@ -75,6 +75,48 @@ describe("DepthPolicy (confidence-scheduled verification)", () => {
     );
   });
 
+  test("depths equal a naive greedy scan with the same tie-break, at every budget (heap and all-fit paths)", () => {
+    // O(budget * n) reference: take the largest next gain; ties by margin (if chosen), then index
+    const naive = (cands: DepthCandidate[], budget: number, tieBreak: "margin" | "index"): number[] => {
+      const d = cands.map(() => 0);
+      const g = cands.map(() => 1);
+      for (let left = budget; left > 0; left--) {
+        let best = -1;
+        let bg = 0;
+        let bt = 0;
+        for (let i = 0; i < cands.length; i++) {
+          const c = cands[i]!;
+          if (d[i]! >= c.k) continue;
+          const gi = g[i]! * c.conf[d[i]!]!;
+          if (!(gi > 0)) continue;
+          const ti = tieBreak === "margin" && c.margin != null ? c.margin[d[i]!]! : 0;
+          if (best < 0 || gi > bg || (gi === bg && ti > bt)) {
+            best = i;
+            bg = gi;
+            bt = ti;
+          }
+        }
+        if (best < 0) break;
+        g[best] = bg;
+        d[best]!++;
+      }
+      return d;
+    };
+    fc.assert(
+      fc.property(
+        fc.array(candArb, { minLength: 0, maxLength: 12 }),
+        fc.integer({ min: 0, max: 70 }),
+        fc.constantFrom<"margin" | "index">("margin", "index"),
+        (cands, budget, tieBreak) => {
+          const out = new Int32Array(cands.length);
+          new DepthPolicy({ budget: 0, tieBreak, capacity: 1 }).allocate(cands, budget, out);
+          expect(Array.from(out)).toEqual(naive(cands, budget, tieBreak));
+        },
+      ),
+      { numRuns: 500 },
+    );
+  });
+
   test("with a margin gate, optimal among prefixes that stop before the first low-margin position", () => {
     fc.assert(
       fc.property(fc.array(candArb, { maxLength: 4 }), fc.integer({ min: 0, max: 20 }), (cands, budget) => {
