@@ -465,7 +465,10 @@ export function parseArgs(argv: readonly string[]): ParseResult {
     for (const [k, v] of Object.entries(SAMPLE_DEFAULTS)) if (!given.has(k)) rec[k] = v;
   }
   if (cfg.faults) {
-    for (const [k, v] of Object.entries(FAULT_DEFAULTS)) if (!given.has(k)) rec[k] = v;
+    // --sample's own defaults win (its test needs many requests, all at once)
+    for (const [k, v] of Object.entries(FAULT_DEFAULTS)) {
+      if (!given.has(k) && !(cfg.sample && k in SAMPLE_DEFAULTS)) rec[k] = v;
+    }
   }
   validate(cfg);
   return { help: false, config: cfg, given };

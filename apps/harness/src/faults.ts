@@ -32,6 +32,8 @@ export interface FaultTargets {
   ecOk(): number;
   /** Embedding transfers in flight now (the encoder is restarted while one is, when it can be). */
   ecInFlight(): number;
+  /** Starts one probe transfer of an item no request needs (after the encoder restart). */
+  probeEncoder(): void;
   /** Counters whose deltas describe a recovery (client outcomes, hellos, resyncs, EC retries, ...). */
   counters(): Record<string, number>;
   /** STEP timeout of the client (a stall must outlast it). */
@@ -83,6 +85,8 @@ export class FaultDriver {
   private active: Active | null = null;
   /** The last fault injected: its record collects counter deltas until the next one. */
   private open: Active | null = null;
+  private completed = 0;
+  private total = 0;
   private readonly records: FaultRecord[] = [];
   private readonly pending: Array<Promise<void>> = [];
   private readonly plan: Planned[];
@@ -107,6 +111,8 @@ export class FaultDriver {
 
   /** The engine's round hook. */
   readonly hook: RoundHook = ({ completed, total, elapsedMs, running }) => {
+    this.completed = completed;
+    this.total = total;
     this.checkRecovery(elapsedMs);
     if (this.active) return;
     const p = this.plan[this.next];
@@ -230,9 +236,10 @@ export class FaultDriver {
             await enc.kill("SIGKILL");
             await new Promise((r) => setTimeout(r, 100));
             await enc.start();
-            rec.detail += ` (new pid ${enc.pid})`;
+            rec.detail += ` (new pid ${enc.pid}); a probe transfer checks it serves again`;
             a.baseline = t.ecOk();
             a.cleared = true;
+            t.probeEncoder();
           })(),
         );
         break;
@@ -279,14 +286,19 @@ export class FaultDriver {
   /** Whether the schedule can only move on with requests running (else it waits for a restart). */
   private needsTraffic(): boolean {
     const a = this.active;
-    if (!a) return true; // the next fault waits for completions or for a running request
+    if (!a) {
+      const p = this.plan[this.next];
+      if (!p) return false;
+      // completions are needed to reach the threshold, and link faults need a running request;
+      // the encoder restart waits for a transfer in flight (or its timeout), not for traffic
+      return this.completed < p.at * this.total || p.kind !== "encoder_restart";
+    }
     switch (a.rec.kind) {
       case "corrupt_reply":
         // a STEP on the new connection must meet the flipped byte: traffic once it is up
         return !a.cleared && this.t.ready();
       case "encoder_restart":
-        // recovery is a completed transfer: the retried one when the restart caught one in flight
-        return this.t.ecInFlight() === 0;
+        return false; // the probe transfer (or a retried one) proves the recovery
       default:
         return false; // a reconnect needs no traffic
     }

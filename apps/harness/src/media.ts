@@ -3,12 +3,17 @@
  * `@tapwire/ec-connector`'s ConsumerConnector (EC-CONTRACT 7), falling back to local encoding when
  * a transfer fails; {@link LocalMedia} encodes everything in-process.
  */
+import { createHash } from "node:crypto";
 import type { ConsumerConnector } from "@tapwire/ec-connector";
 import { syntheticEmbedding } from "@tapwire/ec-connector";
 import type { Counter, Histogram, Registry } from "@tapwire/stats";
 import type { MediaReady, MediaSource } from "./engine.js";
 import { embeddingDigest } from "./sequence.js";
 import type { RequestSpec } from "./workload.js";
+
+function embeddingDigestHex(s: string): string {
+  return createHash("sha256").update(s).digest("hex");
+}
 
 /** The embedding of media item `mmHash` as the encoder computes it (deterministic). */
 export function localEmbedding(mmHash: string, nbytes: number): Uint8Array {
@@ -55,6 +60,10 @@ export class EcMediaMetrics {
   readonly requests: Counter;
   /** Time from arrival until every item of a request was available. */
   readonly wait: Histogram;
+  /** Probe transfers completed (health checks of a restarted encoder, not used by requests). */
+  readonly probes: Counter;
+  /** Probe transfers that failed. */
+  readonly probeFailures: Counter;
 
   constructor(r: Registry) {
     this.lookups = r.counter("ec_lookups", "media items asked for by arriving requests");
@@ -65,6 +74,8 @@ export class EcMediaMetrics {
     this.bytes = r.counter("ec_transfer_bytes", "bytes of completed embedding transfers");
     this.fallbacks = r.counter("ec_fallbacks", "media items encoded locally after a failed transfer");
     this.requests = r.counter("ec_requests", "requests that waited for media");
+    this.probes = r.counter("ec_probes", "probe transfers completed (encoder health checks)");
+    this.probeFailures = r.counter("ec_probe_failures", "probe transfers that failed");
     this.wait = r.histogram("ec_wait_seconds", {
       help: "arrival until all media of a request are loaded",
       unit: "seconds",
@@ -111,6 +122,8 @@ export class EcMedia implements MediaSource {
   private readonly digests = new Map<string, Uint8Array>();
   /** Items with a transfer in flight. */
   private readonly inFlight = new Set<string>();
+  private readonly probes = new Set<string>();
+  private probeCount = 0;
   private corrupted = false;
 
   constructor(options: EcMediaOptions) {
@@ -148,6 +161,23 @@ export class EcMedia implements MediaSource {
     this.waitingSpecs.push(w);
   }
 
+  /**
+   * Transfers one fresh item that no request needs (the encoder encodes it on the miss) and frees
+   * it once loaded: proves a restarted encoder serves again without waiting for traffic.
+   */
+  probe(): void {
+    const h = embeddingDigestHex(`tapwire-harness-probe:${this.probeCount++}:${performance.now()}`);
+    const now = performance.now();
+    try {
+      this.o.connector.request(h, this.o.producer, this.o.nbytes, now + this.o.deadlineMs, now);
+    } catch {
+      this.o.metrics.probeFailures.inc();
+      return;
+    }
+    this.probes.add(h);
+    this.inFlight.add(h);
+  }
+
   private start(h: string, now: number): void {
     const { connector, metrics } = this.o;
     let r: "ready" | "pending";
@@ -178,6 +208,11 @@ export class EcMedia implements MediaSource {
     const res = connector.poll(now);
     for (const h of res.loaded) {
       this.inFlight.delete(h);
+      if (this.probes.delete(h)) {
+        metrics.probes.inc();
+        connector.free(h);
+        continue;
+      }
       metrics.transfers.inc();
       metrics.bytes.inc(this.o.nbytes);
       let bytes = connector.cache.view(h);
@@ -190,6 +225,10 @@ export class EcMedia implements MediaSource {
     }
     for (const f of res.failed) {
       this.inFlight.delete(f.mmHash);
+      if (this.probes.delete(f.mmHash)) {
+        metrics.probeFailures.inc();
+        continue;
+      }
       this.fallback(f.mmHash, f.reason);
     }
     const out: MediaReady[] = [];

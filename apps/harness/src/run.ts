@@ -467,7 +467,8 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
           proxy,
           linkEpoch: () => client.epoch,
           ready: () => client.ready,
-          ecOk: () => ecMetrics.transfers.value,
+          ecOk: () => ecMetrics.transfers.value + ecMetrics.probes.value,
+          probeEncoder: () => ecMedia?.probe(),
           ecInFlight: () => ecMedia?.pending ?? 0,
           counters: () => {
             const snap = clientRegistry.snapshot().counters;
@@ -485,6 +486,7 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
             c["ec_quarantines"] = ec["consumer_quarantines"] ?? 0;
             c["ec_fallbacks"] = ecMetrics.fallbacks.value;
             c["ec_transfers"] = ecMetrics.transfers.value;
+            c["ec_probes"] = ecMetrics.probes.value;
             return c;
           },
           stepTimeoutMs: cfg.stepTimeoutMs,

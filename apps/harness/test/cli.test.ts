@@ -1,5 +1,12 @@
 import { describe, expect, test } from "vitest";
-import { budgetFromCurve, DEFAULTS, helpText, parseArgs, SAMPLE_DEFAULTS } from "../src/cli.js";
+import {
+  budgetFromCurve,
+  DEFAULTS,
+  FAULT_DEFAULTS,
+  helpText,
+  parseArgs,
+  SAMPLE_DEFAULTS,
+} from "../src/cli.js";
 import { HarnessError } from "../src/errors.js";
 
 function cfg(args: string[]) {
@@ -56,6 +63,17 @@ describe("flags", () => {
     expect(c.requests).toBe(50);
     expect(c.maxNewTokens).toBe(SAMPLE_DEFAULTS.maxNewTokens);
     expect(c.slots).toBe(SAMPLE_DEFAULTS.slots);
+  });
+
+  test("--faults changes its defaults, leaving given flags and --sample's own alone", () => {
+    const f = cfg(["--faults", "--rate", "9"]);
+    expect(f.rate).toBe(9);
+    expect(f.stepTimeoutMs).toBe(FAULT_DEFAULTS.stepTimeoutMs);
+    expect(f.mediaPool).toBe(FAULT_DEFAULTS.mediaPool);
+    const both = cfg(["--faults", "--sample"]);
+    expect(both.rate).toBe(SAMPLE_DEFAULTS.rate);
+    expect(both.mediaPool).toBe(SAMPLE_DEFAULTS.mediaPool);
+    expect(both.stepTimeoutMs).toBe(FAULT_DEFAULTS.stepTimeoutMs);
   });
 
   test("every bad input is refused naming the flag", () => {
