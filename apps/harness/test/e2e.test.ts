@@ -145,7 +145,8 @@ describe("tapwire-harness end to end", () => {
     expect(
       (enc.recovery["ec_retries"] ?? 0) +
         (enc.recovery["ec_fallbacks"] ?? 0) +
-        (enc.recovery["ec_transfers"] ?? 0),
+        (enc.recovery["ec_transfers"] ?? 0) +
+        (enc.recovery["ec_probes"] ?? 0),
     ).toBeGreaterThan(0);
     expect(r.code).toBe(0);
     expect(r.stdout).toContain("faults injected");
