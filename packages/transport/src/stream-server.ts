@@ -20,6 +20,11 @@ export interface StreamServerConfig {
   options: ServerOptions;
   metrics: ServerMetrics;
   registry: Registry;
+  /**
+   * Internal, for tests: read tcp/unix connections through 'data' events, as when Node does not
+   * honour the handle move of adoptWithOnread.
+   */
+  dataEvents?: boolean;
 }
 
 function isThenable(v: unknown): v is PromiseLike<Reply> {
@@ -453,10 +458,13 @@ export class StreamServer implements RpcServer {
     }
     const rbuf = Buffer.allocUnsafe(READ_CHUNK);
     let conn: Conn | null = null;
-    const sock = adoptWithOnread(orig, {
-      buffer: () => (conn === null ? rbuf : conn.nextBuffer()),
-      callback: (n, buf) => conn?.onRead(n, buf) === true,
-    });
+    const sock =
+      this.cfg.dataEvents === true
+        ? null
+        : adoptWithOnread(orig, {
+            buffer: () => (conn === null ? rbuf : conn.nextBuffer()),
+            callback: (n, buf) => conn?.onRead(n, buf) === true,
+          });
     if (sock === null) {
       this.accept(orig, null);
       orig.resume();

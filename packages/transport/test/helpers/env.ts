@@ -1,7 +1,18 @@
 // Shared test environment: the scheme matrix, deterministic payloads. Socket paths and TLS
 // credentials come from the private @tapwire/testing package.
+import { Registry } from "@tapwire/stats";
 import { makeTlsCredentials, uniqueSocketPath } from "@tapwire/testing";
-import type { ClientOptions, ServerOptions } from "../../src/index.js";
+import {
+  type ClientOptions,
+  DEFAULT_MAX_MESSAGE_BYTES,
+  type Handler,
+  type listen,
+  parseEndpoint,
+  type RpcServer,
+  type ServerOptions,
+} from "../../src/index.js";
+import { serverMetrics } from "../../src/metrics.js";
+import { StreamServer } from "../../src/stream-server.js";
 
 export { uniqueSocketPath };
 
@@ -18,6 +29,38 @@ export interface Case {
   client: ClientOptions;
   /** Stream schemes share the u32 length-prefix framing; ZeroMQ frames messages itself. */
   stream: boolean;
+  /** How to start a server (default: the public `listen`). */
+  listenFn?: typeof listen;
+}
+
+/**
+ * Like `listen` for tcp/unix, but the server reads through 'data' events: the fallback taken when
+ * Node does not honour the handle move that gives accepted sockets `onread` (stream-server.ts).
+ */
+export async function listenDataEvents(
+  endpoint: string,
+  handler: Handler,
+  options: ServerOptions = {},
+): Promise<RpcServer> {
+  const registry = options.registry ?? new Registry();
+  const s = new StreamServer(parseEndpoint(endpoint), handler, {
+    maxMessageBytes: options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
+    idleTimeoutMs: options.idleTimeoutMs ?? 0,
+    closeTimeoutMs: options.closeTimeoutMs ?? 5000,
+    options,
+    metrics: serverMetrics(registry),
+    registry,
+    dataEvents: true,
+  });
+  await s.start();
+  return s;
+}
+
+/** tcp and unix cases whose servers read through 'data' events (see listenDataEvents). */
+export function dataEventCases(): Case[] {
+  return matrix()
+    .filter((c) => c.scheme === "tcp" || c.scheme === "unix")
+    .map((c) => ({ ...c, scheme: `${c.scheme} (data events)`, listenFn: listenDataEvents }));
 }
 
 /** One case of {@link matrix} by scheme. */
