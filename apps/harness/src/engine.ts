@@ -225,7 +225,7 @@ export interface EngineOptions {
    * in arrival order, until it rises. `--faults` uses it to keep some traffic for the end of the
    * fault schedule, so that every fault meets live requests whatever the machine's speed.
    */
-  arrivalCap?: (p: { arrived: number; running: number; total: number }) => number;
+  arrivalCap?: (p: { arrived: number; running: number; total: number; waiting: number }) => number;
   /** Media conditioning per request id, recorded for the reference decode. */
   conditioning?: Map<number, Uint8Array | undefined>;
 }
@@ -284,7 +284,12 @@ export class Engine {
       const elapsed = tr0 - t0;
       for (const spec of arrivals.due(elapsed)) held.push(spec);
       const cap =
-        this.o.arrivalCap?.({ arrived, running: this.sched.runningCount, total }) ?? Number.POSITIVE_INFINITY;
+        this.o.arrivalCap?.({
+          arrived,
+          running: this.sched.runningCount,
+          total,
+          waiting: held.length - heldHead,
+        }) ?? Number.POSITIVE_INFINITY;
       while (heldHead < held.length && arrived < cap) {
         const spec = held[heldHead++] as RequestSpec;
         arrived++;

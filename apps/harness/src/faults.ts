@@ -49,8 +49,12 @@ interface Planned {
   at: number;
 }
 
+/** Held-back requests let through per phase of the schedule when one running request is enough. */
+const MAX_TRICKLES = 2;
+/** Quiet time after a recovery before the next fault, so that its effects are attributed to it. */
+const QUIET_MS = 500;
 /** How long a fault may wait past its threshold for a better moment (a transfer in flight). */
-const MOMENT_WAIT_MS = 3000;
+const MOMENT_WAIT_MS = 1000;
 
 /** The schedule: fractions of completed requests. */
 export const FAULT_PLAN: readonly Planned[] = [
@@ -87,6 +91,10 @@ export class FaultDriver {
   private open: Active | null = null;
   private completed = 0;
   private total = 0;
+  private quietUntil = 0;
+  private now = 0;
+  private phase = "";
+  private trickles = 0;
   private readonly records: FaultRecord[] = [];
   private readonly pending: Array<Promise<void>> = [];
   private readonly plan: Planned[];
@@ -113,8 +121,9 @@ export class FaultDriver {
   readonly hook: RoundHook = ({ completed, total, elapsedMs, running }) => {
     this.completed = completed;
     this.total = total;
+    this.now = elapsedMs;
     this.checkRecovery(elapsedMs);
-    if (this.active) return;
+    if (this.active || elapsedMs < this.quietUntil) return;
     const p = this.plan[this.next];
     if (!p || completed < p.at * total) return;
     this.dueSince ??= elapsedMs;
@@ -159,6 +168,8 @@ export class FaultDriver {
     } else if (nowMs - a.injectedAt < RECOVERY_GIVE_UP_MS) {
       return;
     }
+    // let the recovery show (resync rounds, retried transfers) before the next fault
+    this.quietUntil = nowMs + QUIET_MS;
     t.log(
       `fault ${a.rec.kind}: ${recovered ? `recovered after ${Math.round(nowMs - a.injectedAt)} ms` : "no recovery observed"}`,
     );
@@ -276,31 +287,46 @@ export class FaultDriver {
    * and none while a restarted worker is awaited, so the run cannot end before the last fault
    * recovered, however slow the machine.
    */
-  readonly arrivalCap = (p: { arrived: number; running: number; total: number }): number => {
+  readonly arrivalCap = (p: { arrived: number; running: number; total: number; waiting: number }): number => {
     if (this.done) return Number.POSITIVE_INFINITY;
     const free = Math.floor(HOLD_BACK * p.total);
     if (p.arrived < free) return free;
-    return p.running === 0 && this.needsTraffic() ? p.arrived + 1 : p.arrived;
+    if (p.running > 0 || p.waiting === 0) return p.arrived;
+    const need = this.trafficNeed();
+    const a = this.active;
+    const phase = `${this.next}:${a ? (a.cleared ? "cleared" : "active") : this.now < this.quietUntil ? "quiet" : "waiting"}`;
+    if (phase !== this.phase) {
+      this.phase = phase;
+      this.trickles = 0;
+    }
+    if (need === "none" || (need === "some" && this.trickles >= MAX_TRICKLES)) return p.arrived;
+    this.trickles++;
+    return p.arrived + 1;
   };
 
-  /** Whether the schedule can only move on with requests running (else it waits for a restart). */
-  private needsTraffic(): boolean {
+  /**
+   * Whether the schedule can only move on with a request running: "unlimited" while completions
+   * are needed to reach the next threshold, "some" (at most {@link MAX_TRICKLES} requests per
+   * phase) when one running request is enough, "none" while a restart is awaited.
+   */
+  private trafficNeed(): "none" | "some" | "unlimited" {
     const a = this.active;
     if (!a) {
       const p = this.plan[this.next];
-      if (!p) return false;
-      // completions are needed to reach the threshold, and link faults need a running request;
-      // the encoder restart waits for a transfer in flight (or its timeout), not for traffic
-      return this.completed < p.at * this.total || p.kind !== "encoder_restart";
+      if (!p) return "none";
+      if (this.completed < p.at * this.total) return "unlimited";
+      if (this.now < this.quietUntil) return "some"; // the recovery's resync rounds need a request
+      // link faults need a running request; the encoder restart waits for a transfer in flight
+      // (or its timeout), not for traffic
+      return p.kind === "encoder_restart" ? "none" : "some";
     }
     switch (a.rec.kind) {
       case "corrupt_reply":
         // a STEP on the new connection must meet the flipped byte: traffic once it is up
-        return !a.cleared && this.t.ready();
-      case "encoder_restart":
-        return false; // the probe transfer (or a retried one) proves the recovery
+        return !a.cleared && this.t.ready() ? "some" : "none";
       default:
-        return false; // a reconnect needs no traffic
+        // a reconnect needs no traffic; the encoder's probe transfer proves its recovery
+        return "none";
     }
   }
 

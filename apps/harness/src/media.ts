@@ -102,8 +102,9 @@ export interface EcMediaOptions {
   /** Called for each local fallback (mm_hash, reason). */
   onFallback?: (mmHash: string, reason: string) => void;
   /**
-   * Test hook: flip one bit of the first embedding the engine reads after a transfer (as if memory
-   * had been corrupted after the CRC check), to prove the lossless check catches it.
+   * Test hook: flip one bit of the first embedding the engine reads (transferred, or encoded
+   * locally after a failed transfer), as if memory had been corrupted after the CRC check, to
+   * prove the lossless check catches it.
    */
   corruptFirstLoad?: boolean;
 }
@@ -199,7 +200,16 @@ export class EcMedia implements MediaSource {
   private fallback(h: string, reason: string): void {
     this.o.metrics.fallbacks.inc();
     this.o.onFallback?.(h, reason);
-    this.digests.set(h, embeddingDigest(localEmbedding(h, this.o.nbytes)));
+    this.digests.set(h, embeddingDigest(this.maybeCorrupt(localEmbedding(h, this.o.nbytes))));
+  }
+
+  /** The test hook of {@link EcMediaOptions.corruptFirstLoad}: a copy with one bit flipped, once. */
+  private maybeCorrupt(bytes: Uint8Array): Uint8Array {
+    if (!this.o.corruptFirstLoad || this.corrupted) return bytes;
+    this.corrupted = true;
+    const copy = bytes.slice();
+    copy[copy.length >> 1] = (copy[copy.length >> 1] as number) ^ 1;
+    return copy;
   }
 
   poll(): MediaReady[] {
@@ -215,13 +225,7 @@ export class EcMedia implements MediaSource {
       }
       metrics.transfers.inc();
       metrics.bytes.inc(this.o.nbytes);
-      let bytes = connector.cache.view(h);
-      if (this.o.corruptFirstLoad && !this.corrupted) {
-        this.corrupted = true;
-        bytes = bytes.slice();
-        bytes[bytes.length >> 1] = (bytes[bytes.length >> 1] as number) ^ 1;
-      }
-      this.digests.set(h, embeddingDigest(bytes));
+      this.digests.set(h, embeddingDigest(this.maybeCorrupt(connector.cache.view(h))));
     }
     for (const f of res.failed) {
       this.inFlight.delete(f.mmHash);
