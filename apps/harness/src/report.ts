@@ -125,7 +125,6 @@ export interface Report {
     producerGrants: number;
     notes: string[];
   };
-  workarounds: string[];
 }
 
 const num = (v: number, d = 2) => (Number.isFinite(v) ? v.toFixed(d) : "-");

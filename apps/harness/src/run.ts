@@ -191,7 +191,6 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
   const log = hooks.log ?? ((m: string) => process.stderr.write(`[harness] ${m}\n`));
   const progress = new Progress(cfg.progress);
   const note = (m: string) => progress.note(m);
-  const workarounds: string[] = [];
   const dir = mkdtempSync(join(tmpdir(), "tapwire-harness-"));
   // also on SIGINT / process.exit, when the finally below never runs
   const removeDir = () => rmSync(dir, { recursive: true, force: true });
@@ -642,7 +641,6 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
         producerGrants: leaks.producerGrants,
         notes: leaks.notes,
       },
-      workarounds,
     };
     if (faults) {
       for (const k of faults.notInjected)
