@@ -100,11 +100,14 @@ export class FaultDriver {
   private readonly plan: Planned[];
   /** Errors of fault actions (a restart that failed), reported. */
   readonly errors: string[] = [];
+  /** Faults of the plan left out for this configuration, with why. */
+  readonly skipped: string[] = [];
 
   constructor(private readonly t: FaultTargets) {
     this.plan = FAULT_PLAN.filter((p) => {
       if ((p.kind === "link_stall" || p.kind === "corrupt_reply") && !t.proxy) {
-        t.log(`fault ${p.kind} skipped: it needs the fault proxy (--draft-transport tcp)`);
+        this.skipped.push(`fault ${p.kind} skipped: it needs the fault proxy (--draft-transport tcp)`);
+        t.log(this.skipped[this.skipped.length - 1] as string);
         return false;
       }
       if (p.kind === "encoder_restart" && !t.encoder) return false;

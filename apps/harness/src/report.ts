@@ -116,6 +116,8 @@ export interface Report {
   };
   worker: Record<string, unknown>;
   faults: { enabled: boolean; injected: FaultRecord[] };
+  /** Things worth knowing about the run: local fallbacks and why, faults skipped or not injected. */
+  notes: string[];
   leaks: {
     ok: boolean;
     consumerPinnedBlocks: number;
@@ -251,6 +253,11 @@ export function formatReport(r: Report): string {
     `${r.leaks.ok ? "none" : "LEAKED"}: consumer pinned ${r.leaks.consumerPinnedBlocks}, in flight ${r.leaks.consumerInFlightBlocks}, retired ${r.leaks.consumerRetiredBlocks}; producer pinned ${r.leaks.producerPinnedBlocks}, grants ${r.leaks.producerGrants}`,
   );
   for (const n of r.leaks.notes) row("  note", n);
+  if (r.notes.length > 0) {
+    sec("");
+    sec("notes");
+    for (const n of r.notes) sec(`  ${n}`);
+  }
   sec("");
   sec(`result: ${r.ok ? "OK (lossless)" : "FAILED"}`);
 

@@ -548,7 +548,7 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
 
     // 9. end state of both caches: no pin, no grant, no block in flight or retired
     const leaks = await endState(connector, admin, drained);
-    for (const f of fallbacks) leaks.notes.push(`fallback ${f}`);
+    const notes = fallbacks.map((f) => `local fallback for media ${f}`);
     const ecCounters = ecRegistry.snapshot().counters;
     const producerCounters = leaks.producerCounters;
 
@@ -632,6 +632,7 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
       },
       worker: workerStats,
       faults: { enabled: cfg.faults, injected: faults ? [...faults.injected] : [] },
+      notes,
       leaks: {
         ok: leaks.ok,
         consumerPinnedBlocks: leaks.consumerPinnedBlocks,
@@ -643,9 +644,9 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
       },
     };
     if (faults) {
-      for (const k of faults.notInjected)
-        report.leaks.notes.push(`fault ${k} not injected: the run ended first`);
-      for (const e of faults.errors) report.leaks.notes.push(`fault action failed: ${e}`);
+      for (const k of faults.notInjected) report.notes.push(`fault ${k} not injected: the run ended first`);
+      for (const e of faults.errors) report.notes.push(`fault action failed: ${e}`);
+      for (const k of faults.skipped) report.notes.push(k);
     }
     report.ok = lossless.ok && report.leaks.ok && report.requests.completed === report.requests.total;
     return { report, exitCode: report.ok ? 0 : 1 };
