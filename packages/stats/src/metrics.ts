@@ -3,7 +3,7 @@ import { StatsError, StatsErrorCode } from "./errors.js";
 
 /** A monotonically increasing count. `inc` allocates nothing. */
 export interface Counter {
-  /** Adds `n` (default 1). Throws `STATS_BAD_ARGUMENT` if `n` is negative or NaN. */
+  /** Adds `n` (default 1). Throws `STATS_BAD_ARGUMENT` if `n` is negative, NaN or infinite. */
   inc(n?: number): void;
   /** Current value. */
   readonly value: number;
@@ -91,9 +91,13 @@ export class CounterImpl implements Counter {
   value = 0;
   constructor(readonly name: string) {}
   inc(n = 1): void {
-    // `!(n >= 0)` also catches NaN.
-    if (!(n >= 0))
-      throw new StatsError(StatsErrorCode.BAD_ARGUMENT, `counter ${this.name}: increment ${n} < 0`);
+    // `!(n >= 0)` also catches NaN; an infinite increment would stick the counter at Infinity.
+    if (!(n >= 0 && n < Number.POSITIVE_INFINITY)) {
+      throw new StatsError(
+        StatsErrorCode.BAD_ARGUMENT,
+        `counter ${this.name}: increment ${n} is not a finite number >= 0`,
+      );
+    }
     this.value += n;
   }
 }

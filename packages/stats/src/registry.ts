@@ -12,22 +12,35 @@ export interface RegistryOptions {
 
 /** One histogram in a {@link StatsSnapshot}; values are in `unit`. All 0 when empty. */
 export interface HistogramSnapshot {
+  /** Number of observations. */
   count: number;
+  /** Exact smallest observation. */
   min: number;
+  /** Exact largest observation. */
   max: number;
+  /** Exact mean (`sum / count`). */
   mean: number;
+  /** Exact sum of observations. */
   sum: number;
+  /** Median, within HDR precision (`significantDigits`). */
   p50: number;
+  /** 90th percentile, within HDR precision. */
   p90: number;
+  /** 99th percentile, within HDR precision. */
   p99: number;
+  /** Unit of every value above (seconds, bytes or none). */
   unit: HistogramUnit;
 }
 
 /** Plain-JSON view of a registry, keyed by the names given at registration (no prefix). */
 export interface StatsSnapshot {
+  /** Counter values by registration name. */
   counters: Record<string, number>;
+  /** Gauge values by registration name. */
   gauges: Record<string, number>;
+  /** String values by registration name ("" until set). */
   info: Record<string, string>;
+  /** Histogram summaries by registration name. */
   histograms: Record<string, HistogramSnapshot>;
 }
 
@@ -91,7 +104,7 @@ export class Registry {
     const existing = this.counters.get(name);
     if (existing) return existing;
     const exposedName = withSuffix(this.prefix + name, "_total");
-    this.claim(name, "counter", exposedName);
+    this.claim(name, "counter", exposedName, help);
     const c = new CounterImpl(name);
     this.counters.set(name, c);
     new PromCounter({
@@ -111,7 +124,7 @@ export class Registry {
     const existing = this.gauges.get(name);
     if (existing) return existing;
     const exposedName = this.prefix + name;
-    this.claim(name, "gauge", exposedName);
+    this.claim(name, "gauge", exposedName, help);
     const g = new GaugeImpl();
     this.gauges.set(name, g);
     new PromGauge({
@@ -130,7 +143,7 @@ export class Registry {
     const existing = this.infos.get(name);
     if (existing) return existing;
     const exposedName = withSuffix(this.prefix + name, "_info");
-    this.claim(name, "info", exposedName);
+    this.claim(name, "info", exposedName, help);
     const v = new InfoImpl();
     this.infos.set(name, v);
     new PromGauge({
@@ -153,6 +166,9 @@ export class Registry {
    * {@link PROMETHEUS_QUANTILES}, `_sum` and `_count`.
    */
   histogram(name: string, opts: HistogramOptions = {}): Histogram {
+    if (typeof opts !== "object" || opts === null) {
+      throw new StatsError(StatsErrorCode.BAD_OPTION, `histogram ${String(name)}: options must be an object`);
+    }
     const existing = this.histograms.get(name);
     if (existing) {
       if (opts.unit !== undefined && opts.unit !== existing.unit) {
@@ -165,7 +181,7 @@ export class Registry {
     }
     const h = new HistogramImpl(name, opts);
     const exposedName = withSuffix(this.prefix + name, UNIT_SUFFIX[h.unit]);
-    this.claim(name, "histogram", exposedName);
+    this.claim(name, "histogram", exposedName, opts.help);
     this.histograms.set(name, h);
     const help = opts.help ?? name;
     const metric = {
@@ -231,7 +247,13 @@ export class Registry {
     for (const h of this.histograms.values()) h.reset();
   }
 
-  private claim(name: string, kind: Kind, exposedName: string): void {
+  private claim(name: string, kind: Kind, exposedName: string, help: unknown): void {
+    if (help !== undefined && (typeof help !== "string" || help === "")) {
+      throw new StatsError(
+        StatsErrorCode.BAD_OPTION,
+        `${kind} ${String(name)}: option help must be a non-empty string, got ${JSON.stringify(help)}`,
+      );
+    }
     if (typeof name !== "string" || !NAME_RE.test(name)) {
       throw new StatsError(
         StatsErrorCode.BAD_NAME,

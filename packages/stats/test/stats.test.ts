@@ -60,10 +60,11 @@ describe("metrics", () => {
     });
   });
 
-  test("a counter refuses negative and NaN increments", () => {
+  test("a counter refuses negative, NaN and infinite increments", () => {
     const c = new Registry().counter("x");
     expect(code(() => c.inc(-1))).toBe("STATS_BAD_ARGUMENT");
     expect(code(() => c.inc(Number.NaN))).toBe("STATS_BAD_ARGUMENT");
+    expect(code(() => c.inc(Number.POSITIVE_INFINITY))).toBe("STATS_BAD_ARGUMENT");
     expect(c.value).toBe(0);
   });
 
@@ -91,6 +92,11 @@ describe("metrics", () => {
       [() => new Registry().histogram("h", { lowest: 1e-9 }), /option lowest/],
       [() => new Registry().histogram("h", { lowest: 1, highest: 1.5 }), /option highest/],
       [() => new Registry().histogram("h", { unit: "none", scale: 0 }), /option scale/],
+      [() => new Registry().histogram("h", null as unknown as { unit?: "none" }), /options/],
+      [() => new Registry().counter("c", 7 as unknown as string), /option help/],
+      [() => new Registry().gauge("g", ""), /option help/],
+      [() => new Registry().info("i", {} as unknown as string), /option help/],
+      [() => new Registry().histogram("h", { help: 1 as unknown as string }), /option help/],
     ];
     for (const [fn, re] of bad) {
       expect(code(fn)).toBe("STATS_BAD_OPTION");
