@@ -26,7 +26,7 @@ import {
   stepReplyBodySize,
 } from "@tapwire/wire";
 import { type Logger, pino } from "pino";
-import type { RemoteDraftClientOptions } from "../src/index.js";
+import { type RemoteDraftClient, type RemoteDraftClientOptions, STEP_OUTCOMES } from "../src/index.js";
 
 export const GEO = {
   window: 8,
@@ -278,4 +278,24 @@ export async function until(pred: () => boolean, timeoutMs = 10_000, what = "con
     if (Date.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${what}`);
     await sleep(5);
   }
+}
+
+/**
+ * Wraps `client.step` so that every outcome it returns is checked against the CONTRACT 9.2 table:
+ * `unknownApply` exactly when the table says "applied: unknown", `ok` exactly for the ok row.
+ */
+export function checkOutcomesAgainstTable(client: RemoteDraftClient): RemoteDraftClient {
+  const step = client.step.bind(client);
+  client.step = async (call) => {
+    const out = await step(call);
+    const row = STEP_OUTCOMES[out.reason];
+    if (row === undefined) throw new Error(`outcome ${out.reason} is not a row of CONTRACT 9.2`);
+    if (out.unknownApply !== (row.applied === "unknown") || out.ok !== (out.reason === "ok")) {
+      throw new Error(
+        `outcome ${out.reason}: unknownApply=${out.unknownApply} ok=${out.ok} breaks CONTRACT 9.2`,
+      );
+    }
+    return out;
+  };
+  return client;
 }

@@ -4,16 +4,33 @@
 // STATS / RESET, close() with a request in flight.
 import { endpointFor, FakeClock } from "@tapwire/testing";
 import { listen, type RpcServer } from "@tapwire/transport";
-import { EntryFlag, FrameStatus, frame, ReplyFlag, type ReqEntry, type SampleMeta } from "@tapwire/wire";
+import {
+  EntryFlag,
+  FRAME_STATUS_NAMES,
+  FrameStatus,
+  frame,
+  ReplyFlag,
+  type ReqEntry,
+  type SampleMeta,
+} from "@tapwire/wire";
 import { afterEach, describe, expect, test } from "vitest";
 import {
   ClientError,
   RemoteDraftClient,
   type RemoteDraftClientOptions,
   RoundCore,
+  STEP_OUTCOMES,
   type StepCall,
 } from "../src/index.js";
-import { clientOptions, GEO, makeRows, ROW_BYTES, ScriptedWorker, until } from "./helpers.js";
+import {
+  checkOutcomesAgainstTable,
+  clientOptions,
+  GEO,
+  makeRows,
+  ROW_BYTES,
+  ScriptedWorker,
+  until,
+} from "./helpers.js";
 
 const open: { close(): unknown }[] = [];
 afterEach(async () => {
@@ -53,8 +70,8 @@ async function rig(
   open.push(server);
   open.push({ close: () => stall.release() });
   const clock = fake ? new FakeClock() : null;
-  const client = new RemoteDraftClient(
-    clientOptions(server.endpoint, { ...(clock ? { clock } : {}), ...extra }),
+  const client = checkOutcomesAgainstTable(
+    new RemoteDraftClient(clientOptions(server.endpoint, { ...(clock ? { clock } : {}), ...extra })),
   );
   open.push(client);
   expect(await waitReady(client, clock)).toBe(true);
@@ -263,10 +280,12 @@ describe.each(SCHEMES)("scripted worker over %s", (scheme) => {
       const { worker, client } = await rig(scheme);
       worker.stepStatus.push(st);
       const out = await client.step(staged(client, [entry(0, 4, 4)]));
-      expect(out.reason.startsWith("frame_")).toBe(true);
+      const name = FRAME_STATUS_NAMES[st]!;
+      expect(out.reason).toBe(`frame_${name.toLowerCase()}`);
+      expect(STEP_OUTCOMES[out.reason].action).toBe("disable");
       expect(out.unknownApply).toBe(false);
       expect(client.disabled).toBe(true);
-      expect(client.disabledReason).toMatch(/^STEP refused: [A-Z_]+$/);
+      expect(client.disabledReason).toBe(`STEP refused: ${name}`);
       expect((await client.step(staged(client, [entry(0, 4, 4)]))).reason).toBe("disabled");
     }
   });

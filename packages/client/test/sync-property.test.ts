@@ -12,7 +12,16 @@ import {
   type RoundCore as RoundCoreT,
   type RoundRequest,
 } from "../src/index.js";
-import { clientOptions, DRAFTER_ID, GEO, MARKOV_ID, makeRows, ROW_BYTES, until } from "./helpers.js";
+import {
+  checkOutcomesAgainstTable,
+  clientOptions,
+  DRAFTER_ID,
+  GEO,
+  MARKOV_ID,
+  makeRows,
+  ROW_BYTES,
+  until,
+} from "./helpers.js";
 
 type Worker = Awaited<ReturnType<typeof createWorker>>;
 type Proxy = Awaited<ReturnType<typeof startFaultProxy>>;
@@ -110,8 +119,10 @@ test("random rounds and faults: after a good round the worker's windows equal th
       fc.constantFrom<"stage" | "parts">("stage", "parts"),
       async (ops, rowsMode) => {
         proxy.setFault(null);
-        const client = new RemoteDraftClient(
-          clientOptions(proxy.endpoint, { requestTimeoutMs: 150, backoffMs: 2, backoffMaxMs: 5 }),
+        const client = checkOutcomesAgainstTable(
+          new RemoteDraftClient(
+            clientOptions(proxy.endpoint, { requestTimeoutMs: 150, backoffMs: 2, backoffMaxMs: 5 }),
+          ),
         );
         const core = new RoundCore({ client, rowsMode });
         try {

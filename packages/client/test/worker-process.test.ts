@@ -10,7 +10,17 @@ import {
   RoundCore,
   type RoundRequest,
 } from "../src/index.js";
-import { clientOptions, DRAFTER_ID, GEO, hex, identity, MARKOV_ID, makeRows, until } from "./helpers.js";
+import {
+  checkOutcomesAgainstTable,
+  clientOptions,
+  DRAFTER_ID,
+  GEO,
+  hex,
+  identity,
+  MARKOV_ID,
+  makeRows,
+  until,
+} from "./helpers.js";
 
 const WORKER_BIN = fileURLToPath(new URL("../../worker/dist/bin/worker.js", import.meta.url));
 
@@ -53,7 +63,7 @@ async function spawnWorker(
 }
 
 function client(endpoint: string, extra: Partial<RemoteDraftClientOptions> = {}): RemoteDraftClient {
-  const c = new RemoteDraftClient(clientOptions(endpoint, extra));
+  const c = checkOutcomesAgainstTable(new RemoteDraftClient(clientOptions(endpoint, extra)));
   open.push(c);
   return c;
 }
