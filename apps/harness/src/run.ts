@@ -298,7 +298,9 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
     const ecMetrics = new EcMediaMetrics(engineRegistry);
     const blockBytes = EC_BLOCK_BYTES;
     const blocksPerItem = Math.ceil(cfg.embeddingBytes / blockBytes);
-    const cacheBlocks = Math.min(Math.max(64, blocksPerItem * (Math.min(cfg.mediaPool, 64) + 8)), 1 << 16);
+    // room for every distinct item (up to 64) plus some in flight, at most 1 GiB per side: beyond
+    // that the caches evict (LRU) and an item larger than the cache is encoded locally
+    const cacheBlocks = Math.min(Math.max(64, blocksPerItem * (Math.min(cfg.mediaPool, 64) + 8)), 1 << 14);
     const compat = {
       modelId: "tapwire-harness-encoder",
       dtype: "bfloat16",
