@@ -57,9 +57,14 @@ export function toHex(b: Uint8Array): string {
   return s;
 }
 
-/** Bytes of a hex string (even length, hex digits only). */
+/**
+ * Bytes of a hex string (even length, hex digits only, either case).
+ * @throws WireError `WIRE_BAD_ARGUMENT` naming an odd length or the first non-hex character.
+ */
 export function fromHex(hex: string): Uint8Array {
-  if (hex.length % 2 !== 0 || !/^[0-9a-fA-F]*$/.test(hex)) throw badArgument("not a hex string");
+  if (hex.length % 2 !== 0) throw badArgument(`hex string of odd length ${hex.length}`);
+  const bad = hex.search(/[^0-9a-fA-F]/);
+  if (bad >= 0) throw badArgument(`hex string has ${JSON.stringify(hex[bad])} at index ${bad}`);
   const out = new Uint8Array(hex.length / 2);
   for (let i = 0; i < out.length; i++) out[i] = Number.parseInt(hex.slice(2 * i, 2 * i + 2), 16);
   return out;

@@ -50,20 +50,38 @@ export const USABLE_REQ_STATUS: ReadonlySet<number> = new Set([0, 1]);
 
 /** ReqEntry `flags` bits (CONTRACT 7.3). */
 export const EntryFlag = { NEED_DRAFT: 1, RESYNC: 2, RELEASE: 4 } as const;
+/** One of the {@link EntryFlag} bits. */
+export type EntryFlag = (typeof EntryFlag)[keyof typeof EntryFlag];
+/** Name of each {@link EntryFlag} bit. */
+export const ENTRY_FLAG_NAMES: Readonly<Record<number, string>> = invert(EntryFlag);
 /** Every defined ReqEntry flag bit; any other bit is BAD_FRAME (CONTRACT 7.2). */
 export const ENTRY_FLAGS_MASK = 7;
 /** HelloReply `capabilities` bits (CONTRACT 6.1). */
 export const Capability = { TAPS_BF16: 1, TOP32: 2, MARGIN: 4 } as const;
+/** One of the {@link Capability} bits. */
+export type Capability = (typeof Capability)[keyof typeof Capability];
+/** Name of each {@link Capability} bit. */
+export const CAPABILITY_NAMES: Readonly<Record<number, string>> = invert(Capability);
 /** HELLO `hello_flags` bits (CONTRACT 6.1). */
 export const HelloFlag = { WANT_MARGIN: 1 } as const;
+/** One of the {@link HelloFlag} bits. */
+export type HelloFlag = (typeof HelloFlag)[keyof typeof HelloFlag];
+/** Name of each {@link HelloFlag} bit. */
+export const HELLO_FLAG_NAMES: Readonly<Record<number, string>> = invert(HelloFlag);
 /** Every defined HELLO flag bit; a worker refuses others with CONFIG_MISMATCH (CONTRACT 6.1). */
 export const HELLO_FLAGS_MASK = 1;
 /** HELLO `sample_mode` values (CONTRACT 6.1, 8). */
 export const SampleMode = { GREEDY: 0, TOP32: 1 } as const;
+/** One of the {@link SampleMode} values. */
+export type SampleMode = (typeof SampleMode)[keyof typeof SampleMode];
 /** Name of each {@link SampleMode}. */
 export const SAMPLE_MODE_NAMES: Readonly<Record<number, string>> = invert(SampleMode);
 /** STEP reply `reply_flags` bits (CONTRACT 7.4). */
 export const ReplyFlag = { MARGIN: 1, SAMPLED: 2 } as const;
+/** One of the {@link ReplyFlag} bits. */
+export type ReplyFlag = (typeof ReplyFlag)[keyof typeof ReplyFlag];
+/** Name of each {@link ReplyFlag} bit. */
+export const REPLY_FLAG_NAMES: Readonly<Record<number, string>> = invert(ReplyFlag);
 /** HELLO `row_dtype` values (CONTRACT 6.1). */
 export const RowDtype = { BF16: 1 } as const;
 
@@ -138,6 +156,20 @@ export function frameStatusName(status: number): string {
 /** Name of a request status, or `REQ_STATUS_<n>` when unknown. */
 export function reqStatusName(status: number): string {
   return REQ_STATUS_NAMES[status] ?? `REQ_STATUS_${status}`;
+}
+
+/**
+ * Names of the bits set in `bits`, lowest first, from a bit-name table such as
+ * {@link ENTRY_FLAG_NAMES} or {@link CAPABILITY_NAMES}; unknown bits read `BIT_<n>`. For messages
+ * and logs: `flagNames(ENTRY_FLAG_NAMES, 3)` is `["NEED_DRAFT", "RESYNC"]`.
+ */
+export function flagNames(names: Readonly<Record<number, string>>, bits: number): string[] {
+  const out: string[] = [];
+  for (let b = 0; b < 32; b++) {
+    const bit = 2 ** b;
+    if (Math.floor(bits / bit) % 2 === 1) out.push(names[bit] ?? `BIT_${b}`);
+  }
+  return out;
 }
 
 function invert(table: Readonly<Record<string, number>>): Readonly<Record<number, string>> {

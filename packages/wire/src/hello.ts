@@ -4,11 +4,16 @@ import {
   AUTH_SIZE,
   Capability,
   HELLO_BODY_SIZE,
+  HELLO_FLAGS_MASK,
   HELLO_REPLY_BODY_SIZE,
   HelloFlag,
   IDENTITY_SIZE,
+  MAX_NUM_SPEC,
+  MAX_WINDOW,
   NAME_SIZE,
+  RowDtype,
   SampleMode,
+  TOP_K_MAX,
 } from "./constants.js";
 import { badArgument, badFrame, badReply } from "./errors.js";
 
@@ -332,20 +337,23 @@ export function checkHelloReply(hello: Hello, reply: HelloReply): string | null 
  * the first problem. A worker still compares the HELLO with its own drafter and limits.
  */
 export function checkHelloConfig(hello: Hello): string | null {
-  if (hello.window < 1 || hello.window > 4096) return `window ${hello.window} outside 1..4096`;
-  if (hello.numSpec < 1 || hello.numSpec > 32) return `num_spec ${hello.numSpec} outside 1..32`;
+  if (hello.window < 1 || hello.window > MAX_WINDOW) {
+    return `window ${hello.window} outside 1..${MAX_WINDOW}`;
+  }
+  if (hello.numSpec < 1 || hello.numSpec > MAX_NUM_SPEC) {
+    return `num_spec ${hello.numSpec} outside 1..${MAX_NUM_SPEC}`;
+  }
   if (hello.sampleMode !== SampleMode.GREEDY && hello.sampleMode !== SampleMode.TOP32) {
     return `unknown sample_mode ${hello.sampleMode}`;
   }
-  if (hello.rowDtype !== 1) return `row_dtype ${hello.rowDtype} is not 1 (bf16)`;
+  if (hello.rowDtype !== RowDtype.BF16) return `row_dtype ${hello.rowDtype} is not 1 (bf16)`;
   if (hello.rowBytes !== hello.numTaps * hello.hidden * 2) {
     return `row_bytes ${hello.rowBytes} != num_taps ${hello.numTaps} * hidden ${hello.hidden} * 2`;
   }
-  if ((hello.helloFlags & ~HelloFlag.WANT_MARGIN) !== 0) {
-    return `unknown hello_flags bits 0x${(hello.helloFlags & ~HelloFlag.WANT_MARGIN).toString(16)}`;
-  }
-  if (hello.sampleMode === SampleMode.TOP32 && hello.vocabSize < 32) {
-    return `TOP32 needs vocab_size >= 32, got ${hello.vocabSize}`;
+  const unknownFlags = (hello.helloFlags & ~HELLO_FLAGS_MASK) >>> 0;
+  if (unknownFlags !== 0) return `unknown hello_flags bits 0x${unknownFlags.toString(16)}`;
+  if (hello.sampleMode === SampleMode.TOP32 && hello.vocabSize < TOP_K_MAX) {
+    return `TOP32 needs vocab_size >= ${TOP_K_MAX}, got ${hello.vocabSize}`;
   }
   return null;
 }

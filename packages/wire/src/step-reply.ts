@@ -32,14 +32,23 @@ export interface ReplyShape {
 
 /** Body offsets of every array of a STEP reply (CONTRACT 7.4); -1 for an absent array. */
 export interface StepReplyLayout {
+  /** `status u8[n]`. */
   status: number;
+  /** `window_rows u16[n]`. */
   windowRows: number;
+  /** `generation u32[n]`. */
   generation: number;
+  /** `draft_ids i32[n*N]`. */
   draftIds: number;
+  /** `confidence f32[n*N]`. */
   confidence: number;
+  /** `margin f32[n*N]`, -1 without MARGIN. */
   margin: number;
+  /** `sampled_mask u8[n*N]`, -1 without SAMPLED. */
   sampledMask: number;
+  /** `support_ids i32[n*N*32]`, -1 without SAMPLED. */
   supportIds: number;
+  /** `proposal_q u32[n*N*32]`, -1 without SAMPLED. */
   proposalQ: number;
   /** Total body size. */
   size: number;
@@ -51,9 +60,13 @@ export interface StepReplyLayout {
  * `[nReq, numSpec, 32]`.
  */
 export interface StepReplyViews {
+  /** Echo of the request's `step_id`. */
   stepId: number;
+  /** Entries answered (the request's `n_req`). */
   nReq: number;
+  /** `N` of the session. */
   numSpec: number;
+  /** {@link ReplyFlag} bits. */
   replyFlags: number;
   /** Worker time for the STEP in microseconds. */
   workerUs: number;
@@ -63,9 +76,11 @@ export interface StepReplyViews {
   windowRows: Uint16Array;
   /** Echo of each entry's generation. */
   generation: Uint32Array;
+  /** Draft token ids, `[nReq, numSpec]`. */
   draftIds: Int32Array;
+  /** Confidence (top-1 probability) per draft position, `[nReq, numSpec]`. */
   confidence: Float32Array;
-  /** Present exactly when MARGIN. */
+  /** Top-1 minus top-2 logit per position; present exactly when MARGIN. */
   margin: Float32Array | null;
   /** Present exactly when SAMPLED. */
   sampledMask: Uint8Array | null;

@@ -79,10 +79,15 @@ export interface StepLimits {
 
 /** A decoded STEP request. `rows` is a view of the body (no copy). */
 export interface StepRequest {
+  /** The client's step id (u32); the reply echoes it. */
   stepId: number;
+  /** Always 0 (anything else is BAD_FRAME). */
   stepFlags: number;
+  /** Entries in the request. */
   nReq: number;
+  /** Rows carried in total (the sum of the entries' `nRows`). */
   nRows: number;
+  /** The entries in request order. */
   entries: ReqEntry[];
   /** One record per entry in TOP32 sessions, else null. */
   sampleMeta: SampleMeta[] | null;
@@ -116,9 +121,13 @@ export function maxStepBodySize(limits: StepLimits): number {
 
 /** Parameters of {@link writeStepPrefix}. */
 export interface StepPrefixParams {
+  /** Header `seq` (u32). */
   seq: number;
+  /** Header `session` (u32, non-zero for STEP). */
   session: number;
+  /** Prefix `step_id` (u32). */
   stepId: number;
+  /** The entries, in the order their rows were written. */
   entries: readonly ReqEntry[];
   /** Entries to write, the first `nEntries` of `entries` (default all). */
   nEntries?: number;
@@ -126,6 +135,7 @@ export interface StepPrefixParams {
   sampleMeta?: readonly SampleMeta[] | null;
   /** Rows the caller wrote at `24 + rowsOffsetFor(n, sampled)`; MUST equal the sum of the entries' nRows. */
   nRows: number;
+  /** Bytes per row of the session (`num_taps * hidden * 2`). */
   rowBytes: number;
 }
 

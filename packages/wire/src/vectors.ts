@@ -9,11 +9,13 @@ import { decodeStepRequest, type ReqEntry, type SampleMeta, writeStepPrefix } fr
 
 /** One case of a vectors file (format of `wire-v1.json`, see its README). */
 export interface VectorCase {
+  /** Case name, e.g. `step_request_greedy#1` (for reports; the frame kind follows from `fields`). */
   name: string;
   /** The whole frame, lowercase hex. */
   hex: string;
   /** Fields with snake_case names as in CONTRACT. */
   fields: Record<string, unknown>;
+  /** Whether the frame must decode (and encode from `fields` to `hex`) or be refused. */
   valid: boolean;
   /** For invalid cases: a frame status name, or text the error message must contain. */
   expect?: string;
@@ -21,15 +23,21 @@ export interface VectorCase {
 
 /** Outcome of one case: `problem` names the first mismatch when `ok` is false. */
 export interface VectorResult {
+  /** The case's name. */
   name: string;
+  /** The case behaved as the file says. */
   ok: boolean;
+  /** The first mismatch, when not `ok`. */
   problem?: string;
 }
 
 /** Outcome of a whole vectors file. */
 export interface VectorReport {
+  /** One result per case, in file order. */
   results: VectorResult[];
+  /** Cases that behaved as the file says. */
   passed: number;
+  /** Cases that did not. */
   failed: number;
 }
 

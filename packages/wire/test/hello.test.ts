@@ -199,7 +199,9 @@ describe("checkHelloConfig: CONFIG_MISMATCH rules that need only the HELLO (CONT
     [{ sampleMode: 2 }, "sample_mode 2"],
     [{ rowDtype: 2 }, "row_dtype 2"],
     [{ rowBytes: 385 }, "row_bytes 385"],
-    [{ helloFlags: 2 }, "hello_flags"],
+    [{ helloFlags: 2 }, "hello_flags bits 0x2"],
+    [{ helloFlags: 0x80000001 }, "hello_flags bits 0x80000000"],
+    [{ helloFlags: 1 }, null],
     [{ sampleMode: 1, vocabSize: 31 }, "vocab_size >= 32"],
     [{ sampleMode: 1, vocabSize: 32 }, null],
   ];
