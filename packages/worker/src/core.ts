@@ -155,6 +155,16 @@ interface SessionShape {
   margin: boolean;
 }
 
+/** A session shape with its limits and (when they change) freshly allocated reply buffers. */
+interface PreparedShape {
+  shape: SessionShape;
+  limits: StepLimits;
+  maxBody: number;
+  /** null: keep the current reply buffers. */
+  replyBufs: [Uint8Array, Uint8Array] | null;
+  seen: Uint32Array | null;
+}
+
 /** A 4-aligned reply buffer of a session (CONTRACT 2: aligned views). */
 function alignedBuffer(bytes: number): Uint8Array {
   return new Uint8Array(new ArrayBuffer(Math.ceil(bytes / 8) * 8));
@@ -305,7 +315,10 @@ export class WorkerCore {
         "unreadable_headers",
         "frames whose header could not be read (connection closed)",
       ),
-      internal: r.counter("internal_errors", "frames answered INTERNAL"),
+      internal: r.counter(
+        "internal_errors",
+        "unexpected internal failures: frames answered INTERNAL, or entries failed inside an applied STEP",
+      ),
       windowsKept: r.counter("windows_kept", "slot windows kept across a re-HELLO of the same session"),
       drafterTime: r.histogram("drafter_seconds", { help: "drafter time per STEP", unit: "seconds" }),
       stepTime: r.histogram("step_seconds", { help: "STEP processing time", unit: "seconds" }),
@@ -514,18 +527,28 @@ export class WorkerCore {
       margin: (hello.helloFlags & HelloFlag.WANT_MARGIN) !== 0,
     };
     const now = this.now();
-    if (session === this.session) {
-      if (!serialNewer(seq, this.highestSeq)) {
-        return this.helloAnswerStatus(FrameStatus.STALE_SEQ, seq, session);
-      }
+    const same = session === this.session;
+    if (same && !serialNewer(seq, this.highestSeq)) {
+      return this.helloAnswerStatus(FrameStatus.STALE_SEQ, seq, session);
+    }
+    if (
+      !same &&
+      this.takeover === Takeover.REFUSE &&
+      this.session !== 0 &&
+      now - this.lastOkAt < this.leaseMs
+    ) {
+      this.log.info({ current: this.session, asked: session }, "HELLO refused: BUSY (session leased)");
+      return this.helloAnswerStatus(FrameStatus.BUSY, seq, session);
+    }
+    // CONTRACT 5: everything that can fail (the reply buffers sized from this HELLO) happens
+    // before any state changes, so a non-OK answer (INTERNAL) has changed nothing.
+    const prepared = this.prepareShape(shape);
+    const reply = new Uint8Array(HELLO_REPLY_BODY_SIZE);
+    if (same) {
       if (shape.maxSlots < this.shape!.maxSlots) this.store.dropFrom(shape.maxSlots);
       windowsKept = this.store.windowsHeld;
       this.c.windowsKept.inc(windowsKept);
     } else {
-      if (this.takeover === Takeover.REFUSE && this.session !== 0 && now - this.lastOkAt < this.leaseMs) {
-        this.log.info({ current: this.session, asked: session }, "HELLO refused: BUSY (session leased)");
-        return this.helloAnswerStatus(FrameStatus.BUSY, seq, session);
-      }
       if (this.session !== 0) this.c.takeovers.inc();
       this.store.resetAll();
       this.session = session;
@@ -534,8 +557,9 @@ export class WorkerCore {
     }
     this.highestSeq = seq;
     this.lastOkAt = now;
-    this.installShape(shape);
-    return this.helloAnswer(FrameStatus.OK, seq, session, windowsKept);
+    this.installShape(prepared);
+    encodeHelloReply(this.helloReply(windowsKept), reply, 0);
+    return this.small(Op.HELLO, FrameStatus.OK, seq, session, reply);
   }
 
   private helloAnswerStatus(status: number, seq: number, session: number): Uint8Array {
@@ -574,30 +598,49 @@ export class WorkerCore {
     return null;
   }
 
-  private installShape(s: SessionShape): void {
-    const cur = this.shape;
+  /**
+   * Everything a session of shape `s` needs, computed and allocated without touching the current
+   * state (memory sized from the HELLO: reply buffers for its `max_slots`). Reuses the current
+   * buffers when the shape's reply size is unchanged.
+   */
+  private prepareShape(s: SessionShape): PreparedShape {
     const d = this.drafter;
-    const same =
-      cur !== null &&
-      cur.maxSlots === s.maxSlots &&
-      cur.maxRowsPerStep === s.maxRowsPerStep &&
-      cur.sampled === s.sampled &&
-      cur.margin === s.margin;
-    this.shape = s;
-    this.limits = {
+    const limits: StepLimits = {
       sampled: s.sampled,
       rowBytes: this.rowBytes,
       maxSlots: s.maxSlots,
       maxRowsPerStep: s.maxRowsPerStep,
       numSpec: d.numSpec,
     };
-    this.maxBody = maxStepBodySize(this.limits);
-    if (same && this.replyBufs !== null) return;
+    const cur = this.shape;
+    const sameReply =
+      cur !== null &&
+      this.replyBufs !== null &&
+      cur.maxSlots === s.maxSlots &&
+      cur.sampled === s.sampled &&
+      cur.margin === s.margin;
+    if (sameReply) {
+      return { shape: s, limits, maxBody: maxStepBodySize(limits), replyBufs: null, seen: this.seen };
+    }
     const bytes =
       APP_HEADER_SIZE +
       stepReplyBodySize({ nReq: s.maxSlots, numSpec: d.numSpec, margin: s.margin, sampled: s.sampled });
-    this.replyBufs = [alignedBuffer(bytes), alignedBuffer(bytes)];
-    this.seen = s.sampled ? new Uint32Array(d.vocabSize) : null;
+    return {
+      shape: s,
+      limits,
+      maxBody: maxStepBodySize(limits),
+      replyBufs: [alignedBuffer(bytes), alignedBuffer(bytes)],
+      seen: s.sampled ? new Uint32Array(d.vocabSize) : null,
+    };
+  }
+
+  private installShape(p: PreparedShape): void {
+    this.shape = p.shape;
+    this.limits = p.limits;
+    this.maxBody = p.maxBody;
+    if (p.replyBufs === null) return;
+    this.replyBufs = p.replyBufs;
+    this.seen = p.seen;
     this.seenStamp = 0;
   }
 
@@ -633,9 +676,6 @@ export class WorkerCore {
       this.log.warn({ session, seq, err: String((e as Error)?.message ?? e) }, "STEP refused");
       return this.small(Op.STEP, st, seq, session);
     }
-    // Accepted: from here on the frame is applied (CONTRACT 5: OK).
-    this.highestSeq = seq;
-    this.lastOkAt = this.now();
     const d = this.drafter;
     const N = d.numSpec;
     const W = d.window;
@@ -651,6 +691,9 @@ export class WorkerCore {
       margin: shape.margin,
       sampled: shape.sampled,
     });
+    // Accepted: from here on the frame is applied and answered OK (CONTRACT 5).
+    this.highestSeq = seq;
+    this.lastOkAt = this.now();
     const store = this.store;
     const rows = req.rows;
     const rb = this.rowBytes;
@@ -678,8 +721,16 @@ export class WorkerCore {
       // Steps 2-3.
       const resync = (e.flags & EntryFlag.RESYNC) !== 0;
       if (resync || e.nRows > 0) {
-        store.applyRows(slot, e.rowStart, e.nRows, rows, off, resync);
-        applied += e.nRows;
+        try {
+          store.applyRows(slot, e.rowStart, e.nRows, rows, off, resync);
+          applied += e.nRows;
+        } catch (err) {
+          // Only a failed allocation can land here. The frame is being applied, so it must stay
+          // OK (CONTRACT 5): the slot's window is dropped and step 5 answers NEED_RESYNC for it.
+          this.c.internal.inc();
+          this.log.error({ slot, err: String(err) }, "applying rows failed: window dropped");
+          store.release(slot);
+        }
       }
       // Steps 5-6.
       const expected = Math.min(W, e.anchorPos);
@@ -728,21 +779,40 @@ export class WorkerCore {
       return this.finishStep(buf, views, req.nReq, t0, td);
     }
     if (r instanceof Promise) {
-      return r
-        .then(
-          () => {
-            this.checkDrafted(views, req.nReq);
-            return this.finishStep(buf, views, req.nReq, t0, td);
-          },
-          (e: unknown) => {
-            this.drafterFailed(e, views, req.nReq);
-            return this.finishStep(buf, views, req.nReq, t0, td);
-          },
-        )
-        .catch((e: unknown) => this.internalStep(seq, session, e));
+      return r.then(
+        () => this.checkedFinish(buf, views, req.nReq, t0, td),
+        (e: unknown) => {
+          this.drafterFailed(e, views, req.nReq);
+          return this.finishStep(buf, views, req.nReq, t0, td);
+        },
+      );
     }
-    this.checkDrafted(views, req.nReq);
-    return this.finishStep(buf, views, req.nReq, t0, td);
+    return this.checkedFinish(buf, views, req.nReq, t0, td);
+  }
+
+  /**
+   * Checks the drafted values and finishes the reply. The windows are applied by now, so the
+   * frame must be answered OK (CONTRACT 5: a non-OK answer changes nothing): an unexpected
+   * failure here fails the batch's entries (DRAFT_FAILED, values zeroed) instead of INTERNAL.
+   */
+  private checkedFinish(
+    buf: Uint8Array,
+    views: StepReplyViews & { frameLength: number },
+    nReq: number,
+    t0: number,
+    td: number,
+  ): Uint8Array {
+    try {
+      this.checkDrafted(views, nReq);
+    } catch (e) {
+      this.c.internal.inc();
+      this.log.error({ err: String(e) }, "checking drafted values failed: batch DRAFT_FAILED");
+      this.marks.fill(0);
+      this.failed.fill(0);
+      for (let i = 0; i < nReq; i++) this.zeroEntry(views, i, 0);
+      for (const be of this.batch) views.status[be.index] = ReqStatus.DRAFT_FAILED;
+    }
+    return this.finishStep(buf, views, nReq, t0, td);
   }
 
   private finishStep(
@@ -772,12 +842,6 @@ export class WorkerCore {
       v.status[be.index] = ReqStatus.DRAFT_FAILED;
       this.failed[be.index] = 0;
     }
-  }
-
-  private internalStep(seq: number, session: number, e: unknown): Uint8Array {
-    this.c.internal.inc();
-    this.log.error({ err: e }, "internal error finishing a STEP");
-    return this.small(Op.STEP, FrameStatus.INTERNAL, seq, session);
   }
 
   /** Marks entry `i` DRAFT_FAILED and zeroes its values (CONTRACT 6.3: not consumed). */

@@ -45,6 +45,22 @@ describe("bin tapwire-worker", () => {
     expect(err).toContain("--takeover");
   });
 
+  test("SIGINT closes the servers, logs pino lines and exits 0", async () => {
+    const c = await spawnWorker(["--drafter", "null", "--listen", "tcp://127.0.0.1:0", "--hidden", "8"]);
+    const ep = (c.listening.endpoints as string[])[0]!;
+    expect(ep).toMatch(/^tcp:\/\/127\.0\.0\.1:\d+$/);
+    // pino lines: numeric level, time, pid, the worker's name.
+    expect(c.listening).toMatchObject({ level: 30, name: "tapwire-worker", msg: "listening" });
+    expect(typeof c.listening.time).toBe("number");
+    const raw = await new Raw(ep).connect();
+    expect((await raw.send(frame({ op: Op.PING, seq: 1, session: 0 }))).status).toBe(FrameStatus.OK);
+    raw.close();
+    c.proc.kill("SIGINT");
+    expect(await c.exit).toBe(0);
+    expect(c.lines.map((l) => l.msg)).toEqual(expect.arrayContaining(["closing", "closed"]));
+    expect(c.lines.find((l) => l.msg === "closing")).toMatchObject({ signal: "SIGINT" });
+  });
+
   test("null drafter over tcp and unix: HELLO + STEP, token from the env, then SIGTERM exits 0", async () => {
     const sock = uniqueSock("bin");
     const c = await spawnWorker(

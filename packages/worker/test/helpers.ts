@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { RpcClient } from "@tapwire/transport";
+import type { ClientOptions, RpcClient } from "@tapwire/transport";
 import { makeClient } from "@tapwire/transport";
 import type { Hello, ReqEntry, SampleMeta, StepReplyViews } from "@tapwire/wire";
 import {
@@ -140,8 +140,8 @@ export interface Answer {
 export class Raw {
   readonly client: RpcClient;
   private readonly buf = new Uint8Array(1 << 22);
-  constructor(endpoint: string) {
-    this.client = makeClient(endpoint);
+  constructor(endpoint: string, options: ClientOptions = {}) {
+    this.client = makeClient(endpoint, options);
   }
   async connect(): Promise<this> {
     await this.client.connect(5000);
