@@ -13,6 +13,20 @@ import {
 const target = TargetModel.create(DEFAULT_TARGET_CONFIG);
 const head = DraftHead.distill(target, DEFAULT_DRAFT_CONFIG);
 
+/** Tap values of the row that are not the bf16 of the target's projection of `state`. */
+function rowMismatches(t: TargetModel, state: { vector: Float32Array }, row: Uint8Array): number {
+  const { p, pIdx } = t.weights;
+  const n = t.config.numTaps * t.config.hidden;
+  const fan = p.length / n;
+  let mismatches = 0;
+  for (let i = 0; i < n; i++) {
+    let acc = 0;
+    for (let f = 0; f < fan; f++) acc += p[i * fan + f]! * state.vector[pIdx[i * fan + f]!]!;
+    if ((row[2 * i]! | (row[2 * i + 1]! << 8)) !== f32ToBf16(acc)) mismatches++;
+  }
+  return mismatches;
+}
+
 function greedy(t: TargetModel, prompt: number[], n: number, extra?: ArrayBufferView): number[] {
   const logits = new Float32Array(t.config.vocabSize);
   const st = t.initialState([], extra);
@@ -73,16 +87,7 @@ describe("TargetModel", () => {
     const logits = new Float32Array(target.config.vocabSize);
     const row = new Uint8Array(target.rowBytes);
     const next = target.forward(target.initialState([8, 9]), 10, logits, row);
-    const { p, pIdx } = target.weights;
-    const n = target.config.numTaps * target.config.hidden;
-    const fan = p.length / n;
-    let mismatches = 0;
-    for (let i = 0; i < n; i++) {
-      let acc = 0;
-      for (let f = 0; f < fan; f++) acc += p[i * fan + f]! * next.vector[pIdx[i * fan + f]!]!;
-      if ((row[2 * i]! | (row[2 * i + 1]! << 8)) !== f32ToBf16(acc)) mismatches++;
-    }
-    expect(mismatches).toBe(0);
+    expect(rowMismatches(target, next, row)).toBe(0);
     // Logits are U (M s) + z.
     const { u, m, z } = target.weights;
     const l = m.length / target.config.stateDim;
@@ -98,6 +103,23 @@ describe("TargetModel", () => {
       maxErr = Math.max(maxErr, Math.abs(acc - logits[t]!));
     }
     expect(maxErr).toBeLessThan(1e-3);
+  });
+
+  test("hidden is configurable: 3 x 4096 bf16 rows are the taps, and a head drafts from them", () => {
+    const big = TargetModel.create({ ...DEFAULT_TARGET_CONFIG, hidden: 4096 });
+    expect(big.rowBytes).toBe(3 * 4096 * 2);
+    const logits = new Float32Array(big.config.vocabSize);
+    const rows = new Uint8Array(8 * big.rowBytes);
+    const st = big.initialState([1, 2]);
+    for (let i = 0; i < 8; i++) big.forward(st, 30 + i, logits, rows.subarray(i * big.rowBytes), st);
+    expect(rowMismatches(big, st, rows.subarray(7 * big.rowBytes))).toBe(0);
+    const bigHead = DraftHead.distill(big, { ...DEFAULT_DRAFT_CONFIG, calibrationRounds: 0 });
+    const r = measureAcceptance(big, bigHead, { numSpec: 4, rounds: 100, seed: 3 });
+    expect(r.meanAcceptedLength).toBeGreaterThanOrEqual(1.8);
+    expect(r.meanAcceptedLength).toBeLessThanOrEqual(3.0);
+    // A row of the other geometry is refused.
+    const out = { ids: new Int32Array(4), conf: new Float32Array(4), margin: null, offset: 0 };
+    expect(() => bigHead.draft(new Uint8Array(target.rowBytes), 1, 0, 4, out)).toThrow(ReferenceModelError);
   });
 
   test("extra bytes condition the initial state: one flipped byte changes the output", () => {
@@ -151,6 +173,7 @@ describe("DraftHead greedy", () => {
     // The first draft is the target's greedy continuation here (the head is good at position 0).
     const next = target.forward(st, target.argmax(logits), logits, null);
     expect(next.position).toBe(17);
+    expect(ids[4]).toBe(target.argmax(logits));
   });
 
   test("nRows = 0 drafts from the initial state; rows are read, not ignored", () => {
