@@ -71,6 +71,40 @@ describe("identities (CONTRACT 6.1)", () => {
   });
 });
 
+test("the Markov head corrects positions >= 1 from the previous draft and leaves position 0 alone", () => {
+  const bytes = head.toSafetensors();
+  const md = new Map<string, string>();
+  const tensors = readSafetensors(bytes, { metadata: md });
+  const copy = new Map([...tensors].map(([k, t]) => [k, { ...t, data: Uint8Array.from(t.data) }]));
+  copy.get("markov.out")!.data.fill(0); // no Markov correction at all
+  const plain = DraftHead.fromSafetensors(writeSafetensors(copy, md));
+  const v = target.config.vocabSize;
+  let changedLater = 0;
+  for (const n of [4, 9, 16]) {
+    const { rows, anchor } = windowRows(n);
+    const out = () => ({
+      ids: new Int32Array(4),
+      conf: new Float32Array(4),
+      margin: new Float32Array(4),
+      offset: 0,
+    });
+    const a = out();
+    const b = out();
+    head.draft(rows, n, anchor, 4, a);
+    const la = Float32Array.from(head.lastLogits.subarray(0, 4 * v));
+    plain.draft(rows, n, anchor, 4, b);
+    const lb = plain.lastLogits.subarray(0, 4 * v);
+    expect(lb.subarray(0, v)).toEqual(la.subarray(0, v)); // position 0: backbone only
+    expect(b.ids[0]).toBe(a.ids[0]);
+    for (let j = 1; j < 4; j++) {
+      let diff = 0;
+      for (let t = 0; t < v; t++) diff = Math.max(diff, Math.abs(la[j * v + t]! - lb[j * v + t]!));
+      if (diff > 1e-3) changedLater++;
+    }
+  }
+  expect(changedLater).toBe(9);
+});
+
 test("the default head config works on a small row (readDims is capped at the row size)", () => {
   const small = TargetModel.create({ vocabSize: 300, stateDim: 48, numTaps: 1, hidden: 100, seed: 9 });
   const h = DraftHead.distill(small, { ...DEFAULT_DRAFT_CONFIG, calibrationRounds: 16 });
