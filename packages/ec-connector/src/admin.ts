@@ -68,6 +68,7 @@ export class EcAdminClient {
     return r.ok === true ? null : String(r.error);
   }
 
+  /** Closes the DEALER; later calls fail. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;

@@ -18,6 +18,7 @@ export interface ControlClient {
   send(payload: Uint8Array): void;
   /** Drains received messages without blocking. */
   poll(): Uint8Array[];
+  /** Closes the connection; no callback fires afterwards. */
   close(): void;
   /** Set by the connector: called when the peer is seen down (heartbeat timeout, disconnect). */
   onPeerDown: ((why: string) => void) | null;
@@ -46,11 +47,15 @@ export interface ConsumerConnectorOptions {
   data: DataTransport;
   /** Compatibility inputs (EC-CONTRACT 2) or a precomputed hash. `blockBytes` must equal the cache's. */
   compatibility: CompatibilityInfo | string;
+  /** `ack_timeout_s` in ms: an XferReq without an ack by then is retried (default 2 000, EC-CONTRACT 6.3). */
   ackTimeoutMs?: number;
+  /** `read_timeout_s` in ms: a read still PROC after it is quarantined (default 20 000, EC-CONTRACT 6.3). */
   readTimeoutMs?: number;
+  /** `quarantine_timeout_s` in ms: a quarantined read still PROC after it is released (default 60 000, EC-CONTRACT 6.3). */
   quarantineTimeoutMs?: number;
   /** Verify each read's CRC-32 (default true). */
   verifyChecksum?: boolean;
+  /** Delays between re-requests of retryable outcomes (default {@link RETRY_DEFAULTS}). */
   retry?: RetryPolicy;
   /** Close a producer's session after this long without requests (default 60 000 ms). */
   idleCloseMs?: number;
@@ -60,13 +65,17 @@ export interface ConsumerConnectorOptions {
   now?: () => number;
   /** Builds the control connection to a producer (default: a ZeroMQ DEALER). */
   connect?: (producer: string) => ControlClient;
+  /** Where the `connector_*`, `consumer_*` and `data_*` metrics go (default: a fresh `@tapwire/stats` Registry). */
   registry?: Registry;
+  /** pino logger (default: silent). */
   logger?: Logger;
 }
 
 /** Options of {@link ConsumerConnector.create}: the cache and a socket data plane are built for you. */
 export interface CreateConsumerConnectorOptions extends Omit<ConsumerConnectorOptions, "cache" | "data"> {
+  /** Blocks of the local cache (integer >= 1). */
   numBlocks: number;
+  /** Bytes per block (integer >= 1); must equal the producer's (it is part of the compatibility hash). */
   blockBytes: number;
   /** Agent name (default "ec-consumer"). */
   name?: string;
@@ -81,7 +90,9 @@ export interface CreateConsumerConnectorOptions extends Omit<ConsumerConnectorOp
 
 /** A request that will not complete: compute the embedding locally. */
 export interface FailedRequest {
+  /** The embedding's content hash. */
   mmHash: string;
+  /** Why it failed, in words (the NACK name, a read failure, a checksum mismatch, the deadline, an allocation failure...). */
   reason: string;
 }
 

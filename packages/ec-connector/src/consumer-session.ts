@@ -56,8 +56,11 @@ export const XFER_TRANSITIONS: Readonly<Record<XferState, readonly XferState[]>>
 
 /** A finished read: promote these blocks (EC-CONTRACT 6.5). */
 export interface CompletedXfer {
+  /** The embedding's content hash. */
   mmHash: string;
+  /** The local blocks holding the bytes, in order. */
   blocks: readonly number[];
+  /** Bytes of the embedding (the ack's `nbytes`). */
   nbytes: number;
   /** The ack's CRC-32 (verified unless the check was turned off). */
   crc32: number;
@@ -65,8 +68,11 @@ export interface CompletedXfer {
 
 /** Blocks the caller takes back, with why. */
 export interface XferBlocks {
+  /** The embedding's content hash. */
   mmHash: string;
+  /** The local blocks of the transfer. */
   blocks: readonly number[];
+  /** Why the transfer ended as it did (NACK name, `ack_timeout`, `peer_down`, ...). */
   reason: string;
 }
 
@@ -76,11 +82,17 @@ export interface XferBlocks {
  * again in `settled`, `tombstoned` or `retired`); never reuse `retired` blocks (5.2).
  */
 export interface ConsumerSessionResults {
+  /** Reads DONE with a valid CRC-32: promote their blocks. */
   completed: CompletedXfer[];
+  /** Failed for good (non-retryable NACK, read failure, checksum): free their blocks. */
   tombstoned: XferBlocks[];
+  /** Newly quarantined reads (mm_hash): never free their blocks until they are reported again. */
   quarantined: string[];
+  /** NOT_READY, ack timeout, peer down before the ack: free the blocks or ask again. */
   retryable: XferBlocks[];
+  /** Quarantined reads whose handle left PROC: their blocks may now be freed. */
   settled: XferBlocks[];
+  /** Released without the no-further-writes guarantee (EC-CONTRACT 5.2): never reuse these blocks. */
   retired: XferBlocks[];
 }
 
@@ -89,8 +101,11 @@ export interface ConsumerSessionResults {
  * {@link XFER_TRANSITIONS} throws (a bug, never a peer's doing).
  */
 export class ConsumerXfer {
+  /** The embedding's content hash. */
   readonly mmHash: string;
+  /** The local blocks the read writes into. */
   readonly localBlocks: readonly number[];
+  /** When given, the ack's `nbytes` must equal it (else tombstoned). */
   readonly expectedNbytes: number | undefined;
   /** Current state. */
   state: XferState = XferState.WAITING_ACK;
@@ -143,6 +158,7 @@ export interface ConsumerSessionOptions {
   compatibilityHash: string;
   /** The local cache's block count (acks with more block indices are malformed) and size. */
   numBlocks: number;
+  /** Bytes per local block (an ack's `nbytes` must fill exactly its block count). */
   blockBytes: number;
   /** Read deadline after the post (default 20 000 ms). */
   readTimeoutMs?: number;
@@ -152,7 +168,9 @@ export interface ConsumerSessionOptions {
   verifyChecksum?: boolean;
   /** Session id (default: a fresh UUID, made once per session). */
   sessionId?: string;
+  /** Where the `consumer_*` metrics go (default: a fresh Registry). */
   registry?: Registry;
+  /** pino logger (default: silent). */
   logger?: Logger;
 }
 

@@ -24,7 +24,9 @@ export const PRODUCER_DEFAULTS = { pinLeaseMs: 30_000 } as const;
 
 /** One message received on the producer's ROUTER: the peer identity and the frames after it. */
 export interface ControlMessage {
+  /** The ROUTER identity frame of the sender. */
   identity: Uint8Array;
+  /** The message frames after the identity (a valid request has exactly one). */
   frames: Uint8Array[];
 }
 
@@ -36,6 +38,7 @@ export interface ControlServer {
   poll(): ControlMessage[];
   /** Queues one single-frame message to `identity`. Never blocks or throws. */
   send(identity: Uint8Array, payload: Uint8Array): void;
+  /** Closes the socket. */
   close(): Promise<void>;
 }
 
@@ -54,8 +57,11 @@ interface Grant {
 
 /** Options of {@link ProducerSession}. */
 export interface ProducerSessionOptions {
+  /** The ROUTER (or a fake in tests). */
   control: ControlServer;
+  /** The data plane that serves and enforces grants (EC-CONTRACT 5.3). */
   data: DataTransport;
+  /** The producer's cache; grants pin its entries. */
   cache: EmbeddingCache;
   /** This producer's compatibility hash (EC-CONTRACT 2). */
   compatibilityHash: string;
@@ -70,7 +76,9 @@ export interface ProducerSessionOptions {
   onMiss?: (mmHash: string) => boolean;
   /** Handles admin requests (`{"op": ...}` maps). Without it they are malformed. */
   onAdmin?: AdminHandler;
+  /** Where the `producer_*` metrics go (default: a fresh Registry). */
   registry?: Registry;
+  /** pino logger (default: silent). */
   logger?: Logger;
 }
 

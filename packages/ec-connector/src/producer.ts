@@ -40,10 +40,15 @@ export interface EcProducerOptions {
   control?: string;
   /** Data server endpoint, `tcp://…` or `unix://…` (default `tcp://127.0.0.1:0`). */
   data?: string;
+  /** Cache blocks (default 1024). */
   numBlocks?: number;
+  /** Bytes per block (default 65 536). */
   blockBytes?: number;
+  /** Model id in the compatibility hash (default "synthetic-encoder", EC-CONTRACT 2). */
   modelId?: string;
+  /** Embedding dtype in the compatibility hash (default "bfloat16"). */
   dtype?: string;
+  /** Hidden size in the compatibility hash (default 4096). */
   hiddenSize?: number;
   /** Agent name (default "ec-producer"). */
   name?: string;
@@ -59,10 +64,13 @@ export interface EcProducerOptions {
   prepopulate?: readonly (readonly [string, number])[];
   /** Data server pacing in bytes/s (demos and slow-read tests; default unlimited). */
   throttleBytesPerSec?: number;
+  /** ZeroMQ heartbeats of the ROUTER (default interval 2 s, timeout 4 s, TTL 8 s). */
   heartbeat?: HeartbeatOptions;
   /** Period of the lease sweep when idle (default 50 ms). */
   stepIntervalMs?: number;
+  /** Where the `producer_*` and `data_*` metrics go (default: a fresh Registry). */
   registry?: Registry;
+  /** pino logger (default: silent). */
   logger?: Logger;
 }
 
@@ -77,10 +85,15 @@ export type EncodeResult = "ready" | "encoding" | "exists" | "full";
  * docs/ec-protocol.md). This is what `tapwire-ec-producer` runs.
  */
 export class EcProducer {
+  /** The producer's cache (the single owner of its blocks). */
   readonly cache: EmbeddingCache;
+  /** The data plane serving `cache.region`. */
   readonly data: SocketDataTransport;
+  /** The control-plane session (EC-CONTRACT 4). */
   readonly session: ProducerSession;
+  /** The metrics registry. */
   readonly registry: Registry;
+  /** This producer's compatibility hash (EC-CONTRACT 2). */
   readonly compatibilityHash: string;
   /** Bound control endpoint. */
   readonly controlEndpoint: string;

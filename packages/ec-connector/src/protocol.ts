@@ -73,21 +73,33 @@ export function compatibilityHash(info: CompatibilityInfo, version: number = EC_
 
 /** EC-CONTRACT 3: a transfer request (consumer → producer). */
 export interface XferReq {
+  /** `mm_hash`: the embedding's content hash (at most 256 UTF-8 bytes). */
   mmHash: string;
+  /** `compatibility_hash` (EC-CONTRACT 2). */
   compatibilityHash: string;
+  /** `session_id`: the consumer session's id; non-empty for a grant. */
   sessionId: string;
+  /** `connector_version` (`EC_CONNECTOR_VERSION`). */
   connectorVersion: number;
 }
 
 /** EC-CONTRACT 3: a transfer answer (producer → consumer). On a NACK only mmHash and status mean anything. */
 export interface XferAck {
+  /** `mm_hash` of the request. */
   mmHash: string;
+  /** `status`: OK or a NACK. */
   status: XferStatus;
+  /** `session_id` of the request (empty on a NACK). */
   sessionId: string;
+  /** `src_block_indices`: the producer's blocks of the entry, in order. */
   srcBlockIndices: number[];
+  /** `agent_metadata`: the producer's data-plane agent (EC-CONTRACT 5.3). */
   agentMetadata: Uint8Array;
+  /** `mem_descriptor`: the producer's region layout. */
   memDescriptor: Uint8Array;
+  /** `nbytes`: bytes of the entry. */
   nbytes: number;
+  /** `crc32`: zlib CRC-32 of the entry's `nbytes` bytes. */
   crc32: number;
 }
 

@@ -81,7 +81,9 @@ class SendQueue {
  * sends are queued. `onMessage` fires on arrival so a driver can schedule a step.
  */
 export class ZmqRouterServer implements ControlServer {
+  /** The bound endpoint (with the real port when bound to port 0). */
   readonly endpoint: string;
+  /** Called when a message arrives (schedule a `pollStep()`). */
   onMessage: (() => void) | null = null;
   readonly #sock: Router;
   readonly #inbox: ControlMessage[] = [];
@@ -123,6 +125,7 @@ export class ZmqRouterServer implements ControlServer {
     this.#out.push([identity, payload]);
   }
 
+  /** Closes the ROUTER. */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
@@ -149,9 +152,13 @@ export class ZmqRouterServer implements ControlServer {
  * `onPeerUp` on each completed handshake.
  */
 export class ZmqDealerClient {
+  /** The producer's control endpoint. */
   readonly endpoint: string;
+  /** Called when a message arrives. */
   onMessage: (() => void) | null = null;
+  /** Called on each `disconnect` (closed connection or heartbeat timeout). */
   onPeerDown: ((why: string) => void) | null = null;
+  /** Called on each completed handshake. */
   onPeerUp: (() => void) | null = null;
   readonly #sock: Dealer;
   readonly #inbox: Uint8Array[] = [];
@@ -197,14 +204,17 @@ export class ZmqDealerClient {
     return this.#malformed;
   }
 
+  /** Queues one message; never blocks or throws. */
   send(payload: Uint8Array): void {
     this.#out.push([payload]);
   }
 
+  /** Drains received messages without blocking. */
   poll(): Uint8Array[] {
     return this.#inbox.splice(0);
   }
 
+  /** Closes the DEALER; no callback fires afterwards. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;

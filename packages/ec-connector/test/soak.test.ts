@@ -77,6 +77,48 @@ it(`soak: ${N} transfers with random faults end with the invariants of EC-CONTRA
   });
   const data = conn.data as SocketDataTransport;
   const initialFree = conn.cache.freeBlocks;
+
+  // EC-CONTRACT 8: a block a read may still write (its handle is PROC and not released) is never
+  // reallocated. Checked after every poll of the run, not only at the end: every read posted is
+  // recorded with its local blocks until its handle is released, and no cache entry other than
+  // the read's own allocation may hold one of those blocks while the read is PROC.
+  const inflight = new Map<number, { mmHash: string; blocks: readonly number[] }>();
+  const postRead = data.postRead.bind(data);
+  data.postRead = (local, agent, remote, notif, options) => {
+    const h = postRead(local, agent, remote, notif, options);
+    const key = new TextDecoder().decode(notif);
+    inflight.set(h, { mmHash: key.slice(key.indexOf(":") + 1), blocks: [...local] });
+    return h;
+  };
+  const releaseHandle = data.releaseXferHandle.bind(data);
+  data.releaseXferHandle = (h) => {
+    inflight.delete(h);
+    return releaseHandle(h);
+  };
+  const violations: string[] = [];
+  let detachedProcSeen = 0;
+  const checkInflight = (): void => {
+    for (const [h, r] of inflight) {
+      if (data.checkXferState(h) !== "PROC") continue;
+      const mine = new Set(r.blocks);
+      let underItsKey = false;
+      for (const k of conn.cache.keys()) {
+        const held = conn.cache.get(k)!.blocks;
+        const same =
+          k === r.mmHash && held.length === r.blocks.length && held.every((b, i) => b === r.blocks[i]);
+        if (same) underItsKey = true;
+        else if (held.some((b) => mine.has(b)))
+          violations.push(`${k} holds a block of the PROC read of ${r.mmHash}`);
+      }
+      if (!underItsKey) detachedProcSeen++;
+    }
+  };
+  const connPoll = conn.poll.bind(conn);
+  conn.poll = (now?: number) => {
+    const r = now === undefined ? connPoll() : connPoll(now);
+    checkInflight();
+    return r;
+  };
   const driver = new Driver(conn).start(1);
   const garbageDealer = new Dealer({ linger: 0 });
   garbageDealer.connect(b.control);
@@ -154,7 +196,9 @@ it(`soak: ${N} transfers with random faults end with the invariants of EC-CONTRA
   conn.cache.check();
   expect(conn.cache.retiredBlocks).toBe(0); // socket releases always guarantee no further writes
   expect(conn.cache.freeBlocks).toBe(initialFree);
+  expect(violations).toEqual([]);
   expect(driver.mismatched).toEqual([]);
+  expect(detachedProcSeen).toBeGreaterThan(0); // quarantined reads still PROC were really checked
   expect(outcomes.loaded + outcomes.failed).toBe(N);
   for (const admin of [adminA, adminB]) {
     await until(

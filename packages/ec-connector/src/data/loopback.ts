@@ -77,12 +77,15 @@ export class LoopbackFabric {
 
 /** Options of {@link LoopbackDataTransport}. */
 export interface LoopbackDataTransportOptions {
+  /** The in-process fabric the agents of one test share. */
   fabric: LoopbackFabric;
   /** Agent name. */
   name: string;
   /** The cache region (`numBlocks * blockBytes` bytes). */
   region: Uint8Array;
+  /** Blocks in `region`. */
   numBlocks: number;
+  /** Bytes per block. */
   blockBytes: number;
 }
 
@@ -94,6 +97,7 @@ export interface LoopbackDataTransportOptions {
  */
 export class LoopbackDataTransport implements DataTransport {
   readonly kind = "loopback";
+  /** This agent's metadata (name and per-instance id, EC-CONTRACT 5.3). */
   readonly meta: AgentMetadata;
   onNotification: (() => void) | null = null;
   /** Reads served / refused by this agent as the remote side (5.3). */

@@ -65,7 +65,9 @@ export interface SocketDataTransportOptions {
   name: string;
   /** The cache region this agent serves from / reads into. */
   region: Uint8Array;
+  /** Blocks in `region` (integer >= 1). */
   numBlocks: number;
+  /** Bytes per block (integer >= 1); `region` must hold `numBlocks * blockBytes` bytes. */
   blockBytes: number;
   /** Where to run the data server: `tcp://host:port` (port 0 picks one) or `unix:///path`. Omit for a reader only. */
   listen?: string;
@@ -85,7 +87,9 @@ export interface SocketDataTransportOptions {
    * (`EmbeddingCache({ shared: true })`). A read is DONE once its last range is checksummed.
    */
   checksumThread?: boolean;
+  /** Where the `data_*` metrics go (default: a fresh Registry). */
   registry?: Registry;
+  /** pino logger (default: silent). */
   logger?: Logger;
 }
 
@@ -198,6 +202,7 @@ function frame(map: Record<string, unknown>): Buffer {
  */
 export class SocketDataTransport implements DataTransport {
   readonly kind: string;
+  /** This agent's metadata (name, per-process instance id, data endpoint; EC-CONTRACT 5.3). */
   readonly meta: AgentMetadata;
   onNotification: (() => void) | null = null;
   onReadDone: (() => void) | null = null;

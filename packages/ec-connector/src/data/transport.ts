@@ -83,7 +83,9 @@ export interface AgentMetadata {
 
 /** Decoded memory descriptor. */
 export interface MemDescriptor {
+  /** Blocks in the remote region. */
   numBlocks: number;
+  /** Bytes per remote block. */
   blockBytes: number;
 }
 
