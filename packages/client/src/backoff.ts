@@ -26,8 +26,11 @@ export interface BackoffOptions {
  * client talks to one worker, there is no herd to spread.
  */
 export class Backoff {
+  /** First delay in ms. */
   readonly initialMs: number;
+  /** Largest delay in ms. */
   readonly maxMs: number;
+  /** Growth factor per failure (>= 1). */
   readonly multiplier: number;
   #current: number;
 

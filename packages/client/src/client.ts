@@ -113,10 +113,15 @@ export interface StepCall {
 
 /** What the client knows about the worker after a successful HELLO. */
 export interface WorkerInfo {
+  /** The worker's `worker_name` (CONTRACT 6.1). */
   readonly name: string;
+  /** Capability bits: TAPS_BF16, TOP32, MARGIN (CONTRACT 6.1). */
   readonly capabilities: number;
+  /** The worker's `max_slots` (at least what the client asked). */
   readonly maxSlots: number;
+  /** The worker's `max_rows_per_step` (at least what the client asked). */
   readonly maxRowsPerStep: number;
+  /** Slot windows kept from before this HELLO (0 for a new session, CONTRACT 6.2). */
   readonly windowsKept: number;
 }
 

@@ -2,7 +2,9 @@ import { ClientError } from "./errors.js";
 
 /** One point of a load curve: at `batchSize` running requests the target verifies `tokens` draft tokens per round. */
 export interface LoadCurvePoint {
+  /** Requests in the target's batch. */
   readonly batchSize: number;
+  /** Draft tokens the target can verify this round at that batch size. */
   readonly tokens: number;
 }
 
@@ -96,8 +98,11 @@ export function expectedAccepted(conf: ArrayLike<number>, k: number): number {
  * budget; no allocation after warm-up.
  */
 export class DepthPolicy {
+  /** Positions with a margin below this end the verifiable prefix (0: no gate). */
   readonly marginGate: number;
+  /** Positions whose prefix gain is at most this are never verified (default 0). */
   readonly minGain: number;
+  /** How equal gains are ordered: by larger margin, or by request index. */
   readonly tieBreak: "margin" | "index";
   readonly #budget: number | LoadCurve;
   // heap of request indices keyed by (gain, margin) of their next position

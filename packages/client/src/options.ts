@@ -92,28 +92,51 @@ export interface RemoteDraftClientOptions {
 
 /** The options after validation and defaults. */
 export interface ResolvedClientOptions {
+  /** Worker endpoint URL. */
   readonly endpoint: string;
+  /** Connect + HELLO timeout, ms. */
   readonly connectTimeoutMs: number;
+  /** STEP / PING / STATS / RESET timeout, ms. */
   readonly requestTimeoutMs: number;
+  /** First reconnect delay, ms (CONTRACT 9.1). */
   readonly backoffMs: number;
+  /** Largest reconnect delay, ms. */
   readonly backoffMaxMs: number;
+  /** Window `W` (1..4096). */
   readonly window: number;
+  /** Drafts per request `N` (1..32). */
   readonly numSpec: number;
+  /** `"greedy"` or `"top32"` (CONTRACT 8). */
   readonly sampleMode: "greedy" | "top32";
+  /** True in top32 sessions. */
   readonly sampled: boolean;
+  /** Tap layers per row. */
   readonly numTaps: number;
+  /** Hidden size per tap. */
   readonly hidden: number;
+  /** `numTaps * hidden * 2` (bf16). */
   readonly rowBytes: number;
+  /** Vocabulary size; draft ids are checked against it (CONTRACT 6.3). */
   readonly vocabSize: number;
+  /** Slots asked for in the HELLO. */
   readonly maxSlots: number;
+  /** Rows per STEP asked for in the HELLO. */
   readonly maxRowsPerStep: number;
+  /** SHA-256 of the drafter's weights (32 bytes). */
   readonly drafterIdentity: Uint8Array;
+  /** SHA-256 of the Markov head's weights (32 bytes). */
   readonly markovIdentity: Uint8Array;
+  /** HELLO flag WANT_MARGIN. */
   readonly wantMargin: boolean;
+  /** Shared token for the HELLO's HMAC, or null (zeros). */
   readonly token: string | Uint8Array | null;
+  /** `client_name` of the HELLO (at most 32 UTF-8 bytes). */
   readonly clientName: string;
+  /** The first session id (random non-zero u32 unless given). */
   readonly sessionId: number;
+  /** The seq before the first frame (the first frame uses `initialSeq + 1`). */
   readonly initialSeq: number;
+  /** At most one connect-failure log line per this many ms after the first of a run. */
   readonly connectFailLogMs: number;
 }
 

@@ -6,6 +6,7 @@ import { ClientError } from "./errors.js";
 
 /** The part of {@link RemoteDraftClient} RoundCore uses (a fake implements it in unit tests). */
 export interface RoundClient {
+  /** The client's validated options (geometry and limits). */
   readonly options: {
     readonly window: number;
     readonly numSpec: number;
@@ -15,12 +16,19 @@ export interface RoundClient {
     readonly sampled: boolean;
     readonly wantMargin: boolean;
   };
+  /** Where rows are staged in `"stage"` mode. */
   readonly sendBuffer: Uint8Array;
+  /** True once disabled (CONTRACT 9.3). */
   readonly disabled: boolean;
+  /** The ready connection's epoch, or null. */
   connectionEpoch(): number | null;
+  /** Offset of the rows in `sendBuffer` for `nEntries` entries. */
   rowsOffset(nEntries: number): number;
+  /** One STEP and its CONTRACT 9.2 outcome. */
   step(call: StepCall): Promise<StepOutcome>;
+  /** Takes a new session id and reconnects (CONTRACT 6.2). */
   newSession(reason: string): void;
+  /** RESET on the worker (CONTRACT 10). */
   reset(): Promise<void>;
 }
 
@@ -78,6 +86,7 @@ export type DraftReason =
  * the next round that carries the slot: copy what must outlive the round.
  */
 export interface RoundDraft {
+  /** The request's slot. */
   readonly slot: number;
   /** `"ok"` / `"partial_window"` when `k > 0`, else why there is no draft. */
   readonly reason: DraftReason;
@@ -145,14 +154,19 @@ export interface RoundCoreOptions {
 
 /** What RoundCore keeps for one slot, for inspection in tests and tools. */
 export interface SlotView {
+  /** True while a request holds the slot. */
   readonly active: boolean;
+  /** The slot's current generation (CONTRACT 7.1). */
   readonly generation: number;
   /** Positions the ring holds: `[ringStart, ringEnd)`. */
   readonly ringStart: number;
+  /** End (exclusive) of the positions the ring holds. */
   readonly ringEnd: number;
   /** Where the worker's window is known to end, or -1 when unknown (resync due). */
   readonly workerEnd: number;
+  /** True when the next round sends this slot with RESYNC and the whole ring (CONTRACT 7.5). */
   readonly needResync: boolean;
+  /** True while a RELEASE for the slot is still to be answered. */
   readonly pendingRelease: boolean;
   /** A copy of the ring's rows, oldest first. */
   readonly rows: Uint8Array;
@@ -247,8 +261,11 @@ function isU32(v: number): boolean {
  * Rounds must not overlap: await each `round()` before the next.
  */
 export class RoundCore {
+  /** The client the rounds go through. */
   readonly client: RoundClient;
+  /** The depth policy applied to each round's drafts, or null (every draft position kept). */
   readonly depthPolicy: DepthPolicy | null;
+  /** `"parts"`: rows leave as views of the rings; `"stage"`: copied into the send buffer. */
   readonly rowsMode: "stage" | "parts";
   readonly #parts: Uint8Array[] = [];
   readonly #W: number;
