@@ -149,7 +149,7 @@ export class EcMedia implements MediaSource {
       metrics.lookups.inc();
       if (connector.cache.isReady(h)) {
         metrics.cacheHits.inc();
-        this.digests.set(h, embeddingDigest(connector.cache.view(h)));
+        this.hit(h);
         continue;
       }
       w.missing.add(h);
@@ -190,11 +190,16 @@ export class EcMedia implements MediaSource {
     }
     if (r === "ready") {
       metrics.cacheHits.inc();
-      this.digests.set(h, embeddingDigest(connector.cache.view(h)));
+      this.hit(h);
       return;
     }
     metrics.transfersStarted.inc();
     this.inFlight.add(h);
+  }
+
+  /** A cache hit: the digest of the cached bytes, unless the same read is already known this step. */
+  private hit(h: string): void {
+    if (!this.digests.has(h)) this.digests.set(h, embeddingDigest(this.o.connector.cache.view(h)));
   }
 
   private fallback(h: string, reason: string): void {

@@ -4,18 +4,11 @@
  * newer generation (CONTRACT 7.1: rank 0 never sends an older generation for a slot than one it
  * sent before; generations are u32 serial numbers, so they may wrap).
  */
+import { serialAdd } from "@tapwire/wire";
 import { HarnessError, HarnessErrorCode } from "./errors.js";
 
-/** `(a + n) mod 2^32` (CONTRACT 2 serial arithmetic). */
-export function serialAdd(a: number, n: number): number {
-  return (a + n) >>> 0;
-}
-
-/** RFC 1982 on u32: true when `a` is newer than `b` (CONTRACT 2). */
-export function serialNewer(a: number, b: number): boolean {
-  const d = (a - b) >>> 0;
-  return d >= 1 && d < 2 ** 31;
-}
+/** CONTRACT 2 serial arithmetic on u32, from `@tapwire/wire`. */
+export { serialAdd, serialNewer } from "@tapwire/wire";
 
 /** A request holding a slot. */
 export interface Placement<R> {

@@ -7,8 +7,15 @@
  * is accepted, so a round that accepts `m` drafts costs exactly `m + 1` target steps and needs no
  * rollback. Every round emits the accepted drafts plus one more token (the target's own: a bonus
  * when every draft was accepted, a correction otherwise); the last emitted token is the new anchor.
+ *
+ * The per-position arithmetic (softmax, the CONTRACT 8 acceptance test and the residual draw) is
+ * `@tapwire/reference-model`'s, so the engine and the model package share one implementation.
  */
+import { argmax as argmaxAt, rejectionSample, sampleIndex, softmax } from "@tapwire/reference-model";
+import { DYADIC_ONE, TOP_K_MAX } from "@tapwire/wire";
 import type { Rng } from "./prng.js";
+
+export { DYADIC_ONE };
 
 /** The target as verification sees it. */
 export interface VerifySeq {
@@ -16,43 +23,21 @@ export interface VerifySeq {
   feed(token: number): Float32Array;
 }
 
-/** Unit of the dyadic proposal q (CONTRACT 8: integers summing to 2^24). */
-export const DYADIC_ONE = 2 ** 24;
 /** Support entries per draft position in a sampled reply (CONTRACT 7.4 / 8). */
-export const TOP_K_STRIDE = 32;
+export const TOP_K_STRIDE = TOP_K_MAX;
 
 /** Index of the largest logit (lowest index on ties, as every rank must agree). */
 export function argmax(logits: ArrayLike<number>, n: number = logits.length): number {
-  let best = 0;
-  let bv = logits[0] as number;
-  for (let i = 1; i < n; i++) {
-    const v = logits[i] as number;
-    if (v > bv) {
-      bv = v;
-      best = i;
-    }
-  }
-  return best;
+  return argmaxAt(logits, 0, n);
 }
 
 /** Writes softmax(logits / temperature) into `out` (float64) and returns it. */
 export function softmaxInto(logits: ArrayLike<number>, temperature: number, out: Float64Array): Float64Array {
-  const n = out.length;
-  let max = Number.NEGATIVE_INFINITY;
-  for (let i = 0; i < n; i++) {
-    const v = logits[i] as number;
-    if (v > max) max = v;
-  }
-  let z = 0;
-  const inv = 1 / temperature;
-  for (let i = 0; i < n; i++) {
-    const e = Math.exp(((logits[i] as number) - max) * inv);
-    out[i] = e;
-    z += e;
-  }
-  const iz = 1 / z;
-  for (let i = 0; i < n; i++) out[i] = (out[i] as number) * iz;
-  return out;
+  return softmax(
+    logits.length === out.length ? logits : Array.prototype.slice.call(logits, 0, out.length),
+    temperature,
+    out,
+  );
 }
 
 /**
@@ -93,55 +78,22 @@ export interface SampledDrafts {
   /** sampled_mask; position j at `mask[offset + j]` (null: no position is sampled). */
   mask: ArrayLike<number> | null;
   /** support_ids; position j's support at `support[(offset + j) * 32 + i]`. */
-  support: ArrayLike<number> | null;
+  support: Int32Array | null;
   /** proposal_q in units of 2^-24, same layout as `support`. */
-  q: ArrayLike<number> | null;
+  q: Uint32Array | null;
 }
 
 /** Scratch buffers for sampled verification, sized to the vocabulary once. */
 export class SampleScratch {
   readonly p: Float64Array;
   readonly r: Float64Array;
+  /** A one-entry proposal: the point mass of a position that was not sampled. */
+  readonly pointId = new Int32Array(1);
+  readonly pointQ = Uint32Array.of(DYADIC_ONE);
   constructor(vocab: number) {
     this.p = new Float64Array(vocab);
     this.r = new Float64Array(vocab);
   }
-}
-
-/** q(x) of draft position `pos` as a probability, or -1 when `x` is not in the support. */
-function proposalProb(d: SampledDrafts, pos: number, x: number): number {
-  if (!d.mask || !d.support || !d.q || (d.mask[pos] as number) === 0) return -1;
-  const base = pos * TOP_K_STRIDE;
-  for (let i = 0; i < TOP_K_STRIDE; i++) {
-    const qi = d.q[base + i] as number;
-    if (qi === 0) break;
-    if ((d.support[base + i] as number) === x) return qi / DYADIC_ONE;
-  }
-  return -1;
-}
-
-/**
- * Samples from `norm(max(0, p - q))`, q being the dyadic proposal of position `pos` (or a point mass
- * at `x` when the position was not sampled). Falls back to p when the residual is empty.
- */
-function sampleResidual(d: SampledDrafts, pos: number, x: number, s: SampleScratch, rng: Rng): number {
-  const { p, r } = s;
-  r.set(p);
-  if (d.mask && d.support && d.q && (d.mask[pos] as number) !== 0) {
-    const base = pos * TOP_K_STRIDE;
-    for (let i = 0; i < TOP_K_STRIDE; i++) {
-      const qi = d.q[base + i] as number;
-      if (qi === 0) break;
-      const id = d.support[base + i] as number;
-      r[id] = Math.max(0, (r[id] as number) - qi / DYADIC_ONE);
-    }
-  } else {
-    r[x] = Math.max(0, (r[x] as number) - 1);
-  }
-  let total = 0;
-  for (let i = 0; i < r.length; i++) total += r[i] as number;
-  if (!(total > 0)) return rng.categorical(p, p.length, 1);
-  return rng.categorical(r, r.length, total);
 }
 
 /**
@@ -150,9 +102,8 @@ function sampleResidual(d: SampledDrafts, pos: number, x: number, s: SampleScrat
  * softmax at `temperature`; on the first rejection a token is drawn from `norm(max(0, p - q))` and
  * the round ends; when every verified draft is accepted a bonus token is drawn from p. The emitted
  * tokens are then distributed exactly as target-only sampling (the classic speculative sampling
- * theorem), whatever q is. Pushes emitted tokens to `out`; returns the number of drafts accepted.
- *
- * Uses exactly one `rng.float()` per verified draft plus one draw for the last token.
+ * theorem), whatever q is. A position that was not sampled (mask 0) is a proposal with all its mass
+ * on `x`. Pushes emitted tokens to `out`; returns the number of drafts accepted.
  */
 export function verifySampled(
   seq: VerifySeq,
@@ -170,21 +121,29 @@ export function verifySampled(
     const pos = drafts.offset + j;
     const x = drafts.ids[pos] as number;
     const p = softmaxInto(logits, temperature, scratch.p);
-    let q = proposalProb(drafts, pos, x);
-    if (q < 0) q = 1; // not sampled (or not in the support): the proposal was a point mass at x
-    const px = p[x] as number;
-    const u = rng.float();
-    if (u * q < px) {
-      out.push(x);
-      accepted++;
-      logits = seq.feed(x);
-      continue;
+    let support: Int32Array;
+    let q: Uint32Array;
+    let base = 0;
+    let topK = 0;
+    if (drafts.mask && drafts.support && drafts.q && (drafts.mask[pos] as number) !== 0) {
+      support = drafts.support;
+      q = drafts.q;
+      base = pos * TOP_K_STRIDE;
+      while (topK < TOP_K_STRIDE && (q[base + topK] as number) !== 0) topK++;
+    } else {
+      scratch.pointId[0] = x;
+      support = scratch.pointId;
+      q = scratch.pointQ;
+      topK = 1;
     }
-    out.push(sampleResidual(drafts, pos, x, scratch, rng));
-    return accepted;
+    const r = rejectionSample(p, x, support, q, topK, rng, base, scratch.r);
+    out.push(r.token);
+    if (!r.accepted) return accepted;
+    accepted++;
+    logits = seq.feed(x);
   }
   const p = softmaxInto(logits, temperature, scratch.p);
-  out.push(rng.categorical(p, p.length, 1));
+  out.push(sampleIndex(p, rng));
   return accepted;
 }
 
@@ -195,6 +154,5 @@ export function sampleTarget(
   rng: Rng,
   scratch: SampleScratch,
 ): number {
-  const p = softmaxInto(logits, temperature, scratch.p);
-  return rng.categorical(p, p.length, 1);
+  return sampleIndex(softmaxInto(logits, temperature, scratch.p), rng);
 }
