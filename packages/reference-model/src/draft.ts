@@ -879,11 +879,11 @@ export interface MeasureOptions {
   numSpec?: number;
   /** Rounds to measure (default 512). */
   rounds?: number;
-  /** Seed of the random prompts (default 1). */
+  /** Seed of the random prompts, a u32 (default 1). */
   seed?: number;
-  /** Window rows handed to the head (default the head's window). */
+  /** Window rows handed to the head, 1..4096 (default the head's window). */
   window?: number;
-  /** Tokens per sequence before a new random prompt starts (default 256). */
+  /** Tokens per sequence before a new random prompt starts, at least 32 (default 256). */
   sequenceLength?: number;
 }
 
@@ -891,6 +891,8 @@ export interface MeasureOptions {
  * Measures greedy acceptance the way the harness does: run the target greedily from random
  * prompts; each round, draft N tokens from the window of rows ending at the anchor, compare
  * with the target's greedy continuation, accept the matching prefix plus the bonus token.
+ * @throws ReferenceModelError `RM_BAD_CONFIG` naming the first bad option, `RM_BAD_ARGUMENT` when
+ *   the head was made for another vocabulary or row size.
  */
 export function measureAcceptance(
   target: TargetModel,
@@ -899,6 +901,14 @@ export function measureAcceptance(
 ): AcceptanceReport {
   const n = checkInt("numSpec", opts.numSpec ?? head.config.numSpec, 1, MAX_DRAFT_POSITIONS);
   const rounds = checkInt("rounds", opts.rounds ?? 512, 1, 10_000_000);
+  const seed = checkInt("seed", opts.seed ?? 1, 0, 0xffffffff);
+  const window = checkInt("window", opts.window ?? head.config.window, 1, 4096);
+  const sequenceLength = checkInt("sequenceLength", opts.sequenceLength ?? 256, 32, 1_000_000);
+  if (head.vocabSize !== target.config.vocabSize || head.rowBytes !== target.rowBytes) {
+    throw badArgument(
+      `head (vocab ${head.vocabSize}, row_bytes ${head.rowBytes}) does not fit target (vocab ${target.config.vocabSize}, row_bytes ${target.rowBytes})`,
+    );
+  }
   const hits = new Array<number>(n).fill(0);
   const tries = new Array<number>(n).fill(0);
   const confSum = new Array<number>(n).fill(0);
@@ -909,9 +919,9 @@ export function measureAcceptance(
     {
       numSpec: n,
       rounds,
-      seed: opts.seed ?? 1,
-      window: opts.window ?? head.config.window,
-      sequenceLength: opts.sequenceLength ?? 256,
+      seed,
+      window,
+      sequenceLength,
     },
     (j, hit, conf, token) => {
       tries[j]!++;

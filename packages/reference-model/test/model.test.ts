@@ -210,6 +210,27 @@ describe("acceptance (the harness's measurement)", () => {
     expect(r.distinctTokens).toBeGreaterThan(50);
   });
 
+  test("measureAcceptance validates its options and the head/target pairing", () => {
+    const bad: [object, string][] = [
+      [{ numSpec: 0 }, "numSpec"],
+      [{ rounds: 0 }, "rounds"],
+      [{ seed: -1 }, "seed"],
+      [{ seed: 1.5 }, "seed"],
+      [{ window: 0 }, "window"],
+      [{ sequenceLength: 31 }, "sequenceLength"],
+    ];
+    for (const [opts, name] of bad) {
+      expect(() => measureAcceptance(target, head, opts)).toThrow(name);
+      try {
+        measureAcceptance(target, head, opts);
+      } catch (e) {
+        expect((e as ReferenceModelError).code).toBe("RM_BAD_CONFIG");
+      }
+    }
+    const other = TargetModel.create({ ...DEFAULT_TARGET_CONFIG, vocabSize: 1024 });
+    expect(() => measureAcceptance(other, head, { rounds: 1 })).toThrow(/does not fit target/);
+  });
+
   test("noise is a working knob: a noiseless full-rank head accepts more than a very noisy one", () => {
     const exact = DraftHead.distill(target, {
       ...DEFAULT_DRAFT_CONFIG,
