@@ -58,18 +58,19 @@ export class FrameAccumulator {
         if (have < APP_HEADER_SIZE) break;
         const bodyLen = rd32(this.#buf, this.#start + 16);
         const total = APP_HEADER_SIZE + bodyLen;
-        if (total > this.#max) {
-          throw new WireError(
-            WireErrorCode.TOO_LARGE,
-            `frame of ${total} bytes is above the ${this.#max}-byte limit`,
-          );
-        }
-        // Check magic, version and reserved once, before waiting for the body.
+        // Check magic, version and reserved once, before the size and before waiting for the
+        // body: garbage is BAD_FRAME whatever its body_len bytes happen to say.
         if (this.#checked !== this.#start) {
           const head = this.#buf.slice(this.#start, this.#start + APP_HEADER_SIZE);
           head.fill(0, 16, 20); // body_len is the stream's framing here, not a claim to verify
           decodeHeader(head, APP_HEADER_SIZE, { request: this.#request });
           this.#checked = this.#start;
+        }
+        if (total > this.#max) {
+          throw new WireError(
+            WireErrorCode.TOO_LARGE,
+            `frame of ${total} bytes is above the ${this.#max}-byte limit`,
+          );
         }
         if (have < total) break;
         out.push(this.#buf.slice(this.#start, this.#start + total));

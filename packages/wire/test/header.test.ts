@@ -198,6 +198,13 @@ describe("FrameAccumulator: a stream of frames", () => {
     const e = expectWireError(() => acc.push(big.subarray(0, 24)), "WIRE_TOO_LARGE", "35 bytes");
     expect(e.status).toBe(FrameStatus.TOO_LARGE);
   });
+  test("a bad header is BAD_FRAME even when its body_len is above the limit", () => {
+    const acc = new FrameAccumulator({ maxFrameBytes: 1024 });
+    const junk = ping(new Uint8Array(0));
+    junk[0] = 0x00; // magic broken
+    new DataView(junk.buffer).setUint32(16, 0xffffffff, true); // and an absurd body_len
+    expectWireError(() => acc.push(junk), "WIRE_BAD_FRAME", "magic");
+  });
   test("request mode refuses a non-zero status byte", () => {
     const acc = new FrameAccumulator({ request: true });
     expectWireError(
