@@ -31,6 +31,24 @@ function checkObject(name: string, v: unknown): void {
   }
 }
 
+function checkType(name: string, v: unknown, type: "boolean" | "function" | "string"): void {
+  if (v !== undefined && typeof v !== type) {
+    throw new TransportError("TRANSPORT_BAD_OPTION", `option ${name}: ${String(v)} is not a ${type}`);
+  }
+}
+
+/** PEM material: a string, a Buffer, or an array of them (what node:tls accepts). */
+function checkPem(name: string, v: unknown, required: boolean): void {
+  if (v === undefined) {
+    if (required) throw new TransportError("TRANSPORT_BAD_OPTION", `option ${name}: required`);
+    return;
+  }
+  const ok = (x: unknown) => typeof x === "string" || x instanceof Uint8Array;
+  if (!(ok(v) || (Array.isArray(v) && v.length > 0 && v.every((x) => ok(x) || typeof x === "object")))) {
+    throw new TransportError("TRANSPORT_BAD_OPTION", `option ${name}: not PEM (a string or Buffer)`);
+  }
+}
+
 /**
  * Makes a client for `endpoint` (not yet connected: call `connect()`). CONTRACT 3.
  *
@@ -54,6 +72,17 @@ export function makeClient(endpoint: string, options: ClientOptions = {}): RpcCl
     MAX_TIMEOUT_MS,
   );
   checkObject("tls", options.tls);
+  if (options.tls !== undefined) {
+    const t = options.tls;
+    checkPem("tls.ca", t.ca, false);
+    checkPem("tls.cert", t.cert, false);
+    checkPem("tls.key", t.key, false);
+    if ((t.cert === undefined) !== (t.key === undefined)) {
+      throw new TransportError("TRANSPORT_BAD_OPTION", "option tls.cert and tls.key: give both or neither");
+    }
+    checkType("tls.servername", t.servername, "string");
+    checkType("tls.rejectUnauthorized", t.rejectUnauthorized, "boolean");
+  }
   const registry = options.registry ?? new Registry();
   const metrics = clientMetrics(registry);
   switch (ep.scheme) {
@@ -103,6 +132,23 @@ export async function listen(
     MAX_TIMEOUT_MS,
   );
   checkObject("tls", options.tls);
+  if (options.tls !== undefined || ep.scheme === "tls") {
+    const t = options.tls;
+    if (t === undefined) {
+      throw new TransportError(
+        "TRANSPORT_BAD_OPTION",
+        "option tls: required (cert and key) for tls:// endpoints",
+      );
+    }
+    checkPem("tls.cert", t.cert, true);
+    checkPem("tls.key", t.key, true);
+    checkPem("tls.ca", t.ca, false);
+    checkType("tls.requestCert", t.requestCert, "boolean");
+    checkType("tls.rejectUnauthorized", t.rejectUnauthorized, "boolean");
+  }
+  checkType("onConnection", options.onConnection, "function");
+  checkType("onClose", options.onClose, "function");
+  checkType("onError", options.onError, "function");
   const registry = options.registry ?? new Registry();
   const metrics = serverMetrics(registry);
   const cfg = { maxMessageBytes, idleTimeoutMs, closeTimeoutMs, options, metrics, registry };

@@ -8,7 +8,8 @@ import type { ServerMetrics } from "./metrics.js";
 import type { ConnInfo, Handler, Reply, RpcServer, ServerOptions } from "./options.js";
 
 const HEADER_BYTES = 4; // CONTRACT 3: u32 big-endian length prefix
-// First size of a connection's reassembly buffer; it grows (to the largest message seen) and is reused.
+// First size of a connection's reassembly buffer; it grows by doubling as bytes arrive (up to the
+// largest message seen) and is reused.
 const MIN_ASSEMBLY = 64 * 1024;
 // Per-connection read buffer of sockets read with `onread` (see adoptWithOnread).
 const READ_CHUNK = 64 * 1024;
@@ -155,8 +156,29 @@ class Conn implements ConnInfo {
       this.direct = null;
       return rbuf;
     }
-    this.direct = this.asm.subarray(this.got, this.len);
+    // Full but the message goes on: double it (bytes that arrived, not the prefix, size it).
+    if (this.got >= this.asm.length) this.reserve(Math.min(this.len, this.got * 2));
+    const asm = this.asm as Buffer;
+    this.direct = asm.subarray(this.got, Math.min(this.len, asm.length));
     return this.direct;
+  }
+
+  /**
+   * Makes the reassembly buffer hold at least `need` bytes, keeping the `got` bytes received so
+   * far. It grows by doubling with what has actually arrived, never straight to the announced
+   * length: a peer that announces a large (allowed) message and sends little of it costs little
+   * memory (CONTRACT 11: no length from the wire is trusted). Once grown it is reused, so only
+   * the first large message of a connection pays for the copies.
+   */
+  private reserve(need: number): void {
+    const cur = this.asm;
+    if (cur !== null && cur.length >= need) return;
+    let size = cur === null ? MIN_ASSEMBLY : Math.max(MIN_ASSEMBLY, cur.length * 2);
+    while (size < need) size *= 2;
+    if (size > this.cfg.maxMessageBytes) size = Math.max(need, this.cfg.maxMessageBytes);
+    const next = Buffer.allocUnsafe(size);
+    if (cur !== null && this.got > 0) cur.copy(next, 0, 0, this.got);
+    this.asm = next;
   }
 
   /** `onread` callback: returns false to stop reading (busy). */
@@ -208,18 +230,14 @@ class Conn implements ConnInfo {
           }
           continue;
         }
-        if (this.asm === null || this.asm.length < this.len) {
-          let size = this.asm === null ? MIN_ASSEMBLY : this.asm.length;
-          while (size < this.len) size *= 2;
-          if (size > this.cfg.maxMessageBytes) size = this.cfg.maxMessageBytes;
-          this.asm = Buffer.allocUnsafe(size);
-        }
+        this.reserve(Math.min(this.len, Math.max(MIN_ASSEMBLY, end - off)));
         continue;
       }
-      const asm = this.asm as Buffer;
       let n = end - off;
       const want = this.len - this.got;
       if (n > want) n = want;
+      this.reserve(this.got + n);
+      const asm = this.asm as Buffer;
       chunk.copy(asm, this.got, off, off + n);
       this.got += n;
       off += n;

@@ -64,6 +64,41 @@ describe("endpoints (CONTRACT 3)", () => {
   test("options are validated by name", () => {
     expect(() => makeClient("tcp://127.0.0.1:1", { maxMessageBytes: -1 })).toThrow(/maxMessageBytes/);
     expect(() => makeClient("tcp://127.0.0.1:1", { connectTimeoutMs: 0 })).toThrow(/connectTimeoutMs/);
+    const bad = (o: unknown) => o as never;
+    expect(() => makeClient("tls://127.0.0.1:1", { tls: bad({ rejectUnauthorized: "no" }) })).toThrow(
+      /tls.rejectUnauthorized/,
+    );
+    expect(() => makeClient("tls://127.0.0.1:1", { tls: bad({ ca: 42 }) })).toThrow(/tls.ca/);
+    expect(() => makeClient("tls://127.0.0.1:1", { tls: bad({ cert: "x" }) })).toThrow(
+      /tls.cert and tls.key/,
+    );
+    expect(() => makeClient("tls://127.0.0.1:1", { tls: bad({ servername: 1 }) })).toThrow(/tls.servername/);
+  });
+
+  test("server options are validated by name before anything is bound", async () => {
+    const h = () => null;
+    const refused = async (p: Promise<unknown>, re: RegExp) => {
+      const e = await p.then(
+        () => null,
+        (x: unknown) => x,
+      );
+      expect(e).toBeInstanceOf(TransportError);
+      expect((e as TransportError).code).toBe("TRANSPORT_BAD_OPTION");
+      expect((e as Error).message).toMatch(re);
+    };
+    await refused(listen("tcp://127.0.0.1:0", h, { maxMessageBytes: 2 ** 32 }), /maxMessageBytes/);
+    await refused(listen("tcp://127.0.0.1:0", h, { idleTimeoutMs: -1 }), /idleTimeoutMs/);
+    await refused(listen("tcp://127.0.0.1:0", h, { closeTimeoutMs: 1.5 }), /closeTimeoutMs/);
+    await refused(listen("tls://127.0.0.1:0", h), /option tls: required/);
+    await refused(listen("tls://127.0.0.1:0", h, { tls: { cert: "x" } as never }), /tls.key: required/);
+    await refused(
+      listen("tls://127.0.0.1:0", h, { tls: { cert: "x", key: "y", requestCert: 1 } as never }),
+      /tls.requestCert/,
+    );
+    await refused(listen("tcp://127.0.0.1:0", h, { onError: "log" } as never), /onError/);
+    await refused(listen("zmq+tcp://127.0.0.1:0", h, { onConnection: 1 } as never), /onConnection/);
+    await refused(listen("tcp://127.0.0.1:0", h, { onClose: {} } as never), /onClose/);
+    await refused(listen("tcp://127.0.0.1:0", "nope" as never), /handler/);
   });
 });
 

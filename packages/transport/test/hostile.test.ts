@@ -3,6 +3,8 @@
 // server against a model of the framing while a well-behaved client is served alongside.
 // CONTRACT 3 (u32 length prefix, maxMessageBytes enforced from the prefix).
 import type * as net from "node:net";
+import * as v8 from "node:v8";
+import * as vm from "node:vm";
 import fc from "fast-check";
 import { afterEach, describe, expect, test } from "vitest";
 import * as zmq from "zeromq";
@@ -11,6 +13,9 @@ import { type Case, caseOf, dataEventCases, pattern, sleep } from "./helpers/env
 import { closed, rawConnect, rawZmtpConnect } from "./helpers/raw.js";
 
 const MAX = 4096;
+
+v8.setFlagsFromString("--expose-gc");
+const gc = vm.runInNewContext("gc") as () => void;
 
 const cleanups: (() => unknown)[] = [];
 afterEach(async () => {
@@ -240,6 +245,33 @@ for (const t of STREAM) {
       }
       expect(s.hostile().length).toBe(1);
       expect(await s.good.request(Buffer.from("ok"), Buffer.alloc(8), 10_000)).toBe(2);
+    });
+
+    test("an allowed but large announced length costs memory for the bytes that arrived, not for the prefix (CONTRACT 11)", async () => {
+      const BIG = 64 * 1024 * 1024;
+      const s = await serve(t, BIG);
+      // Garbage of earlier tests must not be collected inside the measurement and hide growth.
+      gc();
+      const before = process.memoryUsage().arrayBuffers;
+      const socks: net.Socket[] = [];
+      for (let i = 0; i < 8; i++) {
+        const raw = await rawConnect(s.srv.endpoint);
+        socks.push(raw);
+        const h = Buffer.alloc(4);
+        h.writeUInt32BE(BIG - 1);
+        await writeAsync(raw, h);
+        await sleep(2);
+        await writeAsync(raw, pattern(3000, i));
+      }
+      // Let the server read what was sent (the good client's round trip goes through the same loop).
+      await sleep(20);
+      expect(await s.good.request(Buffer.from("ok"), Buffer.alloc(8), 10_000)).toBe(2);
+      const grown = process.memoryUsage().arrayBuffers - before;
+      // 8 connections announcing 64 MiB each: allocating from the prefix would be 512 MiB.
+      expect(grown).toBeLessThan(32 * 1024 * 1024);
+      for (const raw of socks) raw.destroy();
+      await until(() => s.counter("transport_server_errors") >= 8, "truncated requests counted");
+      expect(s.hostile()).toEqual([]);
     });
 
     test("property: random byte chunks never crash the server; it answers exactly the model's frames and counts the rest, while serving a good client", async () => {
