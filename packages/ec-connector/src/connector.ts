@@ -5,7 +5,7 @@ import type { ConsumerSessionResults } from "./consumer-session.js";
 import { CONSUMER_DEFAULTS, ConsumerSession } from "./consumer-session.js";
 import { SocketDataTransport } from "./data/socket.js";
 import type { DataTransport } from "./data/transport.js";
-import { checkNumberOption, EcError } from "./errors.js";
+import { checkFunctionOption, checkNumberOption, EcError } from "./errors.js";
 import { defaultRegistry, silentLogger } from "./metrics.js";
 import type { CompatibilityInfo } from "./protocol.js";
 import { compatibilityHash } from "./protocol.js";
@@ -234,6 +234,7 @@ export class ConsumerConnector {
       ),
     };
     this.#idleClose = checkNumberOption("idleCloseMs", options.idleCloseMs ?? 60_000, 0);
+    checkFunctionOption("now", options.now);
     this.#now = options.now ?? (() => performance.now());
     if (options.connect !== undefined && typeof options.connect !== "function") {
       throw new EcError("EC_BAD_OPTION", "option connect: expected a function");
@@ -296,7 +297,14 @@ export class ConsumerConnector {
       checksumThread: _t,
       ...rest
     } = options;
-    const c = new ConsumerConnector({ ...rest, registry, cache, data });
+    let c: ConsumerConnector;
+    try {
+      c = new ConsumerConnector({ ...rest, registry, cache, data });
+    } catch (err) {
+      // a bad option: do not leave the data plane (server, checksum thread) running
+      await data.close();
+      throw err;
+    }
     c.#ownsData = true;
     return c;
   }

@@ -63,3 +63,10 @@ export function checkNumberOption(name: string, v: unknown, min: number, max = N
   }
   return v;
 }
+
+/** Throws `EC_BAD_OPTION` unless `v` is undefined or a function. */
+export function checkFunctionOption(name: string, v: unknown): void {
+  if (v !== undefined && typeof v !== "function") {
+    throw new EcError("EC_BAD_OPTION", `option ${name}: expected a function, got ${typeof v}`);
+  }
+}

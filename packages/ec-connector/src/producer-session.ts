@@ -2,7 +2,7 @@ import type { Registry } from "@tapwire/stats";
 import type { Logger } from "pino";
 import type { EmbeddingCache } from "./cache.js";
 import type { DataTransport } from "./data/transport.js";
-import { checkNumberOption, EcError } from "./errors.js";
+import { checkFunctionOption, checkNumberOption, EcError } from "./errors.js";
 import type { ProducerMetrics } from "./metrics.js";
 import { defaultRegistry, producerMetrics, silentLogger } from "./metrics.js";
 import type { XferAck, XferReq } from "./protocol.js";
@@ -117,6 +117,9 @@ export class ProducerSession {
     this.#cache = options.cache;
     this.#compat = options.compatibilityHash;
     this.#lease = checkNumberOption("pinLeaseMs", options.pinLeaseMs ?? PRODUCER_DEFAULTS.pinLeaseMs, 0);
+    checkFunctionOption("now", options.now);
+    checkFunctionOption("onMiss", options.onMiss);
+    checkFunctionOption("onAdmin", options.onAdmin);
     this.#now = options.now ?? (() => performance.now());
     this.#onMiss = options.onMiss;
     this.#onAdmin = options.onAdmin;

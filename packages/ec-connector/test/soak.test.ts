@@ -27,7 +27,7 @@ function mulberry32(seed: number): () => number {
 }
 
 interface ProducerStats {
-  metrics: { counters: Record<string, number> };
+  metrics: { counters: Record<string, number>; gauges: Record<string, number> };
   cache: { freeBlocks: number; pinnedBlocks: number };
   grants: number;
 }
@@ -213,7 +213,48 @@ it(`soak: ${N} transfers with random faults end with the invariants of EC-CONTRA
   }
   const sb = (await adminB.stats()) as unknown as ProducerStats;
   expect(sb.cache.freeBlocks).toBe(initialFreeB);
-  const c = registry.snapshot().counters;
+  conn.poll(); // refresh the gauges after the frees above
+  const snap = registry.snapshot();
+  const c = snap.counters;
+  // the stats the issue lists, on both sides: they exist and agree with the end state
+  for (const name of [
+    "consumer_requests",
+    "consumer_nacks_missing",
+    "consumer_nacks_not_ready",
+    "consumer_nacks_incompat",
+    "consumer_nacks_version",
+    "consumer_nacks_internal",
+    "consumer_ack_timeouts",
+    "consumer_reads",
+    "consumer_read_bytes",
+    "consumer_quarantines",
+    "consumer_settles",
+    "consumer_evictions",
+    "consumer_malformed_messages",
+  ]) {
+    expect(c, name).toHaveProperty(name);
+  }
+  expect(snap.histograms["consumer_read_seconds"]?.count).toBe(c["consumer_reads_completed"]);
+  expect(snap.gauges["consumer_free_blocks"]).toBe(initialFree);
+  expect(snap.gauges["consumer_pinned_blocks"]).toBe(0);
+  for (const name of [
+    "producer_requests",
+    "producer_grants",
+    "producer_nacks_missing",
+    "producer_nacks_not_ready",
+    "producer_nacks_incompat",
+    "producer_nacks_version",
+    "producer_nacks_internal",
+    "producer_lease_expiries",
+    "producer_evictions",
+    "producer_malformed_messages",
+    "data_reads_served",
+    "data_bytes_sent",
+  ]) {
+    expect(sb.metrics.counters, name).toHaveProperty(name);
+  }
+  expect(sb.metrics.gauges["producer_pinned_blocks"]).toBe(0);
+  expect(sb.metrics.gauges["producer_free_blocks"]).toBe(initialFreeB);
   // the faults really happened
   expect(c["consumer_checksum_failures"]).toBeGreaterThan(0);
   expect(c["consumer_quarantines"]).toBeGreaterThan(0);

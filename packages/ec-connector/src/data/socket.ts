@@ -5,7 +5,7 @@ import type { Counter, Gauge } from "@tapwire/stats";
 import { Registry } from "@tapwire/stats";
 import type { Logger } from "pino";
 import { crc32 } from "../crc.js";
-import { checkIntOption, checkNumberOption, EcError } from "../errors.js";
+import { checkFunctionOption, checkIntOption, checkNumberOption, EcError } from "../errors.js";
 import { EC_METRICS_PREFIX, silentLogger } from "../metrics.js";
 import { bin, int, packMsg, str, unpackMap } from "../protocol.js";
 import type {
@@ -272,6 +272,7 @@ export class SocketDataTransport implements DataTransport {
         "option region: expected a Uint8Array of numBlocks * blockBytes bytes",
       );
     }
+    checkFunctionOption("now", options.now);
     if (options.chunkBytes !== undefined) checkIntOption("chunkBytes", options.chunkBytes, 1);
     if (options.throttleBytesPerSec !== undefined)
       checkNumberOption("throttleBytesPerSec", options.throttleBytesPerSec, 0);
