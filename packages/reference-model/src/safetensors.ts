@@ -5,7 +5,7 @@
  * hold `__metadata__` (string to string). Reading is strict: every check below throws a
  * {@link ReferenceModelError} with a stable code naming the first problem.
  */
-import { ReferenceModelError } from "./errors.js";
+import { checkInt, ReferenceModelError } from "./errors.js";
 
 /** Byte size of each supported dtype. */
 export const SAFETENSORS_DTYPE_SIZES = {
@@ -65,12 +65,13 @@ function dtypeSize(dtype: string): number {
  * (DTYPE), a shape of non-negative safe integers (SHAPE), `data_offsets` of two integers with
  * begin <= end <= data length (OFFSETS) and `end - begin == product(shape) * dtype size`
  * (SHAPE); the tensors cover the data section exactly, without overlap or hole (OFFSETS).
+ * A `maxHeaderBytes` that is not an integer >= 2 is `RM_BAD_CONFIG`.
  */
 export function readSafetensors(
   buf: Uint8Array,
   options: ReadSafetensorsOptions = {},
 ): Map<string, SafetensorsTensor> {
-  const limit = options.maxHeaderBytes ?? SAFETENSORS_MAX_HEADER;
+  const limit = checkInt("maxHeaderBytes", options.maxHeaderBytes ?? SAFETENSORS_MAX_HEADER, 2, 2 ** 53 - 1);
   if (buf.length < 8) fail("RM_SAFETENSORS_TRUNCATED", `${buf.length} bytes, need at least 8`);
   const view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
   const lo = view.getUint32(0, true);

@@ -181,6 +181,8 @@ describe("safetensors", () => {
     const buf = file({ a: { dtype: "U8", shape: [0], data_offsets: [0, 0] } });
     expect(codeOf(() => readSafetensors(buf, { maxHeaderBytes: 10 }))).toBe("RM_SAFETENSORS_HEADER");
     expect(codeOf(() => readSafetensors(buf))).toBe("OK");
+    expect(codeOf(() => readSafetensors(buf, { maxHeaderBytes: 1.5 }))).toBe("RM_BAD_CONFIG");
+    expect(() => readSafetensors(buf, { maxHeaderBytes: -1 })).toThrow(/maxHeaderBytes/);
   });
 
   test("writer refuses inconsistent tensors", () => {
