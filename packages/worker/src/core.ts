@@ -177,11 +177,17 @@ function alignedBuffer(bytes: number): Uint8Array {
  * for any input: an internal failure is answered INTERNAL.
  */
 export class WorkerCore {
+  /** The drafting backend. */
   readonly drafter: Drafter;
+  /** Largest `max_slots` a session may ask (the `max_slots` of the HelloReply). */
   readonly maxSlots: number;
+  /** Largest `max_rows_per_step` a session may ask. */
   readonly maxRowsPerStep: number;
+  /** `num_taps * hidden * 2` of the drafter. */
   readonly rowBytes: number;
+  /** `worker_name` of the HelloReply. */
   readonly name: string;
+  /** Where the worker counts (prefix `tapwire_worker_` by default). */
   readonly registry: Registry;
   /** Largest request message the worker can ever accept (24 + the largest STEP body). */
   readonly maxMessageBytes: number;

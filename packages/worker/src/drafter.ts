@@ -34,13 +34,17 @@ export interface DraftBatchEntry {
  * `[(e.index * numSpec + j) * 32 + t]`.
  */
 export interface DraftOutput {
+  /** Draft token ids, `i32[n_req * N]`, each in `[0, vocab_size)` for consumed positions. */
   draftIds: Int32Array;
+  /** Top-1 probability per position, finite in `[0, 1]`. */
   confidence: Float32Array;
   /** Top-1 minus top-2 logit; present exactly when the session asked WANT_MARGIN. */
   margin: Float32Array | null;
   /** Present exactly in TOP32 sessions (CONTRACT 8). */
   sampledMask: Uint8Array | null;
+  /** TOP32 sessions: `i32[n_req * N * 32]`, the top_k distinct support ids of a sampled position. */
   supportIds: Int32Array | null;
+  /** TOP32 sessions: `u32[n_req * N * 32]`, dyadic q (each >= 1, summing to 2^24) of the support. */
   proposalQ: Uint32Array | null;
   /** `N` of the session: the stride of the per-position arrays. */
   numSpec: number;
@@ -65,8 +69,11 @@ export interface Drafter {
   readonly window: number;
   /** Draft positions `N` (1..32). */
   readonly numSpec: number;
+  /** Vocabulary size; drafted ids are in `[0, vocabSize)`. */
   readonly vocabSize: number;
+  /** Tap vectors per row. */
   readonly numTaps: number;
+  /** bf16 values per tap vector (`row_bytes = numTaps * hidden * 2`). */
   readonly hidden: number;
   /** {@link Capability} bits; TAPS_BF16 is required. */
   readonly capabilities: number;
