@@ -103,7 +103,9 @@ describe("HelloReply body (CONTRACT 6.1)", () => {
     expect(decodeHelloReply(b)).toEqual(r);
   });
   test("size and reserved are refused as BAD_REPLY", () => {
-    expectWireError(() => decodeHelloReply(new Uint8Array(127)), "WIRE_BAD_REPLY", "127 bytes");
+    for (const n of [0, 1, 127, 129]) {
+      expectWireError(() => decodeHelloReply(new Uint8Array(n)), "WIRE_BAD_REPLY", `${n} bytes`);
+    }
     const b = encodeHelloReply(sampleHelloReply());
     b[93] = 1;
     expectWireError(() => decodeHelloReply(b), "WIRE_BAD_REPLY", "reserved");
