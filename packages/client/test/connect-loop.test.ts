@@ -195,6 +195,7 @@ describe("connect loop (CONTRACT 9.1)", () => {
       expect(client.disabled).toBe(true);
       for (const w of want) expect(client.disabledReason).toContain(w);
       expect(client.snapshot().info.disabled_reason).toBe(client.disabledReason);
+      expect(client.snapshot().counters.remote_disabled).toBe(1);
       // a disabled client never reconnects and every round is target-only
       await clock.advanceAsync(10_000);
       expect(worker.hellos.length).toBe(1);

@@ -148,6 +148,12 @@ describe.each(SCHEMES)("scripted worker over %s", (scheme) => {
     expect(snap.counters.step_ok).toBe(2);
     expect(snap.histograms.step_rtt_seconds!.count).toBe(2);
     expect(snap.counters.bytes_sent).toBeGreaterThan(8 * ROW_BYTES);
+    // the seed's stats: hellos, bytes both ways, worker info of the connection
+    expect(snap.counters.hellos).toBe(1);
+    expect(snap.counters.bytes_received).toBeGreaterThan(0);
+    expect(JSON.parse(snap.info.worker!)).toMatchObject({ name: "scripted" });
+    expect(snap.gauges.epoch).toBe(1);
+    expect(snap.gauges.ready).toBe(1);
   });
 
   test("bad echoes and values breaking 6.3 / 7.4 are bad_reply (unknown apply), recorded, reconnected", async () => {
