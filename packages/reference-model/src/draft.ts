@@ -107,10 +107,13 @@ export interface DraftSample {
 
 /** Where {@link DraftHead.draft} writes position j: `ids[offset + j]`, `conf[...]`, `margin[...]`. */
 export interface DraftOut {
+  /** Draft token ids; position j goes to `ids[offset + j]`. */
   ids: Int32Array;
+  /** Calibrated top-1 probability per position, in [0, 1]. */
   conf: Float32Array;
   /** Margins (top-1 minus top-2 logit); null to skip. */
   margin: Float32Array | null;
+  /** Index of position 0 in each array (e.g. `entryIndex * numSpec` in a STEP reply). */
   offset: number;
 }
 

@@ -31,8 +31,11 @@ export type SafetensorsDtype = keyof typeof SAFETENSORS_DTYPE_SIZES;
 
 /** One tensor: dtype name, shape, and its raw little-endian bytes. */
 export interface SafetensorsTensor {
+  /** A dtype name of {@link SAFETENSORS_DTYPE_SIZES}, e.g. `"F32"`, `"BF16"`. */
   dtype: string;
+  /** Dimensions; `data` holds `product(shape) * dtype size` bytes. */
   shape: number[];
+  /** Raw little-endian bytes (a view into the file buffer when read). */
   data: Uint8Array;
 }
 

@@ -5,8 +5,11 @@ import { TestingError, TestingErrorCode } from "./errors.js";
 
 /** One output line of a spawned process; `json` is set when the line parses as a JSON object. */
 export interface OutputLine {
+  /** The stream the line came from. */
   stream: "stdout" | "stderr";
+  /** The line without its newline. */
   text: string;
+  /** The line parsed as a JSON object (pino logs), undefined when it is not one. */
   json: Record<string, unknown> | undefined;
 }
 
@@ -28,7 +31,9 @@ export interface SpawnBinOptions {
 
 /** How a spawned process ended. */
 export interface ExitInfo {
+  /** Exit code, null when a signal ended the process. */
   code: number | null;
+  /** The signal that ended the process, null when it exited. */
   signal: NodeJS.Signals | null;
 }
 

@@ -10,20 +10,25 @@ export interface TlsCredentials {
   ca: string;
   /** Server certificate signed by `ca`, SAN IP:127.0.0.1 and DNS:localhost, serverAuth. */
   serverCert: string;
+  /** Private key of `serverCert`. */
   serverKey: string;
   /** Client certificate signed by `ca` (CN tapwire-test-client), clientAuth. */
   clientCert: string;
+  /** Private key of `clientCert`. */
   clientKey: string;
   /** A second, unrelated CA: trusting only this one must make verification fail. */
   wrongCa: string;
   /** Server certificate for 127.0.0.1/localhost signed by `wrongCa` (a server a client must refuse). */
   wrongServerCert: string;
+  /** Private key of `wrongServerCert`. */
   wrongServerKey: string;
   /** Client certificate signed by `wrongCa` (a client a server with `requestCert` must refuse). */
   wrongClientCert: string;
+  /** Private key of `wrongClientCert`. */
   wrongClientKey: string;
-  /** Aliases of `serverCert` / `serverKey`. */
+  /** Alias of `serverCert`. */
   cert: string;
+  /** Alias of `serverKey`. */
   key: string;
   /** Directory holding the PEM files (removed at process exit). */
   dir: string;
