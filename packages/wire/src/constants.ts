@@ -165,9 +165,10 @@ export function reqStatusName(status: number): string {
  */
 export function flagNames(names: Readonly<Record<number, string>>, bits: number): string[] {
   const out: string[] = [];
+  const u = bits >>> 0; // a u32 field; also accepts the negative result of `x & ~mask`
   for (let b = 0; b < 32; b++) {
     const bit = 2 ** b;
-    if (Math.floor(bits / bit) % 2 === 1) out.push(names[bit] ?? `BIT_${b}`);
+    if (Math.floor(u / bit) % 2 === 1) out.push(names[bit] ?? `BIT_${b}`);
   }
   return out;
 }

@@ -114,6 +114,7 @@ describe("tables (CONTRACT 4, 5, 6.1, 7.2, 7.3, 7.4)", () => {
     expect(flagNames(CAPABILITY_NAMES, 7)).toEqual(["TAPS_BF16", "TOP32", "MARGIN"]);
     expect(flagNames(ENTRY_FLAG_NAMES, 0x8004)).toEqual(["RELEASE", "BIT_15"]);
     expect(flagNames(HELLO_FLAG_NAMES, 0x80000001)).toEqual(["WANT_MARGIN", "BIT_31"]);
+    expect(flagNames(HELLO_FLAG_NAMES, 0x80000001 & ~HELLO_FLAGS_MASK)).toEqual(["BIT_31"]);
   });
 
   test("sizes (CONTRACT 4, 6.1, 7.3, 8)", () => {
