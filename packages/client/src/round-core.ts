@@ -1,3 +1,4 @@
+import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import type { ReqEntry, SampleMeta, StepReplyViews } from "@tapwire/wire";
 import { EntryFlag, REQ_STATUS_NAMES, ReqStatus, serialNewer } from "@tapwire/wire";
 import type { StepCall, StepOutcome, StepOutcomeReason } from "./client.js";
@@ -609,6 +610,10 @@ export class RoundCore {
       const why: DraftReason = client.disabled ? "disabled" : "not_ready";
       for (let i = 0; i < nReq; i++) res.drafts[i]!.clear(why);
       res.outcome = why;
+      // A target-only round does no I/O. An engine that awaits round() in a tight loop would
+      // then never leave the microtask queue, starving the client's own connect-loop timers;
+      // one macrotask turn per target-only round lets the reconnect (and everything else) run.
+      await yieldToEventLoop();
       return res;
     }
 

@@ -378,6 +378,26 @@ describe("RoundCore (CONTRACT 7.5) with a fake client", () => {
     expect(res.drafts[0]!.reason).toBe("ok");
   });
 
+  test("target-only rounds yield to the event loop, so the connect loop's timers run", async () => {
+    const fake = new FakeClient();
+    fake.up = false;
+    const core = new RoundCore({ client: fake });
+    let fired = false;
+    const t = setTimeout(() => {
+      fired = true;
+    }, 1);
+    // An engine awaiting round() back to back: without a macrotask turn per target-only round
+    // this loop would spin in the microtask queue and the timer could never fire.
+    let rounds = 0;
+    while (!fired && rounds < 200_000) {
+      const r = await core.round({ requests: [] });
+      expect(r.outcome).toBe("not_ready");
+      rounds++;
+    }
+    clearTimeout(t);
+    expect(fired).toBe(true);
+  });
+
   test("epoch change resyncs every slot; target-only while down", async () => {
     const fake = new FakeClient();
     const core = new RoundCore({ client: fake });
