@@ -209,8 +209,15 @@ export function rejectionSample(
   scratch?: Float64Array,
 ): RejectionResult {
   let qx = 0;
-  for (let i = 0; i < k; i++)
-    if (supportIds[offset + i] === draftId) qx = proposalQ[offset + i]! / DYADIC_ONE;
+  // Slots past top_k are zero padding (support id 0, q 0, CONTRACT 8): only a slot with q > 0
+  // is part of the support, or a padded k would erase q(x) for token 0.
+  for (let i = 0; i < k; i++) {
+    const q = proposalQ[offset + i]!;
+    if (q > 0 && supportIds[offset + i] === draftId) {
+      qx = q / DYADIC_ONE;
+      break;
+    }
+  }
   const px = p[draftId] ?? 0;
   const u = rng.nextFloat();
   if (qx > 0 && u * qx < px) return { accepted: true, token: draftId };

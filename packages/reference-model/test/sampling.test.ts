@@ -192,4 +192,22 @@ describe("rejectionSample (CONTRACT 8)", () => {
     expect(accepted).toBeLessThan(n);
     expect(sampleIndex([0, 0, 1], rng)).toBe(2);
   });
+
+  test("zero-padded support slots past top_k never stand for token 0 (CONTRACT 8 padding)", () => {
+    // p puts everything on token 0; the proposal has token 0 with q = 1/2, then 30 padding
+    // slots (id 0, q 0) as a TOP32 reply carries them. p(0)/q(0) = 2, so 0 is always accepted.
+    const p = new Float64Array(8);
+    p[0] = 1;
+    const support = new Int32Array(32);
+    const q = new Uint32Array(32);
+    support[0] = 0;
+    q[0] = 2 ** 23;
+    support[1] = 5;
+    q[1] = 2 ** 23;
+    const rng = new Xoshiro128(3);
+    for (let i = 0; i < 200; i++) {
+      const r = rejectionSample(p, 0, support, q, 32, rng);
+      expect(r).toEqual({ accepted: true, token: 0 });
+    }
+  });
 });
