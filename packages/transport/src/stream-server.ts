@@ -124,7 +124,10 @@ class Conn implements ConnInfo {
     sock.on("error", this.onError);
     sock.on("close", this.onClose);
     if (cfg.idleTimeoutMs > 0) {
-      sock.setTimeout(cfg.idleTimeoutMs, () => {
+      // A persistent listener: setTimeout's callback argument is a one-time listener, and a
+      // timeout that fires while a handler runs (and is ignored) must not disarm later ones.
+      sock.setTimeout(cfg.idleTimeoutMs);
+      sock.on("timeout", () => {
         if (!this.busy) this.close();
       });
     }

@@ -307,3 +307,54 @@ for (const t of matrix()) {
     });
   });
 }
+
+for (const t of matrix().filter((c) => c.stream)) {
+  describe(`${t.scheme}: idle timeout (server idleTimeoutMs)`, () => {
+    test("an idle connection is closed; one whose handler is still running is not", async () => {
+      const srv = await server(
+        t.listen(),
+        async (req) => {
+          if (req[0] === 0x73) await sleep(400); // "s": slower than the idle timeout
+          return Buffer.from(req);
+        },
+        { ...t.server, idleTimeoutMs: 100 },
+      );
+      const slow = client(srv.endpoint, t.client);
+      const idle = client(srv.endpoint, t.client);
+      await slow.connect(5000);
+      await idle.connect(5000);
+      const reply = Buffer.alloc(16);
+      expect(await idle.request(Buffer.from("x"), reply, 5000)).toBe(1);
+      // The slow request outlives the idle timeout and still gets its reply.
+      expect(await slow.request(Buffer.from("slow"), reply, 5000)).toBe(4);
+      expect(reply.subarray(0, 4).toString()).toBe("slow");
+      // Meanwhile the other connection, idle, was closed by the server.
+      await until(() => !idle.connected);
+      expect(await codeOf(idle.request(Buffer.from("y"), reply, 1000))).toBe("TRANSPORT_CLOSED");
+      await until(() => !slow.connected);
+      await until(() => srv.connections === 0);
+    });
+  });
+}
+
+for (const t of matrix().filter((c) => !c.stream)) {
+  describe(`${t.scheme}: idle timeout (server idleTimeoutMs)`, () => {
+    test("an idle peer's state is forgotten (ZeroMQ cannot close one ROUTER peer); it can come back", async () => {
+      const closedPeers: number[] = [];
+      const srv = await server(t.listen(), (req) => Buffer.from(req), {
+        ...t.server,
+        idleTimeoutMs: 100,
+        onClose: (c) => closedPeers.push(c.id),
+      });
+      const c = client(srv.endpoint, t.client);
+      await c.connect(5000);
+      const reply = Buffer.alloc(16);
+      expect(await c.request(Buffer.from("a"), reply, 5000)).toBe(1);
+      expect(srv.connections).toBe(1);
+      await until(() => srv.connections === 0);
+      expect(closedPeers).toEqual([1]);
+      expect(await c.request(Buffer.from("bb"), reply, 5000)).toBe(2);
+      expect(srv.connections).toBe(1);
+    });
+  });
+}
