@@ -277,8 +277,31 @@ export class WorkerCore {
       throw new WorkerError("WORKER_BAD_OPTION", "option name must be at most 32 UTF-8 bytes without NUL");
     }
     this.name = name;
+    // Duck-typed, not instanceof: a Registry from another copy of @tapwire/stats is fine.
+    const reg = options.registry as unknown as Record<string, unknown> | undefined;
+    if (
+      reg !== undefined &&
+      (reg === null ||
+        typeof reg !== "object" ||
+        typeof reg.counter !== "function" ||
+        typeof reg.histogram !== "function" ||
+        typeof reg.snapshot !== "function")
+    ) {
+      throw new WorkerError("WORKER_BAD_OPTION", "option registry must be a @tapwire/stats Registry");
+    }
     this.registry = options.registry ?? new Registry({ prefix: "tapwire_worker_" });
-    this.log = options.logger ?? silentLogger;
+    const logger = options.logger ?? null;
+    if (logger !== null) {
+      for (const m of ["info", "warn", "error", "debug"] as const) {
+        if (typeof (logger as unknown as Record<string, unknown>)[m] !== "function") {
+          throw new WorkerError("WORKER_BAD_OPTION", `option logger has no ${m}() method`);
+        }
+      }
+    }
+    this.log = logger ?? silentLogger;
+    if (options.now !== undefined && typeof options.now !== "function") {
+      throw new WorkerError("WORKER_BAD_OPTION", "option now must be a function returning ms");
+    }
     this.now = options.now ?? (() => performance.now());
     this.rowBytes = d.numTaps * d.hidden * 2;
     this.store = new WindowStore(

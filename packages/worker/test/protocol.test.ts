@@ -827,6 +827,10 @@ describe("options", () => {
     ["token", { token: "" }],
     ["listen", { listen: [] }],
     ["slotBufferWindows", { slotBufferWindows: 1 }],
+    ["logger", { logger: { info() {} } }],
+    ["now", { now: 5 }],
+    ["registry", { registry: {} }],
+    ["drafter", { drafter: null }],
   ])("bad %s is refused naming it", async (name, over) => {
     await expect(createWorker({ drafter: nullDrafter(), ...(over as object) })).rejects.toThrow(name);
   });
