@@ -61,6 +61,25 @@ describe("bin tapwire-worker", () => {
     expect(c.lines.find((l) => l.msg === "closing")).toMatchObject({ signal: "SIGINT" });
   });
 
+  test("the listening line is printed at any --log-level (supervisors wait for it)", async () => {
+    const c = await spawnWorker([
+      "--drafter",
+      "null",
+      "--listen",
+      "tcp://127.0.0.1:0",
+      "--hidden",
+      "8",
+      "--log-level",
+      "silent",
+    ]);
+    expect(c.listening).toMatchObject({ msg: "listening" });
+    expect((c.listening.endpoints as string[])[0]).toMatch(/^tcp:\/\/127\.0\.0\.1:\d+$/);
+    c.proc.kill("SIGTERM");
+    expect(await c.exit).toBe(0);
+    // other info lines stay quiet at that level
+    expect(c.lines.map((l) => l.msg)).not.toContain("closing");
+  });
+
   test("null drafter over tcp and unix: HELLO + STEP, token from the env, then SIGTERM exits 0", async () => {
     const sock = uniqueSock("bin");
     const c = await spawnWorker(

@@ -217,7 +217,8 @@ async function main(): Promise<number> {
       idleTimeoutMs: int("idle-timeout-ms", v["idle-timeout-ms"], 0, 2 ** 31 - 1),
     }),
   );
-  logger.info(
+  // The "listening" line is the bin's interface to supervisors: printed at any --log-level.
+  logger.child({}, { level: "info" }).info(
     {
       endpoints: worker.endpoints,
       drafter: drafter.constructor.name,
