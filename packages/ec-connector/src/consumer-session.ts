@@ -430,7 +430,7 @@ export class ConsumerSession {
     }
     try {
       const agent = this.#ensureRegistered(ack.agentMetadata, ack.memDescriptor);
-      const notif = new TextEncoder().encode(`${this.sessionId}:${xfer.mmHash}`);
+      const notif = Buffer.from(`${this.sessionId}:${xfer.mmHash}`);
       xfer.handle = this.#data.postRead(xfer.localBlocks, agent, ack.srcBlockIndices, notif, {
         nbytes: ack.nbytes,
         checksum: this.#verify,

@@ -278,7 +278,9 @@ export class EcProducer {
   #schedule(): void {
     if (this.#scheduled || this.#closed) return;
     this.#scheduled = true;
-    setImmediate(() => {
+    // A microtask, not a timer or setImmediate: the step runs as soon as the current callback (the
+    // ROUTER receive loop, a data-plane notification) returns, with whatever else arrived with it.
+    queueMicrotask(() => {
       this.#scheduled = false;
       this.#step();
     });
