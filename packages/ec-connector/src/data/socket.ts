@@ -874,7 +874,9 @@ export class SocketDataTransport implements DataTransport {
         // The reader may answer (notification, next READ) as soon as the last byte is out.
         if (sent === nbytes) break;
         if (this.#throttle > 0) await sleep((len / this.#throttle) * 1000);
-        if (!ok && !s.destroyed) await drained(s);
+        // writableNeedDrain, not the write's return value: a 'drain' during the throttle sleep (or
+        // right after the uncork) has already happened and would never fire again.
+        if (!ok && s.writableNeedDrain && !s.destroyed) await drained(s);
       }
     }
     c.streaming = false;
