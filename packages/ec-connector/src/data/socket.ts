@@ -613,10 +613,8 @@ export class SocketDataTransport implements DataTransport {
   #finish(conn: ReaderConn, r: Read): void {
     if (r.fault?.kind !== "lost_notification") {
       // The notification is written after the completion is reported (a socket write is tens of
-      // microseconds of syscall): the consumer's poll promotes first, then this setImmediate (or the
-      // next READ on this connection, whichever comes first) sends it. Same bytes, same order.
+      // microseconds of syscall): see the end of this method.
       conn.notif = frame({ op: "notif", msg: r.notif });
-      setImmediate(() => this.#flushNotif(conn));
     }
     if (r.checksum && this.#crcThread) {
       // Every byte landed; the read is DONE when the thread's CRC of the last range comes back.
@@ -634,6 +632,10 @@ export class SocketDataTransport implements DataTransport {
       peer.idle.push(conn);
     else this.#killConn(conn, "not pooled");
     this.onReadDone?.();
+    // Queued after onReadDone: a consumer that polls from onActivity (a promise it resolves there)
+    // promotes first, then this microtask sends the notification, before any later READ or request.
+    // A READ posted on this connection before then sends it first (same bytes, same order).
+    if (conn.notif !== null) queueMicrotask(() => this.#flushNotif(conn));
   }
 
   #flushNotif(conn: ReaderConn): void {
