@@ -46,7 +46,7 @@ export interface DataTransport {
     notifMsg: Uint8Array,
     options?: ReadOptions,
   ): XferHandle;
-  /** `DONE`: every byte is local and the notification was sent; `PROC`: in flight; `ERR`: failed. */
+  /** `DONE`: every byte is local and the notification was sent (socket transport: queued, see docs/ec-protocol.md); `PROC`: in flight; `ERR`: failed. */
   checkXferState(handle: XferHandle): XferHandleState;
   /** CRC-32 of the bytes received by a `DONE` read posted with `checksum: true`, else `null`. */
   getXferChecksum(handle: XferHandle): number | null;
