@@ -170,3 +170,44 @@ export function checkBuffers(parts: readonly Uint8Array[], replyBuf: Uint8Array)
   }
   return total;
 }
+
+const NO_PARTS: readonly Uint8Array[] = [];
+
+/**
+ * Validates a request's message arguments (one `msg`, or `parts` when `msg` is null) and returns
+ * the request's byte count. Shared by every client so all schemes refuse the same input alike.
+ */
+export function checkRequestArgs(
+  msg: Uint8Array | null,
+  parts: readonly Uint8Array[],
+  replyBuf: Uint8Array,
+): number {
+  if (msg === null) return checkBuffers(parts, replyBuf);
+  if (!(msg instanceof Uint8Array)) throw new TransportError("TRANSPORT_BAD_OPTION", "msg: not a Uint8Array");
+  return msg.length + checkBuffers(NO_PARTS, replyBuf);
+}
+
+/**
+ * Checks a client may send a request of `total` bytes now: one outstanding request at most
+ * (TRANSPORT_BUSY), an open connection (TRANSPORT_CLOSED, with the reason it closed), and the
+ * size limit (TRANSPORT_TOO_LARGE). Throws in the caller's frame, so stacks name the caller.
+ */
+export function checkRequestState(
+  endpoint: string,
+  pending: boolean,
+  open: boolean,
+  closeReason: string,
+  total: number,
+  maxMessageBytes: number,
+): void {
+  if (pending) {
+    throw new TransportError("TRANSPORT_BUSY", `a request to ${endpoint} is already outstanding`);
+  }
+  if (!open) throw new TransportError("TRANSPORT_CLOSED", `${endpoint}: ${closeReason}`);
+  if (total > maxMessageBytes) {
+    throw new TransportError(
+      "TRANSPORT_TOO_LARGE",
+      `request of ${total} bytes above maxMessageBytes ${maxMessageBytes}`,
+    );
+  }
+}

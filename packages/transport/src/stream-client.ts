@@ -4,7 +4,13 @@ import type { Registry } from "@tapwire/stats";
 import type { Endpoint } from "./endpoint.js";
 import { CallSite, Failure, TransportError, type TransportErrorCode } from "./errors.js";
 import type { ClientMetrics } from "./metrics.js";
-import { type ClientTlsOptions, checkBuffers, type RpcClient, timeoutArg } from "./options.js";
+import {
+  type ClientTlsOptions,
+  checkRequestArgs,
+  checkRequestState,
+  type RpcClient,
+  timeoutArg,
+} from "./options.js";
 
 // Size of the reused receive buffer handed to the kernel (onread): one read takes at most this much.
 const RECV_CHUNK = 64 * 1024;
@@ -209,26 +215,12 @@ export class StreamClient implements RpcClient {
     timeoutMs: number,
   ): Promise<number | Failure> {
     // Runs inside the caller's async frame: errors thrown here already name the caller.
-    let total: number;
-    let ms: number;
-    if (msg !== null && !(msg instanceof Uint8Array)) {
-      throw new TransportError("TRANSPORT_BAD_OPTION", "msg: not a Uint8Array");
-    }
-    total = msg !== null ? msg.length + checkBuffers(EMPTY, replyBuf) : checkBuffers(parts, replyBuf);
-    ms = timeoutArg("request timeoutMs", timeoutMs);
-    if (this.pending) {
-      throw new TransportError("TRANSPORT_BUSY", `a request to ${this.endpoint} is already outstanding`);
-    }
+    const total = checkRequestArgs(msg, parts, replyBuf);
+    const ms = timeoutArg("request timeoutMs", timeoutMs);
     const sock = this.sock;
-    if (this.state !== State.OPEN || sock === null) {
-      throw new TransportError("TRANSPORT_CLOSED", `${this.endpoint}: ${this.closeReason}`);
-    }
-    if (total > this.maxMessageBytes) {
-      throw new TransportError(
-        "TRANSPORT_TOO_LARGE",
-        `request of ${total} bytes above maxMessageBytes ${this.maxMessageBytes}`,
-      );
-    }
+    const open = this.state === State.OPEN && sock !== null;
+    checkRequestState(this.endpoint, this.pending, open, this.closeReason, total, this.maxMessageBytes);
+    if (sock === null) throw new TransportError("TRANSPORT_CLOSED", `${this.endpoint}: ${this.closeReason}`);
     return new Promise<number | Failure>((resolve) => {
       this.pending = true;
       this.replyBuf = replyBuf;

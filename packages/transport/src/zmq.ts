@@ -6,7 +6,8 @@ import { CallSite, Failure, TransportError, type TransportErrorCode } from "./er
 import type { ClientMetrics, ServerMetrics } from "./metrics.js";
 import {
   type ConnInfo,
-  checkBuffers,
+  checkRequestArgs,
+  checkRequestState,
   type Handler,
   type Reply,
   type RpcClient,
@@ -225,25 +226,18 @@ export class ZmqClient implements RpcClient {
     timeoutMs: number,
   ): Promise<number | Failure> {
     // Runs inside the caller's async frame: errors thrown here already name the caller.
-    let total: number;
-    let ms: number;
-    if (msg !== null && !(msg instanceof Uint8Array))
-      throw new TransportError("TRANSPORT_BAD_OPTION", "msg: not a Uint8Array");
-    total = msg !== null ? msg.length + checkBuffers(EMPTY, replyBuf) : checkBuffers(parts, replyBuf);
-    ms = timeoutArg("request timeoutMs", timeoutMs);
-    if (this.pending) {
-      throw new TransportError("TRANSPORT_BUSY", `a request to ${this.endpoint} is already outstanding`);
-    }
+    const total = checkRequestArgs(msg, parts, replyBuf);
+    const ms = timeoutArg("request timeoutMs", timeoutMs);
     const d = this.dealer;
-    if (!this.isOpen || d === null) {
-      throw new TransportError("TRANSPORT_CLOSED", `${this.endpoint}: ${this.closeReason}`);
-    }
-    if (total > this.maxMessageBytes) {
-      throw new TransportError(
-        "TRANSPORT_TOO_LARGE",
-        `request of ${total} bytes above maxMessageBytes ${this.maxMessageBytes}`,
-      );
-    }
+    checkRequestState(
+      this.endpoint,
+      this.pending,
+      this.isOpen && d !== null,
+      this.closeReason,
+      total,
+      this.maxMessageBytes,
+    );
+    if (d === null) throw new TransportError("TRANSPORT_CLOSED", `${this.endpoint}: ${this.closeReason}`);
     return new Promise<number | Failure>((resolve) => {
       this.pending = true;
       this.replyBuf = replyBuf;
