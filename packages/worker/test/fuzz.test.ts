@@ -8,6 +8,8 @@ import { entry, helloFor, nullDrafter, Raw, Sess, stepFrame } from "./helpers.js
 
 /** Fuzz time per test: short in `test`, longer with TAPWIRE_FUZZ_MS (test:soak). */
 const FUZZ_MS = Number(process.env.TAPWIRE_FUZZ_MS ?? 1500);
+/** Each fuzz test runs FUZZ_MS, then checks the worker is alive: its timeout leaves room for that. */
+const FUZZ_TIMEOUT_MS = FUZZ_MS + 60_000;
 const drafter = nullDrafter();
 
 let worker: Worker;
@@ -68,7 +70,9 @@ const mutation = fc.record({
 });
 
 describe("fuzz: garbage never crashes the worker (CONTRACT 11)", () => {
-  test("random bytes, truncated and mutated frames over a real connection", async () => {
+  test("random bytes, truncated and mutated frames over a real connection", {
+    timeout: FUZZ_TIMEOUT_MS,
+  }, async () => {
     const deadline = Date.now() + FUZZ_MS;
     let r = await new Raw(ep).connect();
     let sent = 0;
@@ -114,7 +118,9 @@ describe("fuzz: garbage never crashes the worker (CONTRACT 11)", () => {
     expect((worker.stats().counters as Record<string, number>).internal_errors).toBe(0);
   });
 
-  test("raw stream garbage: bad length prefixes, partial messages, abrupt closes", async () => {
+  test("raw stream garbage: bad length prefixes, partial messages, abrupt closes", {
+    timeout: FUZZ_TIMEOUT_MS,
+  }, async () => {
     const { port } = new URL(ep.replace("tcp://", "http://"));
     const deadline = Date.now() + FUZZ_MS;
     let n = 0;
