@@ -48,6 +48,12 @@ export interface RoundRequest {
    * `[newRowsStart, anchorPos)`), or null/empty when none. Copied into the slot's ring.
    */
   readonly newRows?: Uint8Array | null;
+  /**
+   * Zero-copy alternative to `newRows`: the number of new rows the engine already wrote into the
+   * views {@link RoundCore.rowsTarget} returned for this slot, generation and positions. Not
+   * with a non-empty `newRows`.
+   */
+  readonly rowsInRing?: number;
   /** Position of the first new row (default `anchorPos - n`); it must continue the ring unless the request is new. */
   readonly newRowsStart?: number;
   /** Ask for drafts this round (default true). */
@@ -191,6 +197,10 @@ class Slot {
   seenRound = -1;
   waitedRounds = 0;
   draft: DraftOut | null = null;
+  /** A {@link RoundCore.rowsTarget} reservation waiting for its round: rows, or 0 for none. */
+  resN = 0;
+  resStart = 0;
+  resGeneration = 0;
 }
 
 class DraftOut implements RoundDraft {
@@ -269,6 +279,7 @@ export class RoundCore {
   /** `"parts"`: rows leave as views of the rings; `"stage"`: copied into the send buffer. */
   readonly rowsMode: "stage" | "parts";
   readonly #parts: Uint8Array[] = [];
+  readonly #targetOut: Uint8Array[] = [];
   readonly #W: number;
   readonly #N: number;
   readonly #rowBytes: number;
@@ -398,6 +409,66 @@ export class RoundCore {
     return out;
   }
 
+  /**
+   * Zero-copy staging of a slot's next rows (CONTRACT 7.5): the views of the slot's ring where
+   * the rows of positions `[start, start + n)` live (one view, or two when the range wraps the
+   * ring, oldest first; `n * rowBytes` bytes in all). The engine writes the tap rows there (for
+   * example its device-to-host copy lands there) and, in the next round, passes
+   * `rowsInRing: n` in the slot's request (with `anchorPos = start + n`, or `newRowsStart =
+   * start`) instead of `newRows`: the ring copy is then skipped, and with `rowsMode: "parts"`
+   * the rows are never copied on rank 0 at all.
+   *
+   * For the request the slot is running, `start` must be where the ring ends (the next
+   * position); for a newer generation (a new request) any start. The ring positions the new rows
+   * overwrite (the oldest, `start + n - W` and before) leave the ring at once, so a round that
+   * never comes cannot make the ring claim rows it no longer holds; a new generation empties
+   * the old request's ring and marks the slot for resync. A later call for the same slot
+   * replaces the reservation. The returned array and views are reused: valid until the next call.
+   *
+   * @throws ClientError `CLIENT_BAD_ARGUMENT` for a slot outside `0..maxSlots-1`, a generation
+   *   older than the slot's, `n` outside `1..W`, or a `start` that does not continue the ring.
+   */
+  rowsTarget(slot: number, generation: number, start: number, n: number): readonly Uint8Array[] {
+    const W = this.#W;
+    const rb = this.#rowBytes;
+    if (!Number.isInteger(slot) || slot < 0 || slot >= this.#maxSlots) {
+      throw bad(`rowsTarget: slot ${slot} outside 0..${this.#maxSlots - 1}`);
+    }
+    if (!isU32(generation)) throw bad(`rowsTarget: slot ${slot}: generation ${generation} is not a u32`);
+    if (!Number.isInteger(n) || n < 1 || n > W) throw bad(`rowsTarget: slot ${slot}: n ${n} outside 1..${W}`);
+    if (!isU32(start) || start + n > 0xffffffff) {
+      throw bad(`rowsTarget: slot ${slot}: positions ${start}..${start + n} are not u32`);
+    }
+    const s = this.#slot(slot);
+    const same = s.known && generation === s.generation;
+    if (s.known && !same && !serialNewer(generation, s.generation)) {
+      throw bad(
+        `rowsTarget: slot ${slot}: generation ${generation} is older than ${s.generation} (CONTRACT 7.1)`,
+      );
+    }
+    if (same && !s.active) {
+      throw bad(
+        `rowsTarget: slot ${slot}: generation ${generation} was released; a new request needs a newer one`,
+      );
+    }
+    if (same && start !== s.ringEnd) {
+      throw bad(`rowsTarget: slot ${slot}: rows from position ${start} but the ring ends at ${s.ringEnd}`);
+    }
+    s.ring ??= Buffer.alloc(W * rb);
+    if (same) {
+      if (s.ringStart < start + n - W) s.ringStart = Math.min(s.ringEnd, start + n - W);
+    } else {
+      s.ringStart = s.ringEnd;
+      s.needResync = true;
+    }
+    s.resN = n;
+    s.resStart = start;
+    s.resGeneration = generation;
+    const out = this.#targetOut;
+    out.length = this.#ringViews(s, start, start + n, out, 0);
+    return out;
+  }
+
   /** RESET on the worker (CONTRACT 10) and resync of every slot on the next round. */
   async reset(): Promise<void> {
     for (const s of this.#slots) s.needResync = true;
@@ -518,8 +589,20 @@ export class RoundCore {
       const bytes = rows === null ? 0 : rows.length;
       if (bytes % rb !== 0)
         throw bad(`${at(i, r.slot)}: newRows holds ${bytes} bytes, not a multiple of row_bytes ${rb}`);
-      const n = bytes / rb;
+      const inRing = r.rowsInRing ?? 0;
+      if (!Number.isInteger(inRing) || inRing < 0) {
+        throw bad(`${at(i, r.slot)}: rowsInRing ${inRing} is not a non-negative integer`);
+      }
+      if (inRing > 0 && bytes > 0) throw bad(`${at(i, r.slot)}: both newRows and rowsInRing given`);
+      const n = inRing > 0 ? inRing : bytes / rb;
       const start = r.newRowsStart ?? r.anchorPos - n;
+      if (inRing > 0 && (s.resN !== inRing || s.resStart !== start || s.resGeneration !== r.generation)) {
+        const held =
+          s.resN === 0 ? "none" : `${s.resN} rows from ${s.resStart}, generation ${s.resGeneration}`;
+        throw bad(
+          `${at(i, r.slot)}: rowsInRing ${inRing} from position ${start}, generation ${r.generation} does not match the rowsTarget reservation (${held})`,
+        );
+      }
       if (n > 0 && (!Number.isInteger(start) || start < 0 || start + n !== r.anchorPos)) {
         throw bad(
           `${at(i, r.slot)}: ${n} new rows from position ${start} do not end at anchorPos ${r.anchorPos}`,
@@ -579,7 +662,8 @@ export class RoundCore {
       const r = input.requests[i]!;
       const s = this.#slot(r.slot);
       const rows = r.newRows ?? null;
-      const n = rows === null ? 0 : rows.length / rb;
+      const inRing = r.rowsInRing ?? 0;
+      const n = inRing > 0 ? inRing : rows === null ? 0 : rows.length / rb;
       if (!s.known || r.generation !== s.generation) {
         // a new request in the slot: its ring starts over, the worker must resync it
         s.known = true;
@@ -591,7 +675,14 @@ export class RoundCore {
         s.waitedRounds = 0;
         s.ringStart = s.ringEnd = n > 0 ? (r.newRowsStart ?? r.anchorPos - n) : r.anchorPos;
       }
-      if (n > 0) this.#appendRing(s, rows!, s.ringEnd, n);
+      if (inRing > 0) {
+        // the engine wrote them in place (rowsTarget): the ring only moves on
+        s.ringEnd += n;
+        if (s.ringEnd - s.ringStart > W) s.ringStart = s.ringEnd - W;
+      } else if (n > 0) {
+        this.#appendRing(s, rows!, s.ringEnd, n);
+      }
+      s.resN = 0;
       res.drafts[i] = this.#draftOf(r.slot, s);
     }
     for (const slot of input.release ?? []) {

@@ -278,17 +278,33 @@ class Engine {
     const r = this.reqs.get(slot)!;
     r.anchor += n;
   }
-  input(): RoundRequest[] {
+  /**
+   * With `ring`, rows of up to W positions are written straight into the views
+   * `core.rowsTarget` gives (zero-copy staging) for the requests `ring` picks.
+   */
+  input(core?: RoundCore, ring?: (slot: number, anchor: number) => boolean): RoundRequest[] {
     const out: RoundRequest[] = [];
     for (const [slot, r] of this.reqs) {
       const n = r.anchor - r.pendingFrom;
-      out.push({
-        slot,
-        generation: r.gen,
-        anchorPos: r.anchor,
-        anchorToken: r.anchor % V,
-        newRows: n > 0 ? rows(r.pendingFrom, n, slot) : null,
-      });
+      if (core !== undefined && n > 0 && n <= W && (ring?.(slot, r.anchor) ?? true)) {
+        const views = core.rowsTarget(slot, r.gen, r.pendingFrom, n);
+        const src = rows(r.pendingFrom, n, slot);
+        let off = 0;
+        for (const v of views) {
+          v.set(src.subarray(off, off + v.length));
+          off += v.length;
+        }
+        expect(off).toBe(src.length);
+        out.push({ slot, generation: r.gen, anchorPos: r.anchor, anchorToken: r.anchor % V, rowsInRing: n });
+      } else {
+        out.push({
+          slot,
+          generation: r.gen,
+          anchorPos: r.anchor,
+          anchorToken: r.anchor % V,
+          newRows: n > 0 ? rows(r.pendingFrom, n, slot) : null,
+        });
+      }
       r.pendingFrom = r.anchor;
     }
     return out;
@@ -553,6 +569,100 @@ describe("RoundCore (CONTRACT 7.5) with a fake client", () => {
     ).rejects.toThrow("ring ends at 2");
   });
 
+  test("rowsTarget: the engine writes rows into the ring and they leave from there, never copied (CONTRACT 7.5)", async () => {
+    const fake = new FakeClient();
+    const core = new RoundCore({ client: fake });
+    const eng = new Engine();
+    eng.start(0, 3); // a new request: its prompt rows written in place too
+    eng.start(1, 2);
+    let res = await core.round({ requests: eng.input(core) });
+    expect(res.outcome).toBe("ok");
+    expect(res.resynced).toBe(2);
+    expectInSync(core, fake, eng);
+    for (let r = 0; r < 3 * W; r++) {
+      eng.accept(0, 1 + (r % 3)); // 1..3 rows: some ranges wrap the ring (two views)
+      eng.accept(1, 1);
+      const targets: Uint8Array[][] = [];
+      const input: RoundRequest[] = [];
+      for (const [slot, q] of eng.reqs) {
+        const n = q.anchor - q.pendingFrom;
+        const views = core.rowsTarget(slot, q.gen, q.pendingFrom, n);
+        targets.push([...views]);
+        const src = rows(q.pendingFrom, n, slot);
+        let off = 0;
+        for (const v of views) {
+          v.set(src.subarray(off, off + v.length));
+          off += v.length;
+        }
+        input.push({ slot, generation: q.gen, anchorPos: q.anchor, anchorToken: 1, rowsInRing: n });
+        q.pendingFrom = q.anchor;
+      }
+      res = await core.round({ requests: input });
+      expect(res.outcome).toBe("ok");
+      expect(res.resynced).toBe(0);
+      // the STEP's row parts are the very views the engine wrote into
+      expect(fake.rowsSeen.at(-1)).toEqual(targets.flat());
+      for (const [i, v] of fake.rowsSeen.at(-1)!.entries()) expect(v).toBe(targets.flat()[i]);
+      expectInSync(core, fake, eng);
+    }
+  });
+
+  test("rowsTarget: a reservation is checked against the round; bad arguments throw before anything changes", async () => {
+    const fake = new FakeClient();
+    const core = new RoundCore({ client: fake });
+    await core.round({
+      requests: [{ slot: 0, generation: 2, anchorPos: 2, anchorToken: 1, newRows: rows(0, 2, 0) }],
+    });
+    expect(() => core.rowsTarget(6, 2, 2, 1)).toThrow("slot 6");
+    expect(() => core.rowsTarget(0, 2, 2, 0)).toThrow("outside 1..4");
+    expect(() => core.rowsTarget(0, 2, 2, W + 1)).toThrow("outside 1..4");
+    expect(() => core.rowsTarget(0, 2, 3, 1)).toThrow("ring ends at 2");
+    expect(() => core.rowsTarget(0, 1, 2, 1)).toThrow("older");
+    expect(() => core.rowsTarget(0, 2, 0xffffffff, 1)).toThrow("u32");
+    const one = { slot: 0, generation: 2, anchorPos: 3, anchorToken: 1 };
+    // no reservation yet
+    await expect(core.round({ requests: [{ ...one, rowsInRing: 1 }] })).rejects.toThrow("reservation (none)");
+    core.rowsTarget(0, 2, 2, 1)[0]!.set(rows(2, 1, 0));
+    await expect(core.round({ requests: [{ ...one, anchorPos: 4, rowsInRing: 2 }] })).rejects.toThrow(
+      "1 rows from 2, generation 2",
+    );
+    await expect(core.round({ requests: [{ ...one, generation: 3, rowsInRing: 1 }] })).rejects.toThrow(
+      "reservation",
+    );
+    await expect(
+      core.round({ requests: [{ ...one, rowsInRing: 1, newRows: rows(2, 1, 0) }] }),
+    ).rejects.toThrow("both newRows and rowsInRing");
+    await expect(core.round({ requests: [{ ...one, rowsInRing: 0.5 }] })).rejects.toThrow("rowsInRing 0.5");
+    expect(fake.steps.length).toBe(1);
+    const ok = await core.round({ requests: [{ ...one, rowsInRing: 1 }] });
+    expect(ok.outcome).toBe("ok");
+    expect(core.slotView(0).ringEnd).toBe(3);
+    expect(Buffer.from(fake.windowOf(0)!.rows.at(-1)!)).toEqual(Buffer.from(rows(2, 1, 0)));
+    // consumed: the same rowsInRing again has no reservation
+    await expect(core.round({ requests: [{ ...one, anchorPos: 4, rowsInRing: 1 }] })).rejects.toThrow(
+      "(none)",
+    );
+    // a released generation cannot take rows; a newer one can, and empties the old ring
+    await core.round({ requests: [], release: [0] });
+    expect(() => core.rowsTarget(0, 2, 3, 1)).toThrow("released");
+    core.rowsTarget(0, 7, 0, 2);
+    expect(core.slotView(0).rows.length).toBe(0);
+  });
+
+  test("rowsTarget: rows it overwrites leave the ring at once, so a round that never comes cannot resync stale rows", async () => {
+    const fake = new FakeClient();
+    const core = new RoundCore({ client: fake });
+    await core.round({
+      requests: [{ slot: 0, generation: 1, anchorPos: W, anchorToken: 1, newRows: rows(0, W, 0) }],
+    });
+    expect(core.slotView(0)).toMatchObject({ ringStart: 0, ringEnd: W });
+    core.rowsTarget(0, 1, W, 2);
+    // positions 0 and 1 shared their ring rows with W and W + 1: no longer claimed
+    const v = core.slotView(0);
+    expect(v).toMatchObject({ ringStart: 2, ringEnd: W });
+    expect(Buffer.from(v.rows)).toEqual(Buffer.from(rows(2, W - 2, 0)));
+  });
+
   test("depth policy spends the budget on the best prefixes", async () => {
     const fake = new FakeClient();
     const core = new RoundCore({ client: fake, depthPolicy: new DepthPolicy({ budget: 4 }) });
@@ -592,13 +702,19 @@ describe("RoundCore (CONTRACT 7.5) with a fake client", () => {
       fc.asyncProperty(
         fc.array(op, { maxLength: 40 }),
         fc.integer({ min: W, max: 12 }),
-        async (ops, maxRows) => {
+        fc.constantFrom("copy", "ring", "mixed"),
+        async (ops, maxRows, staging) => {
           const fake = new FakeClient(maxRows);
           const core = new RoundCore({ client: fake });
           const eng = new Engine();
           let release: number[] = [];
+          // rows through newRows (copied into the rings), rowsTarget (written in place), or both
+          const input = (): RoundRequest[] =>
+            staging === "copy"
+              ? eng.input()
+              : eng.input(core, staging === "ring" ? undefined : (slot, anchor) => (slot + anchor) % 2 === 0);
           const runRound = async (): Promise<void> => {
-            const res = await core.round({ requests: eng.input(), release });
+            const res = await core.round({ requests: input(), release });
             release = [];
             for (const d of res.drafts) {
               if (d.k > 0) {
@@ -632,7 +748,7 @@ describe("RoundCore (CONTRACT 7.5) with a fake client", () => {
           fake.fault = null;
           fake.up = true;
           for (let i = 0; i < 20; i++) {
-            const res = await core.round({ requests: eng.input(), release });
+            const res = await core.round({ requests: input(), release });
             release = [];
             if (res.outcome === "ok" || res.outcome === "idle") {
               if (res.deferred === 0 && res.drafts.every((d) => !core.slotView(d.slot).needResync)) break;
