@@ -3,10 +3,16 @@
 // whole into one reused buffer (allocated once, at the size given), and answered with one
 // preallocated reply of `--reply-bytes` (the STEP reply frame size) in a single write. Nothing
 // else: no decoding, no copy into slot windows, no drafting.
+//
+// `--mode data` (default) is @tapwire/transport's raw-socket baseline (packages/transport/bench,
+// `raw-tcp` / `raw-unix`): the request arrives through 'data' events and is copied into the
+// reused buffer, as a plain node:net server does. `--mode direct` is the stricter one that
+// receives the way @tapwire/transport's server does (its `raw-*-direct`): the kernel reads the
+// rest of a request straight into the reused buffer, no copy at all.
 // Prints `{"msg":"listening","endpoints":[...]}` once bound.
 //
 //   node --import tsx bench/raw-server.ts --listen tcp://127.0.0.1:0 --listen unix:///tmp/x.sock \
-//     --request-bytes N --reply-bytes M
+//     --request-bytes N --reply-bytes M [--mode data|direct]
 import { unlinkSync } from "node:fs";
 import * as net from "node:net";
 import { parseArgs } from "node:util";
@@ -16,8 +22,14 @@ const { values: v } = parseArgs({
     listen: { type: "string", multiple: true },
     "request-bytes": { type: "string" },
     "reply-bytes": { type: "string" },
+    mode: { type: "string", default: "data" },
   },
 });
+const mode = v.mode;
+if (mode !== "data" && mode !== "direct") {
+  process.stderr.write(`raw-server: --mode must be data or direct, got ${mode}\n`);
+  process.exit(2);
+}
 const requestBytes = Number(v["request-bytes"]);
 const replyBytes = Number(v["reply-bytes"]);
 if (!(Number.isInteger(requestBytes) && requestBytes > 0 && Number.isInteger(replyBytes) && replyBytes > 0)) {
@@ -33,6 +45,41 @@ reply.writeUInt32BE(replyBytes, 0);
 // accepted (paused) socket's handle moves to a socket created with `onread`, so that once a
 // request's length is known the kernel reads the rest straight into the reused request buffer
 // (large reads, no copy, no allocation per read).
+// The transport package's raw baseline: 'data' events, each chunk copied into the reused buffer.
+function serveData(s: net.Socket): void {
+  const asm = Buffer.allocUnsafe(requestBytes);
+  let hdr = 0;
+  let len = 0;
+  let got = 0;
+  s.on("data", (c: Buffer) => {
+    let off = 0;
+    while (off < c.length) {
+      if (hdr < 4) {
+        len = len * 256 + (c[off++] as number);
+        if (++hdr < 4) continue;
+        got = 0;
+        if (len > asm.length) {
+          process.stderr.write(`raw-server: request of ${len} bytes above --request-bytes\n`);
+          s.destroy();
+          return;
+        }
+      } else {
+        const k = Math.min(c.length - off, len - got);
+        c.copy(asm, got, off, off + k);
+        got += k;
+        off += k;
+      }
+      if (hdr === 4 && got === len) {
+        hdr = 0;
+        len = 0;
+        got = 0;
+        s.write(reply);
+      }
+    }
+  });
+  s.on("error", () => {});
+}
+
 function serve(orig: net.Socket): void {
   const holder = orig as unknown as { _handle: unknown };
   const handle = holder._handle;
@@ -95,7 +142,10 @@ function serve(orig: net.Socket): void {
 
 const endpoints: string[] = [];
 for (const url of v.listen ?? []) {
-  const server = net.createServer({ noDelay: true, pauseOnConnect: true }, serve);
+  const server =
+    mode === "direct"
+      ? net.createServer({ noDelay: true, pauseOnConnect: true }, serve)
+      : net.createServer({ noDelay: true }, serveData);
   if (url.startsWith("unix://")) {
     const path = url.slice("unix://".length);
     try {
