@@ -29,6 +29,8 @@ test("the README example runs against a real worker and prints drafts", async ()
     expect(r.status, r.stderr).toBe(0);
     // outcome ok, draft ok, the verified ids and the k confidences
     expect(r.stdout).toMatch(/^ok ok \[[\d, ]*\] Float32Array\(4\)/);
+    // the zero-copy round (rowsTarget): 2 rows sent from the ring, drafts ok
+    expect(r.stdout).toMatch(/\nok 2 ok\n/);
   } finally {
     rmSync(file, { force: true });
   }

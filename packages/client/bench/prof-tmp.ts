@@ -1,0 +1,11 @@
+process.env.BENCH_NO_MAIN = "1";
+const m = await import("./index.js");
+const { child, eps } = await m.startWorker();
+const sh = { name: "64x1", slots: 64, rowsPerSlot: 1 };
+const st = await m.setup(eps.unix, sh, "parts");
+st.unwrap();
+const t0 = performance.now();
+for (let i = 0; i < 3000; i++) await m.oneRound(st, sh, true);
+console.log("per round us", ((performance.now() - t0) / 3000) * 1000);
+await st.client.close();
+await child.kill();
