@@ -23,7 +23,8 @@ export {
   XFER_TRANSITIONS,
   XferState,
 } from "./consumer-session.js";
-export { crc32 } from "./crc.js";
+export type { Crc32Fn, Crc32Impl, Crc32Info } from "./crc.js";
+export { CRC32_ENV, CRC32_IMPLS, crc32, crc32Info, loadCrc32 } from "./crc.js";
 export type { LoopbackDataTransportOptions, LoopbackFault } from "./data/loopback.js";
 export { LoopbackDataTransport, LoopbackFabric } from "./data/loopback.js";
 export type { SocketDataTransportOptions, SocketFault } from "./data/socket.js";

@@ -1,7 +1,8 @@
-import type { Counter, Gauge, Histogram } from "@tapwire/stats";
+import type { Counter, Gauge, Histogram, InfoValue } from "@tapwire/stats";
 import { Registry } from "@tapwire/stats";
 import type { Logger } from "pino";
 import pino from "pino";
+import { crc32Info } from "./crc.js";
 
 /** The default Prometheus prefix of registries this package creates. */
 export const EC_METRICS_PREFIX = "tapwire_ec_";
@@ -14,6 +15,16 @@ export function defaultRegistry(): Registry {
 /** A logger that logs nothing (internal default: libraries stay quiet unless given a logger). */
 export function silentLogger(): Logger {
   return pino({ level: "silent" });
+}
+
+/**
+ * Registers the `crc_impl` info value (`<prefix>crc_impl_info{value="@node-rs/crc32"} 1`): which
+ * CRC-32 implementation this process uses (see `crc32Info`).
+ */
+export function crcImplInfo(r: Registry): InfoValue {
+  const v = r.info("crc_impl", "the CRC-32 implementation in use (@node-rs/crc32, node:zlib or table)");
+  v.set(crc32Info.impl);
+  return v;
 }
 
 /** Producer-side control-plane metrics (EC-CONTRACT 4). */
@@ -32,6 +43,7 @@ export interface ProducerMetrics {
   freeBlocks: Gauge;
   cacheEntries: Gauge;
   evictions: Counter;
+  crcImpl: InfoValue;
 }
 
 /** Registers (idempotently) and returns the producer metrics. */
@@ -57,6 +69,7 @@ export function producerMetrics(r: Registry): ProducerMetrics {
     freeBlocks: r.gauge("producer_free_blocks", "free cache blocks"),
     cacheEntries: r.gauge("producer_cache_entries", "entries in the producer cache"),
     evictions: r.counter("producer_evictions", "cache entries evicted (LRU)"),
+    crcImpl: crcImplInfo(r),
   };
 }
 
@@ -79,6 +92,7 @@ export interface ConsumerMetrics {
   blocksRetired: Counter;
   malformed: Counter;
   peerDown: Counter;
+  crcImpl: InfoValue;
 }
 
 /** Registers (idempotently) and returns the consumer session metrics. */
@@ -116,5 +130,6 @@ export function consumerMetrics(r: Registry): ConsumerMetrics {
     ),
     malformed: r.counter("consumer_malformed_messages", "acks dropped as malformed (3)"),
     peerDown: r.counter("consumer_peer_down", "peer-down events (heartbeat or disconnect)"),
+    crcImpl: crcImplInfo(r),
   };
 }

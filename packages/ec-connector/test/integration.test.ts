@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Dealer, Router } from "zeromq";
 import {
   ConsumerConnector,
+  crc32Info,
   decodeXferAck,
   EcAdminClient,
   encodeXferAck,
@@ -106,6 +107,18 @@ for (const kind of ["tcp", "unix"] as const) {
       for (const [h] of SIZES) conn.free(h);
       expect(conn.cache.freeBlocks).toBe(initialFree);
       conn.cache.check();
+    });
+
+    it(`a byte corrupted on the wire is caught by the inline CRC-32 (${crc32Info.impl}) and never promoted (EC-CONTRACT 6.3, 8)`, async () => {
+      const before = registry.snapshot().counters["consumer_checksum_failures"] ?? 0;
+      (conn.data as SocketDataTransport).injectFault({ kind: "corrupt" });
+      expect(await driver.fetch("s-1m", prod.control, MiB)).toMatch(/checksum/);
+      expect(conn.cache.get("s-1m")).toBeUndefined();
+      expect(registry.snapshot().counters["consumer_checksum_failures"]).toBe(before + 1);
+      // the next (clean) read of the same entry is promoted byte-identical
+      expect(await driver.fetch("s-1m", prod.control, MiB)).toBe("loaded");
+      expect(driver.mismatched).toEqual([]);
+      conn.free("s-1m");
     });
 
     it("a lost notification is cleaned up by the producer's lease (EC-CONTRACT 4.4)", async () => {

@@ -2,6 +2,7 @@
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import pino from "pino";
+import { crc32Info } from "../crc.js";
 import { EcError } from "../errors.js";
 import type { EcProducerOptions } from "../producer.js";
 import { EC_PRODUCER_DEFAULTS, EcProducer } from "../producer.js";
@@ -125,6 +126,7 @@ async function main(): Promise<void> {
       numBlocks: producer.cache.numBlocks,
       blockBytes: producer.cache.blockBytes,
       entries: producer.cache.size,
+      crcImpl: crc32Info.impl,
       pid: process.pid,
     },
     "listening",

@@ -4,7 +4,7 @@ import { Worker } from "node:worker_threads";
 import type { Counter, Gauge } from "@tapwire/stats";
 import { Registry } from "@tapwire/stats";
 import type { Logger } from "pino";
-import { crc32 } from "../crc.js";
+import { CRC32_IMPLS, crc32, crc32Info, nativeCrc32Path } from "../crc.js";
 import { checkFunctionOption, checkIntOption, checkNumberOption, EcError } from "../errors.js";
 import { EC_METRICS_PREFIX, silentLogger } from "../metrics.js";
 import { bin, int, packMsg, str, unpackMap } from "../protocol.js";
@@ -39,16 +39,27 @@ const MAX_KEY_BYTES = 1024;
 /** Landed bytes handed to the checksum thread per message. */
 const CRC_BATCH = 512 * 1024;
 
-/** The checksum thread: CRC-32 of region ranges, in order, per read id; [-1, id] drops a read. */
+/**
+ * The checksum thread: CRC-32 of region ranges, in order, per read id; [-1, id] drops a read. It
+ * uses `@node-rs/crc32` (`workerData.nativePath`) when the main thread does and it loads and
+ * checks out here too, else `node:zlib`.
+ */
 const CRC_WORKER = `
 const { parentPort, workerData } = require("node:worker_threads");
 const zlib = require("node:zlib");
+let crc = (b, c) => zlib.crc32(b, c);
+if (workerData.nativePath !== null) {
+  try {
+    const f = require(workerData.nativePath).crc32;
+    if (f(Buffer.from("123456789"), 0) >>> 0 === 0xcbf43926) crc = f;
+  } catch {}
+}
 const region = new Uint8Array(workerData.buffer, workerData.byteOffset, workerData.length);
 const crcs = new Map();
 parentPort.on("message", (m) => {
   if (m[0] === -1) { crcs.delete(m[1]); return; }
   let c = crcs.get(m[0]) ?? 0;
-  if (m[2] > 0) c = zlib.crc32(region.subarray(m[1], m[1] + m[2]), c);
+  if (m[2] > 0) c = crc(region.subarray(m[1], m[1] + m[2]), c) >>> 0;
   if (m[3]) { crcs.delete(m[0]); parentPort.postMessage([m[0], c >>> 0]); } else crcs.set(m[0], c);
 });
 `;
@@ -691,7 +702,12 @@ export class SocketDataTransport implements DataTransport {
       const region = this.#region;
       this.#worker = new Worker(CRC_WORKER, {
         eval: true,
-        workerData: { buffer: region.buffer, byteOffset: region.byteOffset, length: region.length },
+        workerData: {
+          buffer: region.buffer,
+          byteOffset: region.byteOffset,
+          length: region.length,
+          nativePath: crc32Info.impl === CRC32_IMPLS.native ? nativeCrc32Path() : null,
+        },
       });
       this.#worker.unref();
       this.#worker.on("message", (m: [number, number]) => this.#crcDone(m[0], m[1]));

@@ -1,0 +1,165 @@
+import { createRequire } from "node:module";
+import * as zlib from "node:zlib";
+import { Registry } from "@tapwire/stats";
+import { spawnBin } from "@tapwire/testing";
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { crc32Table } from "../src/crc.js";
+import {
+  ConsumerConnector,
+  CRC32_ENV,
+  CRC32_IMPLS,
+  crc32,
+  crc32Info,
+  EcAdminClient,
+  loadCrc32,
+} from "../src/index.js";
+import { consumerMetrics, producerMetrics } from "../src/metrics.js";
+import { Driver } from "./helpers/drive.js";
+import { PRODUCER_BIN } from "./helpers/proc.js";
+
+const zlibCrc = (zlib as unknown as { crc32: (d: Uint8Array, v?: number) => number }).crc32;
+
+/** The native module, straight (not through this package), or null when it does not load here. */
+function nativeModule(): { crc32: (d: Uint8Array, v?: number) => number } | null {
+  try {
+    return createRequire(import.meta.url)("@node-rs/crc32") as {
+      crc32: (d: Uint8Array, v?: number) => number;
+    };
+  } catch {
+    return null;
+  }
+}
+
+/** Splits `data` at the given cut points (as views, like socket reads landing in a block). */
+function chunks(data: Uint8Array, cuts: number[]): Uint8Array[] {
+  const at = [...new Set(cuts.map((c) => c % (data.length + 1)))].sort((a, b) => a - b);
+  const out: Uint8Array[] = [];
+  let prev = 0;
+  for (const c of [...at, data.length]) {
+    out.push(data.subarray(prev, c));
+    prev = c;
+  }
+  return out;
+}
+
+const fallbackInfo = loadCrc32(() => {
+  throw new Error("Cannot find module '@node-rs/crc32-linux-x64-gnu'");
+});
+
+describe("CRC-32 implementation choice", () => {
+  it("uses @node-rs/crc32 when it loads here, and says so", () => {
+    const native = nativeModule();
+    if (native !== null && process.env[CRC32_ENV] !== "zlib") {
+      expect(crc32Info.impl).toBe(CRC32_IMPLS.native);
+      expect(crc32Info.fallbackReason).toBeNull();
+    } else {
+      expect(crc32Info.impl).not.toBe(CRC32_IMPLS.native);
+      expect(crc32Info.fallbackReason).not.toBeNull();
+    }
+    // the metrics say which implementation is in use
+    const r = new Registry();
+    consumerMetrics(r);
+    expect(r.snapshot().info["crc_impl"]).toBe(crc32Info.impl);
+    const p = new Registry();
+    producerMetrics(p);
+    expect(p.snapshot().info["crc_impl"]).toBe(crc32Info.impl);
+  });
+
+  it("falls back to node:zlib when the native package is missing, broken or wrong", () => {
+    expect(fallbackInfo.impl).toBe(CRC32_IMPLS.zlib);
+    expect(fallbackInfo.fallbackReason).toMatch(/did not load: Cannot find module/);
+    const empty = loadCrc32(() => ({}));
+    expect(empty.impl).toBe(CRC32_IMPLS.zlib);
+    expect(empty.fallbackReason).toMatch(/no crc32 function/);
+    // a module whose crc32 computes something else (here: CRC-32C) fails the self-check
+    const native = nativeModule() as { crc32c?: unknown } | null;
+    const wrong = loadCrc32(() => ({ crc32: native?.crc32c ?? ((d: Uint8Array) => d.length) }));
+    expect(wrong.impl).toBe(CRC32_IMPLS.zlib);
+    expect(wrong.fallbackReason).toMatch(/self-check/);
+    // ignoring the initial value also fails it
+    const noInit = loadCrc32(() => ({ crc32: (d: Uint8Array) => zlibCrc(d) }));
+    expect(noInit.fallbackReason).toMatch(/self-check/);
+    // a loader handing back a good implementation is used
+    const good = loadCrc32(() => ({ crc32: (d: Uint8Array, v?: number) => zlibCrc(d, v ?? 0) }));
+    expect(good.impl).toBe(CRC32_IMPLS.native);
+    expect(fallbackInfo.fn(Buffer.from("123456789"))).toBe(0xcbf43926);
+  });
+
+  it("property: native, fallback, table and zlib agree; incremental over any chunking == one-shot (EC-CONTRACT 3, 6.3)", () => {
+    fc.assert(
+      fc.property(
+        fc.uint8Array({ maxLength: 70_000 }),
+        fc.array(fc.nat(), { maxLength: 12 }),
+        fc.nat({ max: 0xffffffff }),
+        fc.nat({ max: 16 }),
+        (body, cuts, init, pad) => {
+          // a view at an arbitrary offset into a larger buffer, like a block inside the cache region
+          const backing = new Uint8Array(body.length + pad + 3);
+          backing.set(body, pad);
+          const data = backing.subarray(pad, pad + body.length);
+          const want = zlibCrc(data, init) >>> 0;
+          expect(crc32(data, init)).toBe(want);
+          expect(fallbackInfo.fn(data, init)).toBe(want);
+          if (data.length <= 4096) expect(crc32Table(data, init)).toBe(want);
+          let c = init;
+          let f = init;
+          for (const part of chunks(data, cuts)) {
+            c = crc32(part, c);
+            f = fallbackInfo.fn(part, f);
+          }
+          expect(c).toBe(want);
+          expect(f).toBe(want);
+          const native = nativeModule();
+          if (native !== null) expect(native.crc32(data, init) >>> 0).toBe(want);
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  it("a large buffer (16 MiB, the benchmark size) chunked like socket reads matches zlib", () => {
+    const data = new Uint8Array(16 * 1024 * 1024);
+    for (let i = 0; i < data.length; i += 4096) data[i] = (i * 2654435761) >>> 24;
+    const want = zlibCrc(data) >>> 0;
+    expect(crc32(data)).toBe(want);
+    let c = 0;
+    for (let off = 0; off < data.length; off += 65_536 + 7)
+      c = crc32(data.subarray(off, off + 65_536 + 7), c);
+    expect(c).toBe(want);
+  });
+});
+
+it(`a producer forced onto the node:zlib fallback (${CRC32_ENV}=zlib) and a consumer on ${crc32Info.impl} agree over a real transfer`, async () => {
+  const child = await spawnBin(
+    PRODUCER_BIN,
+    ["--prepopulate", "img-z:3000000", "--log-level", "warn", "--num-blocks", "64", "--block-bytes", "65536"],
+    { env: { [CRC32_ENV]: "zlib" } },
+  );
+  const listening = child.readyLine.json!;
+  expect(listening["crcImpl"]).toBe(CRC32_IMPLS.zlib);
+  const admin = new EcAdminClient(String(listening["control"]));
+  const registry = new Registry();
+  const conn = await ConsumerConnector.create({
+    numBlocks: 64,
+    blockBytes: 65_536,
+    compatibility: String(listening["compatibilityHash"]),
+    registry,
+  });
+  const driver = new Driver(conn).start();
+  try {
+    expect(await driver.fetch("img-z", String(listening["control"]), 3_000_000)).toBe("loaded");
+    expect(driver.mismatched).toEqual([]);
+    const snap = registry.snapshot();
+    expect(snap.counters["consumer_reads_completed"]).toBe(1);
+    expect(snap.counters["consumer_checksum_failures"]).toBe(0);
+    expect(snap.info["crc_impl"]).toBe(crc32Info.impl);
+    const s = (await admin.stats()) as { metrics: { info: Record<string, string> } };
+    expect(s.metrics.info["crc_impl"]).toBe(CRC32_IMPLS.zlib);
+  } finally {
+    driver.stop();
+    await conn.close();
+    admin.close();
+    await child.kill("SIGTERM");
+  }
+}, 60_000);
