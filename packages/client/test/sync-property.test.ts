@@ -81,10 +81,26 @@ const opArb = fc.oneof(
 class Engine {
   reqs = new Map<number, { gen: number; anchor: number; sent: number }>();
   gen = 1;
-  input(): RoundRequest[] {
+  /** With `core`, rows of up to W positions are written in place through `core.rowsTarget`. */
+  input(core?: RoundCoreT): RoundRequest[] {
     return [...this.reqs].map(([slot, r]) => {
       const n = r.anchor - r.sent;
       r.sent = r.anchor;
+      if (core !== undefined && n > 0 && n <= GEO.window) {
+        const src = makeRows(slot + r.gen * 8, r.anchor - n, n);
+        let off = 0;
+        for (const v of core.rowsTarget(slot, r.gen, r.anchor - n, n)) {
+          v.set(src.subarray(off, off + v.length));
+          off += v.length;
+        }
+        return {
+          slot,
+          generation: r.gen,
+          anchorPos: r.anchor,
+          anchorToken: (r.anchor * 13) % GEO.vocabSize,
+          rowsInRing: n,
+        };
+      }
       return {
         slot,
         generation: r.gen,
@@ -117,7 +133,8 @@ test("random rounds and faults: after a good round the worker's windows equal th
     fc.asyncProperty(
       fc.array(opArb, { minLength: 1, maxLength: 20 }),
       fc.constantFrom<"stage" | "parts">("stage", "parts"),
-      async (ops, rowsMode) => {
+      fc.boolean(),
+      async (ops, rowsMode, inRing) => {
         proxy.setFault(null);
         const client = checkOutcomesAgainstTable(
           new RemoteDraftClient(
@@ -150,7 +167,7 @@ test("random rounds and faults: after a good round the worker's windows equal th
             } else if (client.ready) {
               await core.reset().catch(() => undefined);
             }
-            const res = await core.round({ requests: eng.input(), release });
+            const res = await core.round({ requests: eng.input(inRing ? core : undefined), release });
             release = [];
             checkDrafts(res);
             outcomes.set(res.outcome, (outcomes.get(res.outcome) ?? 0) + 1);
@@ -165,7 +182,7 @@ test("random rounds and faults: after a good round the worker's windows equal th
           let synced = false;
           for (let i = 0; i < 50 && !synced; i++) {
             await until(() => client.ready, 10_000, "ready");
-            const res = await core.round({ requests: eng.input(), release });
+            const res = await core.round({ requests: eng.input(inRing ? core : undefined), release });
             release = [];
             checkDrafts(res);
             synced =
