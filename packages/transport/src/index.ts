@@ -149,6 +149,7 @@ export async function listen(
   checkType("onConnection", options.onConnection, "function");
   checkType("onClose", options.onClose, "function");
   checkType("onError", options.onError, "function");
+  checkType("receiveInto", options.receiveInto, "function");
   const registry = options.registry ?? new Registry();
   const metrics = serverMetrics(registry);
   const cfg = { maxMessageBytes, idleTimeoutMs, closeTimeoutMs, options, metrics, registry };
@@ -177,6 +178,8 @@ export type {
   ClientTlsOptions,
   ConnInfo,
   Handler,
+  ReceiveInto,
+  ReceivePlan,
   Reply,
   RpcClient,
   RpcServer,

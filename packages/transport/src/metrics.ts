@@ -9,6 +9,9 @@ export interface ServerMetrics {
   bytesOut: Counter;
   errors: Counter;
   tooLarge: Counter;
+  placedMessages: Counter;
+  placedBytes: Counter;
+  placedCopiedBytes: Counter;
 }
 
 export function serverMetrics(r: Registry): ServerMetrics {
@@ -23,6 +26,18 @@ export function serverMetrics(r: Registry): ServerMetrics {
       "connections ended by an error: handler threw, bad reply, truncated request, socket error",
     ),
     tooLarge: r.counter("transport_server_too_large", "messages refused above maxMessageBytes"),
+    placedMessages: r.counter(
+      "transport_server_placed_messages",
+      "requests whose rest a receiveInto hook placed, handed to the handler",
+    ),
+    placedBytes: r.counter(
+      "transport_server_placed_bytes",
+      "request bytes written into receiveInto segments (read straight into them or copied)",
+    ),
+    placedCopiedBytes: r.counter(
+      "transport_server_placed_copied_bytes",
+      "the part of transport_server_placed_bytes copied from a read buffer, not read in place",
+    ),
   };
 }
 

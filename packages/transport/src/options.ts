@@ -71,7 +71,54 @@ export interface ServerOptions {
   onError?(err: unknown, c: ConnInfo): void;
   /** How long `close()` lets in-flight handlers finish before destroying connections. Default 5000 ms. */
   closeTimeoutMs?: number;
+  /**
+   * Receive placement (tcp, unix, tls; ignored by ZeroMQ, which delivers whole messages): lets the
+   * handler choose where the rest of a large request lands, so that it needs no copy afterwards.
+   * See {@link ReceiveInto}. Default: none (every request is reassembled by the transport).
+   */
+  receiveInto?: ReceiveInto;
 }
+
+/**
+ * Where the rest of a request goes, as returned by a {@link ReceiveInto} hook: bytes
+ * `[0, headBytes)` of the message stay in the transport's reassembly buffer (the handler gets
+ * them as `req`), bytes `[headBytes, length)` are written into `segments`, in order, each filled
+ * before the next. On tcp/unix sockets read with `onread` the kernel writes straight into the
+ * segments; bytes that arrived in the read that completed the head, and every byte on tls or the
+ * 'data' events fallback, are copied into them.
+ *
+ * The segments must not overlap each other and must stay writable until the handler has been
+ * called with this plan or the connection has closed (a connection that closes mid-message
+ * leaves them partly written, and the handler is never called). The transport keeps no
+ * reference to the plan after that.
+ */
+export interface ReceivePlan {
+  /** Bytes of the head kept as `req`: an integer in `[0, head.length]` of the hook's call. */
+  readonly headBytes: number;
+  /** Destinations of the rest; their lengths MUST sum to `length - headBytes`. */
+  readonly segments: readonly Uint8Array[];
+}
+
+/**
+ * A receive-placement hook ({@link ServerOptions.receiveInto}). It is consulted for a request
+ * that did not arrive whole in the read that carried its start, once per read while it returns a
+ * number: `head` is a view of the message's first bytes received so far (at least one; valid only
+ * during the call), `length` the message length from the prefix (already checked against
+ * `maxMessageBytes`). It returns:
+ *
+ * - `null`: reassemble the message as usual (the hook is not called again for it);
+ * - a number `n > head.length`: call again once `n` bytes of the message are in (when `n >=
+ *   length`, the message simply completes as usual);
+ * - a {@link ReceivePlan}: the rest of the message goes into its segments, then the handler is
+ *   called with `req` = the first `headBytes` bytes and the plan itself as third argument.
+ *
+ * A hook that throws, returns anything else, a number `<= head.length`, or a plan that does not
+ * add up (`headBytes` not an integer in `[0, head.length]`, a segment that is not a Uint8Array,
+ * lengths not summing to `length - headBytes`) closes that connection: counted in
+ * `transport_server_errors` and reported to `onError` with a `TRANSPORT_BAD_OPTION` error (or
+ * the hook's own), exactly like a handler that throws.
+ */
+export type ReceiveInto = (head: Uint8Array, length: number, conn: ConnInfo) => ReceivePlan | number | null;
 
 /** The connection a request arrived on. */
 export interface ConnInfo {
@@ -90,8 +137,13 @@ export type Reply = Uint8Array | readonly Uint8Array[] | null;
  * Request handler. `req` is a view that stays valid until the handler returns or its promise
  * settles; copy what must outlive that. Requests of one connection are handled one at a time, in
  * order. Throwing (or rejecting) closes that connection and is counted; the server keeps running.
+ *
+ * `placed` is given only for a request whose rest a {@link ServerOptions.receiveInto} hook
+ * placed: it is the very plan object the hook returned, `req` is then only the message's first
+ * `placed.headBytes` bytes and the other bytes are in `placed.segments`. Without a hook it is
+ * always undefined, so handlers that ignore it are unaffected.
  */
-export type Handler = (req: Uint8Array, conn: ConnInfo) => Reply | Promise<Reply>;
+export type Handler = (req: Uint8Array, conn: ConnInfo, placed?: ReceivePlan) => Reply | Promise<Reply>;
 
 /** A request/response client over one connection (CONTRACT 3). */
 export interface RpcClient {

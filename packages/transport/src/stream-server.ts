@@ -5,7 +5,15 @@ import type { Registry } from "@tapwire/stats";
 import { type Endpoint, formatEndpoint } from "./endpoint.js";
 import { TransportError } from "./errors.js";
 import type { ServerMetrics } from "./metrics.js";
-import type { ConnInfo, Handler, Reply, RpcServer, ServerOptions } from "./options.js";
+import type {
+  ConnInfo,
+  Handler,
+  ReceiveInto,
+  ReceivePlan,
+  Reply,
+  RpcServer,
+  ServerOptions,
+} from "./options.js";
 
 const HEADER_BYTES = 4; // CONTRACT 3: u32 big-endian length prefix
 // First size of a connection's reassembly buffer; it grows by doubling as bytes arrive (up to the
@@ -13,6 +21,14 @@ const HEADER_BYTES = 4; // CONTRACT 3: u32 big-endian length prefix
 const MIN_ASSEMBLY = 64 * 1024;
 // Per-connection read buffer of sockets read with `onread` (see adoptWithOnread).
 const READ_CHUNK = 64 * 1024;
+// Receive placement of the message being received (ServerOptions.receiveInto).
+/** No hook, declined, or a message that arrived whole: reassembled as usual. */
+const PLACE_NONE = 0;
+/** The hook is to be consulted: once `headWant` bytes are in (0: at the end of the current read). */
+const PLACE_HEAD = 1;
+/** A plan was accepted: the rest of the message goes into its segments. */
+const PLACE_SEGMENTS = 2;
+const NO_SEGMENTS: readonly Uint8Array[] = [];
 
 export interface StreamServerConfig {
   maxMessageBytes: number;
@@ -109,6 +125,16 @@ class Conn implements ConnInfo {
   /** The reassembly-buffer view handed out for the next read (`onread` sockets only). */
   private direct: Uint8Array | null = null;
   private closed = false;
+  /** Receive placement state of the current message (PLACE_*). */
+  private place = PLACE_NONE;
+  /** PLACE_HEAD: consult the hook once this many bytes are in (0: at the end of the read). */
+  private headWant = 0;
+  /** PLACE_SEGMENTS: the accepted plan, its head size, and the fill position in its segments. */
+  private plan: ReceivePlan | null = null;
+  private headBytes = 0;
+  private segs: readonly Uint8Array[] = NO_SEGMENTS;
+  private segIdx = 0;
+  private segOff = 0;
   /** A socket error was seen (and counted). */
   private errored = false;
   closeAfterReply = false;
@@ -159,6 +185,28 @@ class Conn implements ConnInfo {
       this.direct = null;
       return rbuf;
     }
+    if (this.place === PLACE_SEGMENTS) {
+      // Straight into the plan's current segment (the message's end is the segments' end).
+      let seg = this.segs[this.segIdx] as Uint8Array;
+      while (this.segOff >= seg.length) {
+        this.segIdx++;
+        this.segOff = 0;
+        seg = this.segs[this.segIdx] as Uint8Array;
+      }
+      this.direct = seg.subarray(this.segOff);
+      return this.direct;
+    }
+    if (this.place === PLACE_HEAD) {
+      if (this.headWant === 0) {
+        this.direct = null;
+        return rbuf;
+      }
+      // Exactly up to the head the hook asked for, growing with what arrived (as below).
+      if (this.got >= this.asm.length) this.reserve(Math.min(this.headWant, this.got * 2));
+      const asm = this.asm as Buffer;
+      this.direct = asm.subarray(this.got, Math.min(this.headWant, asm.length));
+      return this.direct;
+    }
     // Full but the message goes on: double it (bytes that arrived, not the prefix, size it).
     if (this.got >= this.asm.length) this.reserve(Math.min(this.len, this.got * 2));
     const asm = this.asm as Buffer;
@@ -188,12 +236,18 @@ class Conn implements ConnInfo {
   onRead(n: number, buf: Uint8Array): boolean {
     if (this.closed) return false;
     if (buf === this.direct) {
-      // The kernel wrote into the reassembly buffer at `got`.
+      // The kernel wrote into the reassembly buffer at `got`, or into a segment of the plan.
       this.direct = null;
       this.got += n;
-      if (this.got === this.len) {
+      if (this.place === PLACE_SEGMENTS) {
+        this.segOff += n;
+        this.cfg.metrics.placedBytes.inc(n);
+        if (this.got === this.len) this.dispatchPlaced();
+      } else if (this.got === this.len) {
         this.hdrGot = 0;
         this.dispatch((this.asm as Buffer).subarray(0, this.len));
+      } else if (this.place === PLACE_HEAD && this.got >= this.headWant) {
+        this.consult();
       }
     } else {
       this.feed(buf as Buffer, 0, n);
@@ -221,6 +275,7 @@ class Conn implements ConnInfo {
           return;
         }
         this.got = 0;
+        this.place = PLACE_NONE;
         if (end - off >= this.len) {
           const len = this.len;
           this.hdrGot = 0;
@@ -233,12 +288,32 @@ class Conn implements ConnInfo {
           }
           continue;
         }
+        // Not whole in this read: a receiveInto hook may place its rest.
+        if (this.cfg.options.receiveInto !== undefined) {
+          this.place = PLACE_HEAD;
+          this.headWant = 0;
+        }
         this.reserve(Math.min(this.len, Math.max(MIN_ASSEMBLY, end - off)));
+        continue;
+      }
+      if (this.place === PLACE_SEGMENTS) {
+        const n = Math.min(end - off, this.len - this.got);
+        this.copyIn(chunk, off, off + n);
+        this.got += n;
+        off += n;
+        if (this.got === this.len && !this.dispatchPlaced()) {
+          if (off < end) this.backlog.unshift(chunk.subarray(off, end));
+          return;
+        }
         continue;
       }
       let n = end - off;
       const want = this.len - this.got;
       if (n > want) n = want;
+      // Consulting the hook: no byte past the head it asked for goes to the reassembly buffer.
+      if (this.place === PLACE_HEAD && this.headWant > 0 && this.got + n > this.headWant) {
+        n = this.headWant - this.got;
+      }
       this.reserve(this.got + n);
       const asm = this.asm as Buffer;
       chunk.copy(asm, this.got, off, off + n);
@@ -246,22 +321,126 @@ class Conn implements ConnInfo {
       off += n;
       if (this.got === this.len) {
         this.hdrGot = 0;
+        this.place = PLACE_NONE;
         if (!this.dispatch(asm.subarray(0, this.len))) {
           if (off < end) this.backlog.unshift(chunk.subarray(off, end));
           return;
         }
+      } else if (
+        this.place === PLACE_HEAD &&
+        (this.headWant > 0 ? this.got >= this.headWant : off === end) &&
+        !this.consult()
+      ) {
+        return;
       }
     }
   }
 
+  /**
+   * Asks the receiveInto hook about the message being received (PLACE_HEAD, `got` bytes in,
+   * fewer than `len`). Returns false when the connection was closed for a bad answer.
+   */
+  private consult(): boolean {
+    const hook = this.cfg.options.receiveInto as ReceiveInto;
+    const asm = this.asm as Buffer;
+    const got = this.got;
+    const len = this.len;
+    let r: unknown;
+    try {
+      r = hook(asm.subarray(0, got), len, this);
+    } catch (e) {
+      this.handlerFailed(e);
+      return false;
+    }
+    if (r === null) {
+      this.place = PLACE_NONE;
+      return true;
+    }
+    if (typeof r === "number") {
+      if (!Number.isInteger(r) || r <= got) {
+        return this.badPlan(`returned ${r}: not a head size above the ${got} bytes in`);
+      }
+      if (r >= len) this.place = PLACE_NONE;
+      else this.headWant = r;
+      return true;
+    }
+    if (typeof r !== "object" || r === null) {
+      return this.badPlan(`returned ${String(r)}: not a plan, a number or null`);
+    }
+    const plan = r as ReceivePlan;
+    const headBytes = plan.headBytes;
+    if (typeof headBytes !== "number" || !Number.isInteger(headBytes) || headBytes < 0 || headBytes > got) {
+      return this.badPlan(`plan headBytes ${String(headBytes)} is not an integer in [0, ${got}]`);
+    }
+    const segs = plan.segments;
+    if (!Array.isArray(segs)) return this.badPlan("plan segments is not an array");
+    let total = 0;
+    for (let i = 0; i < segs.length; i++) {
+      const seg: unknown = segs[i];
+      if (!(seg instanceof Uint8Array)) return this.badPlan(`plan segments[${i}] is not a Uint8Array`);
+      total += seg.length;
+    }
+    if (total !== len - headBytes) {
+      return this.badPlan(
+        `plan segments hold ${total} bytes, the message has ${len - headBytes} after headBytes ${headBytes}`,
+      );
+    }
+    this.place = PLACE_SEGMENTS;
+    this.plan = plan;
+    this.headBytes = headBytes;
+    this.segs = segs as readonly Uint8Array[];
+    this.segIdx = 0;
+    this.segOff = 0;
+    // Bytes that arrived with the head and belong to the segments.
+    if (got > headBytes) this.copyIn(asm, headBytes, got);
+    return true;
+  }
+
+  private badPlan(why: string): false {
+    this.handlerFailed(new TransportError("TRANSPORT_BAD_OPTION", `receiveInto ${why}`));
+    return false;
+  }
+
+  /** Copies `src[from, to)` into the plan's segments at the fill position (PLACE_SEGMENTS). */
+  private copyIn(src: Uint8Array, from: number, to: number): void {
+    const m = this.cfg.metrics;
+    m.placedBytes.inc(to - from);
+    m.placedCopiedBytes.inc(to - from);
+    while (from < to) {
+      const seg = this.segs[this.segIdx] as Uint8Array;
+      const room = seg.length - this.segOff;
+      if (room === 0) {
+        this.segIdx++;
+        this.segOff = 0;
+        continue;
+      }
+      const n = Math.min(room, to - from);
+      seg.set(src.subarray(from, from + n), this.segOff);
+      this.segOff += n;
+      from += n;
+    }
+  }
+
+  /** The placed message is complete: hand its head and plan to the handler (see dispatch). */
+  private dispatchPlaced(): boolean {
+    const plan = this.plan as ReceivePlan;
+    const head = (this.asm as Buffer).subarray(0, this.headBytes);
+    this.hdrGot = 0;
+    this.place = PLACE_NONE;
+    this.plan = null;
+    this.segs = NO_SEGMENTS;
+    this.cfg.metrics.placedMessages.inc();
+    return this.dispatch(head, plan);
+  }
+
   /** Runs the handler; returns true when the connection can go on parsing right away. */
-  private dispatch(req: Buffer): boolean {
+  private dispatch(req: Buffer, plan?: ReceivePlan): boolean {
     const m = this.cfg.metrics;
     m.requests.inc();
-    m.bytesIn.inc(req.length + HEADER_BYTES);
+    m.bytesIn.inc((plan === undefined ? req.length : this.len) + HEADER_BYTES);
     let result: Reply | PromiseLike<Reply>;
     try {
-      result = this.srv.handler(req, this);
+      result = plan === undefined ? this.srv.handler(req, this) : this.srv.handler(req, this, plan);
     } catch (e) {
       this.handlerFailed(e);
       return false;

@@ -8,7 +8,14 @@ import * as vm from "node:vm";
 import fc from "fast-check";
 import { afterEach, describe, expect, test } from "vitest";
 import * as zmq from "zeromq";
-import { type ConnInfo, listen, makeClient, type RpcClient, type RpcServer } from "../src/index.js";
+import {
+  type ConnInfo,
+  listen,
+  makeClient,
+  type ReceiveInto,
+  type RpcClient,
+  type RpcServer,
+} from "../src/index.js";
 import { type Case, caseOf, dataEventCases, pattern, sleep } from "./helpers/env.js";
 import { closed, rawConnect, rawZmtpConnect } from "./helpers/raw.js";
 
@@ -52,17 +59,39 @@ interface Served {
   background(): () => Promise<number>;
 }
 
+/**
+ * A receiveInto hook for the placed variants: asks for 3 head bytes, keeps 2 and places the rest
+ * into three fresh segments (one of them empty when the rest is short), so every hostile input
+ * below also meets a connection whose large messages are placed.
+ */
+const placeAll: ReceiveInto = (head, length) => {
+  // The hook allocates from the prefix; the transport never does (CONTRACT 11 test below).
+  if (length > 16 << 20) return null;
+  if (head.length < 3) return 3;
+  const headBytes = 2;
+  const rest = Buffer.alloc(length - headBytes);
+  const a = Math.floor(rest.length / 3);
+  const b = Math.floor((2 * rest.length) / 3);
+  return { headBytes, segments: [rest.subarray(0, a), rest.subarray(a, b), rest.subarray(b)] };
+};
+
 /** An echo server (maxMessageBytes = MAX) and a connected well-behaved client. */
 async function serve(t: Case, maxMessageBytes = MAX): Promise<Served> {
   const seen: { conn: ConnInfo; body: Buffer }[] = [];
+  const placed = (t as PlacedCase).placed === true;
   const srv = await (t.listenFn ?? listen)(
     t.listen(),
-    (req, conn) => {
+    (req, conn, plan) => {
+      if (plan !== undefined) {
+        // A placed message: the head, then the segments, in order.
+        seen.push({ conn, body: Buffer.concat([req, ...plan.segments]) });
+        return [req, ...plan.segments];
+      }
       seen.push({ conn, body: Buffer.from(req) });
       // The request view itself: valid until the reply has been written (CONTRACT 3 handler view).
       return req;
     },
-    { ...t.server, maxMessageBytes, closeTimeoutMs: 200 },
+    { ...t.server, maxMessageBytes, closeTimeoutMs: 200, ...(placed ? { receiveInto: placeAll } : {}) },
   );
   cleanups.push(() => srv.close());
   const good = makeClient(srv.endpoint, t.client);
@@ -134,8 +163,17 @@ function model(stream: Buffer, max: number): { frames: Buffer[]; oversize: boole
   return { frames, oversize: false, truncated: false };
 }
 
-// tcp and unix twice: with the onread receive path, and with the 'data' events fallback.
-const STREAM: Case[] = [caseOf("tcp"), caseOf("unix"), caseOf("tls"), ...dataEventCases()];
+interface PlacedCase extends Case {
+  placed?: boolean;
+}
+
+// tcp and unix twice: with the onread receive path, and with the 'data' events fallback; then
+// every stream case again with a receiveInto hook placing the rest of each multi-read message.
+const PLAIN: Case[] = [caseOf("tcp"), caseOf("unix"), caseOf("tls"), ...dataEventCases()];
+const STREAM: PlacedCase[] = [
+  ...PLAIN,
+  ...PLAIN.map((c) => ({ ...c, scheme: `${c.scheme} (placed)`, placed: true })),
+];
 
 for (const t of STREAM) {
   const scheme = t.scheme;
@@ -214,6 +252,11 @@ for (const t of STREAM) {
       expect(Buffer.compare(got.bytes(), expected)).toBe(0);
       const mine = s.seen.filter((e) => e.conn !== s.seen[0]?.conn);
       expect(mine.map((e) => e.body.length)).toEqual(bodies.map((b) => b.length));
+      expect(mine.map((e) => e.body.toString("hex"))).toEqual(bodies.map((b) => b.toString("hex")));
+      // The placed variants took the placement path for the multi-read messages.
+      const placedCount = s.counter("transport_server_placed_messages");
+      if (t.placed === true) expect(placedCount).toBeGreaterThanOrEqual(3);
+      else expect(placedCount).toBe(0);
       if (!scheme.startsWith("unix")) expect(mine[0]?.conn.remote).toMatch(/^127\.0\.0\.1:\d+$/);
       raw.end();
       await got.closed;
@@ -345,7 +388,7 @@ for (const t of STREAM) {
             );
           },
         ),
-        { numRuns: scheme === "tls" ? 60 : t.listenFn !== undefined ? 50 : 100 },
+        { numRuns: scheme.startsWith("tls") || t.placed === true ? 50 : t.listenFn !== undefined ? 50 : 100 },
       );
       expect(await stop()).toBeGreaterThan(0);
     });
