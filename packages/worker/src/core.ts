@@ -24,18 +24,22 @@ import {
   partialHeader,
   ReqStatus,
   RowDtype,
+  rowsOffsetFor,
   SampleMode,
   STATS_MAX_BODY,
+  STEP_PREFIX_SIZE,
   serialNewer,
   setReplyWorkerUs,
   stepReplyBodySize,
   TOP_K_MAX,
+  VERSION,
   verifyHelloAuth,
   WireError,
 } from "@tapwire/wire";
 import type { DraftBatchEntry, Drafter, DraftOutput } from "./drafter.js";
 import { checkDrafter } from "./drafter.js";
 import { WorkerError } from "./errors.js";
+import { decodeStepHead } from "./step-head.js";
 import type { WindowSnapshot } from "./window-store.js";
 import { GenerationCheck, WindowStore } from "./window-store.js";
 
@@ -79,6 +83,37 @@ export interface WorkerCoreOptions {
    * compactions (cheaper multi-row appends) for more memory.
    */
   slotBufferWindows?: number;
+}
+
+/**
+ * A STEP whose rows are being received in place (see {@link WorkerCore.placeStep}): the plan
+ * handed to the transport (`headBytes`, `segments`, the shape of `@tapwire/transport`'s
+ * `ReceivePlan`) plus, per entry, where its rows go in the slot's buffer and the slot version
+ * the placement made.
+ */
+export class StepPlacement {
+  /** The frame's first bytes the transport keeps: header, prefix, sample meta, entries, padding. */
+  readonly headBytes: number;
+  /** Destinations of the rows, in entry order: views of slot buffers right after the windows. */
+  readonly segments: Uint8Array[] = [];
+  /** The whole frame's length (24 + body_len). */
+  readonly length: number;
+  /** Per entry: buffer row of its placed rows, or -1 (no rows). */
+  readonly rows: Int32Array;
+  /** Per entry: the slot version of the placement. */
+  readonly versions: Float64Array;
+  /** Per entry: the slot (valid where `rows[i] >= 0`). */
+  readonly slots: Uint32Array;
+  /** The apply step took over the placements (else they are cancelled once the frame is answered). */
+  consumed = false;
+
+  constructor(headBytes: number, length: number, nReq: number) {
+    this.headBytes = headBytes;
+    this.length = length;
+    this.rows = new Int32Array(nReq).fill(-1);
+    this.versions = new Float64Array(nReq);
+    this.slots = new Uint32Array(nReq);
+  }
 }
 
 /** A connection as the core sees it: something it can close after an unreadable header. */
@@ -226,6 +261,10 @@ export class WorkerCore {
     sessions: Counter;
     takeovers: Counter;
     rowsApplied: Counter;
+    rowsPlaced: Counter;
+    rowsCopied: Counter;
+    stepsPlaced: Counter;
+    placementsLost: Counter;
     entriesDrafted: Counter;
     drafterCalls: Counter;
     drafterErrors: Counter;
@@ -334,6 +373,19 @@ export class WorkerCore {
       sessions: r.counter("sessions", "sessions started by a HELLO (CONTRACT 6.2)"),
       takeovers: r.counter("session_takeovers", "sessions that replaced a live session"),
       rowsApplied: r.counter("rows_applied", "tap rows applied to slot windows"),
+      rowsPlaced: r.counter(
+        "rows_placed",
+        "tap rows applied where the transport received them (no copy; part of rows_applied)",
+      ),
+      rowsCopied: r.counter(
+        "rows_copied",
+        "tap rows applied by copying them into the window (part of rows_applied)",
+      ),
+      stepsPlaced: r.counter("steps_placed", "STEP frames whose rows were received into slot buffers"),
+      placementsLost: r.counter(
+        "placements_lost",
+        "placed entries found invalid at apply (another frame changed the slot meanwhile): window dropped, NEED_RESYNC",
+      ),
       entriesDrafted: r.counter("entries_drafted", "entries handed to the drafter"),
       drafterCalls: r.counter("drafter_calls", "batched drafter calls"),
       drafterErrors: r.counter("drafter_errors", "drafter calls that threw (batch DRAFT_FAILED)"),
@@ -365,15 +417,116 @@ export class WorkerCore {
    * `onUnreadable` (if given) is called so that the transport can close the connection after
    * sending it.
    */
-  handle(msg: Uint8Array, onUnreadable?: (() => void) | null): Uint8Array | Promise<Uint8Array> {
+  handle(
+    msg: Uint8Array,
+    onUnreadable?: (() => void) | null,
+    placed?: unknown,
+  ): Uint8Array | Promise<Uint8Array> {
+    const pl = placed instanceof StepPlacement ? placed : null;
     if (this.tail !== null) {
-      const p = this.tail.then(() => this.process(msg, onUnreadable ?? null));
+      const p = this.tail.then(() => this.processAny(msg, onUnreadable ?? null, pl));
       this.track(p);
       return p;
     }
-    const r = this.process(msg, onUnreadable ?? null);
+    const r = this.processAny(msg, onUnreadable ?? null, pl);
     if (r instanceof Promise) this.track(r);
     return r;
+  }
+
+  /**
+   * Receive placement hook (the transport's `receiveInto`, see docs/worker.md "Rows received in
+   * place"): given the first bytes `head` of a request of `length` bytes, returns where its rows
+   * should be received, a number of head bytes to wait for first, or null (receive it whole, the
+   * normal path). Only a STEP of the current session with a newer seq that passes every
+   * structural check of CONTRACT 7.2 is placed, and only while no frame is in flight: anything
+   * else is declined, so the normal path answers it exactly as before. Each entry's rows go right
+   * after its slot's window (the window itself is untouched); {@link handle} with the returned
+   * plan then applies them without copying. Never throws.
+   */
+  placeStep(head: Uint8Array, length: number): StepPlacement | number | null {
+    try {
+      return this.tryPlace(head, length);
+    } catch (e) {
+      this.log.warn({ err: String(e) }, "receive placement declined");
+      return null;
+    }
+  }
+
+  private tryPlace(head: Uint8Array, length: number): StepPlacement | number | null {
+    const HEAD = APP_HEADER_SIZE + STEP_PREFIX_SIZE;
+    if (this.tail !== null || this.session === 0 || this.limits === null || length <= HEAD) return null;
+    if (head.length < HEAD) return HEAD;
+    // CONTRACT 4 header, as the normal path would read it: anything odd is left to that path.
+    if (
+      rd32(head, 0) !== MAGIC_U32 ||
+      (head[4]! | (head[5]! << 8)) !== VERSION ||
+      head[6] !== Op.STEP ||
+      head[7] !== 0 ||
+      rd32(head, 16) !== length - APP_HEADER_SIZE ||
+      rd32(head, 20) !== 0
+    ) {
+      return null;
+    }
+    const seq = rd32(head, 8);
+    if (rd32(head, 12) !== this.session || !serialNewer(seq, this.highestSeq)) return null;
+    const limits = this.limits;
+    const bodyLen = length - APP_HEADER_SIZE;
+    if (bodyLen > this.maxBody) return null;
+    const nReq = rd32(head, APP_HEADER_SIZE + 8);
+    if (nReq > limits.maxSlots) return null;
+    const headBytes = APP_HEADER_SIZE + rowsOffsetFor(nReq, limits.sampled);
+    if (headBytes >= length) return null;
+    if (head.length < headBytes) return headBytes;
+    const req = decodeStepHead(head.subarray(APP_HEADER_SIZE, headBytes), bodyLen, limits);
+    const W = this.drafter.window;
+    for (let i = 0; i < nReq; i++) if (req.entries[i]!.nRows > W) return null;
+    const plan = new StepPlacement(headBytes, length, nReq);
+    const store = this.store;
+    try {
+      for (let i = 0; i < nReq; i++) {
+        const e = req.entries[i]!;
+        if (e.nRows === 0) continue;
+        const p = store.placeAfterWindow(e.slot, e.nRows);
+        plan.rows[i] = p.row;
+        plan.versions[i] = p.version;
+        plan.slots[i] = e.slot;
+        plan.segments.push(p.view);
+      }
+    } catch (e) {
+      this.cancelPlacement(plan);
+      throw e;
+    }
+    this.c.stepsPlaced.inc();
+    return plan;
+  }
+
+  /** Releases the placements of a frame that was not applied (its bytes stay in free space). */
+  private cancelPlacement(plan: StepPlacement): void {
+    for (let i = 0; i < plan.rows.length; i++) {
+      if (plan.rows[i]! >= 0) this.store.cancelPlacement(plan.slots[i]!, plan.versions[i]!);
+    }
+  }
+
+  private processAny(
+    msg: Uint8Array,
+    onUnreadable: (() => void) | null,
+    placed: StepPlacement | null,
+  ): Uint8Array | Promise<Uint8Array> {
+    if (placed === null) return this.process(msg, onUnreadable);
+    try {
+      return this.processPlaced(msg, placed);
+    } catch (e) {
+      return this.internal(msg, e);
+    } finally {
+      if (!placed.consumed) this.cancelPlacement(placed);
+    }
+  }
+
+  /** A STEP received in place: `head` is its first `headBytes` bytes, checked by placeStep. */
+  private processPlaced(head: Uint8Array, placed: StepPlacement): Uint8Array | Promise<Uint8Array> {
+    this.c.bytesIn.inc(placed.length);
+    (this.c.frames.step as Counter).inc();
+    return this.step(rd32(head, 8), rd32(head, 12), head.subarray(APP_HEADER_SIZE), placed);
   }
 
   /** Test hook: a copy of a slot's generation and window (see README "Test hooks"). */
@@ -446,7 +599,7 @@ export class WorkerCore {
         case Op.HELLO:
           return this.hello(h.seq, h.session, body);
         case Op.STEP:
-          return this.step(h.seq, h.session, body);
+          return this.step(h.seq, h.session, body, null);
         case Op.PING:
           // CONTRACT 10: any session; touches no session state.
           if (body.length > PING_MAX_BODY) return this.small(h.op, FrameStatus.TOO_LARGE, h.seq, h.session);
@@ -688,18 +841,25 @@ export class WorkerCore {
   }
 
   /** CONTRACT 6.2 then 7.2: check, apply, draft, reply (7.4). */
-  private step(seq: number, session: number, body: Uint8Array): Uint8Array | Promise<Uint8Array> {
+  private step(
+    seq: number,
+    session: number,
+    body: Uint8Array,
+    placed: StepPlacement | null,
+  ): Uint8Array | Promise<Uint8Array> {
     const t0 = performance.now();
     if (this.session === 0 || session !== this.session)
       return this.small(Op.STEP, FrameStatus.NO_SESSION, seq, session);
     if (!serialNewer(seq, this.highestSeq)) return this.small(Op.STEP, FrameStatus.STALE_SEQ, seq, session);
     // CONTRACT 7.2, 11: the size limit of the session comes before any parsing.
-    if (body.length > this.maxBody) return this.small(Op.STEP, FrameStatus.TOO_LARGE, seq, session);
+    const bodyLen = placed === null ? body.length : placed.length - APP_HEADER_SIZE;
+    if (bodyLen > this.maxBody) return this.small(Op.STEP, FrameStatus.TOO_LARGE, seq, session);
     const limits = this.limits!;
     const shape = this.shape!;
     let req: ReturnType<typeof decodeStepRequest>;
     try {
-      req = decodeStepRequest(body, limits);
+      // Placed: the same checks on the head (the session's limits may have changed since).
+      req = placed === null ? decodeStepRequest(body, limits) : decodeStepHead(body, bodyLen, limits);
     } catch (e) {
       const st = statusOf(e);
       this.log.warn({ session, seq, err: String((e as Error)?.message ?? e) }, "STEP refused");
@@ -721,6 +881,7 @@ export class WorkerCore {
       sampled: shape.sampled,
     });
     // Accepted: from here on the frame is applied and answered OK (CONTRACT 5).
+    if (placed !== null) placed.consumed = true;
     this.highestSeq = seq;
     this.lastOkAt = this.now();
     const store = this.store;
@@ -730,14 +891,20 @@ export class WorkerCore {
     batch.length = 0;
     let rowOff = 0;
     let applied = 0;
+    let placedRows = 0;
     for (let i = 0; i < req.nReq; i++) {
       const e = req.entries[i]!;
       const slot = e.slot;
       views.generation[i] = e.generation;
       const off = rowOff;
       rowOff += e.nRows * rb;
+      // Placed rows: still where they were received unless another frame changed the slot since
+      // (checked before step 1, which may itself change the slot).
+      const pRow = placed !== null ? placed.rows[i]! : -1;
+      const placedOk = pRow >= 0 && store.placementValid(slot, placed!.versions[i]!);
       // Step 1 (CONTRACT 7.1).
       if (store.checkGeneration(slot, e.generation) === GenerationCheck.STALE) {
+        if (placedOk) store.cancelPlacement(slot, placed!.versions[i]!);
         views.status[i] = ReqStatus.STALE_GENERATION;
         continue;
       }
@@ -749,7 +916,19 @@ export class WorkerCore {
       }
       // Steps 2-3.
       const resync = (e.flags & EntryFlag.RESYNC) !== 0;
-      if (resync || e.nRows > 0) {
+      if (pRow >= 0) {
+        if (placedOk) {
+          store.commitPlaced(slot, e.rowStart, e.nRows, pRow, resync);
+          applied += e.nRows;
+          placedRows += e.nRows;
+        } else {
+          // The rows may have been clobbered: as if the worker had lost the window (step 5
+          // answers NEED_RESYNC). See docs/worker.md "Rows received in place".
+          this.c.placementsLost.inc();
+          this.log.warn({ slot, seq }, "placed rows overtaken by another frame: window dropped");
+          store.dropWindow(slot);
+        }
+      } else if (resync || e.nRows > 0) {
         try {
           store.applyRows(slot, e.rowStart, e.nRows, rows, off, resync);
           applied += e.nRows;
@@ -786,6 +965,8 @@ export class WorkerCore {
       }
     }
     this.c.rowsApplied.inc(applied);
+    this.c.rowsPlaced.inc(placedRows);
+    this.c.rowsCopied.inc(applied - placedRows);
     if (batch.length === 0) return this.finishStep(buf, views, req.nReq, t0);
     this.c.drafterCalls.inc();
     this.c.entriesDrafted.inc(batch.length);
@@ -985,6 +1166,10 @@ export class WorkerCore {
 }
 
 const EMPTY = new Uint8Array(0);
+
+function rd32(b: Uint8Array, o: number): number {
+  return (b[o]! | (b[o + 1]! << 8) | (b[o + 2]! << 16) | (b[o + 3]! << 24)) >>> 0;
+}
 
 function statusOf(e: unknown): number {
   if (e instanceof WireError && e.status !== undefined) return e.status;

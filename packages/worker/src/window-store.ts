@@ -8,6 +8,16 @@
  * a fraction for the compactions. Buffers are allocated lazily per slot (doubling up to the maximum)
  * and dropped on RELEASE and on a reset of all slots; nothing is allocated per STEP once a slot's
  * buffer has reached the size its traffic needs.
+ *
+ * Receive placement (see docs/worker.md "Rows received in place"): {@link WindowStore.placeAfterWindow}
+ * reserves room right after a slot's window (compacting or growing the buffer first, which keeps
+ * the logical window unchanged) and returns a view the transport reads the STEP's rows into; the
+ * apply step then commits them where they are ({@link WindowStore.commitPlaced}) instead of
+ * copying. Every change of a slot stamps it with a new version; a placement records the version
+ * it made and is valid only while the slot still has it. While a placement is outstanding
+ * (`pending`), any other write to that slot first moves the window to a fresh buffer and abandons
+ * the old one to the placement's reads (never to the reuse pool), so late placed bytes can never
+ * land in a live window; the stale placement is then found invalid at apply time.
  */
 
 import { WorkerError } from "./errors.js";
@@ -29,6 +39,16 @@ export interface WindowSnapshot {
   nRows: number;
   /** A copy of the rows, oldest first (`nRows * rowBytes` bytes). */
   rows: Uint8Array;
+}
+
+/** Room reserved after a slot's window by {@link WindowStore.placeAfterWindow}. */
+export interface RowPlacement {
+  /** Buffer row where the placed rows start (pass to {@link WindowStore.commitPlaced}). */
+  row: number;
+  /** The slot's version after the reservation (pass to {@link WindowStore.placementValid}). */
+  version: number;
+  /** Where the rows go: `nRows * rowBytes` bytes right after the window. */
+  view: Uint8Array;
 }
 
 /** Outcome of the generation check of CONTRACT 7.1. */
@@ -57,6 +77,11 @@ export class WindowStore {
   private readonly firstPos: Float64Array;
   private readonly buffers: (Uint8Array | null)[];
   private readonly pool: Uint8Array[] = [];
+  /** Per slot: stamp of its last change (see the module comment on placement). */
+  private readonly version: Float64Array;
+  /** Per slot: 1 while a placement may still be writing after the window. */
+  private readonly pending: Uint8Array;
+  private stamp = 0;
   private nonEmpty = 0;
   private allocatedBytes = 0;
 
@@ -87,6 +112,8 @@ export class WindowStore {
     this.count = new Uint32Array(maxSlots);
     this.firstPos = new Float64Array(maxSlots);
     this.buffers = new Array<Uint8Array | null>(maxSlots).fill(null);
+    this.version = new Float64Array(maxSlots);
+    this.pending = new Uint8Array(maxSlots);
   }
 
   /** Slots whose window holds at least one row (`windows_kept` of CONTRACT 6.1). */
@@ -105,6 +132,7 @@ export class WindowStore {
       this.known[slot] = 1;
       this.generation[slot] = generation;
       this.clearWindow(slot);
+      this.bump(slot);
       return GenerationCheck.RESET;
     }
     const cur = this.generation[slot]!;
@@ -112,6 +140,7 @@ export class WindowStore {
     if (serialNewerU32(generation, cur)) {
       this.generation[slot] = generation;
       this.clearWindow(slot);
+      this.bump(slot);
       return GenerationCheck.RESET;
     }
     return GenerationCheck.STALE;
@@ -137,6 +166,8 @@ export class WindowStore {
     srcOffset: number,
     resync: boolean,
   ): void {
+    if (this.pending[slot] === 1) this.detach(slot);
+    this.bump(slot);
     const count = this.count[slot]!;
     const connects = count === 0 ? rowStart === 0 : this.firstPos[slot]! + count === rowStart;
     if (resync || !connects || count === 0) {
@@ -147,13 +178,94 @@ export class WindowStore {
     }
   }
 
+  /**
+   * Receive placement: room for `nRows` (`<= W`) rows right after the slot's window, where the
+   * transport reads them; the buffer is compacted or grown first when its end is too close (the
+   * logical window is unchanged, so a STEP answered non-OK afterwards still changes nothing,
+   * CONTRACT 7.2). An outstanding placement of another frame on this slot is abandoned (see the
+   * module comment). Throws only when an allocation fails.
+   */
+  placeAfterWindow(slot: number, nRows: number): RowPlacement {
+    if (!Number.isInteger(nRows) || nRows < 1 || nRows > this.window) {
+      throw new WorkerError("WORKER_BAD_OPTION", `placement of ${nRows} rows outside 1..${this.window}`);
+    }
+    if (this.pending[slot] === 1) this.detach(slot);
+    const rb = this.rowBytes;
+    const count = this.count[slot]!;
+    let start = this.start[slot]!;
+    let buf = this.buffers[slot] ?? null;
+    if (buf === null || (start + count + nRows) * rb > buf.byteLength) {
+      buf = this.ensureCapacity(slot, count + nRows, count);
+      start = 0;
+      this.start[slot] = 0;
+    }
+    this.bump(slot);
+    this.pending[slot] = 1;
+    const row = start + count;
+    return { row, version: this.version[slot]!, view: buf.subarray(row * rb, (row + nRows) * rb) };
+  }
+
+  /** Is the placement that returned `version` still valid (the slot unchanged since)? */
+  placementValid(slot: number, version: number): boolean {
+    return this.version[slot] === version;
+  }
+
+  /** A valid placement whose frame was not applied: the slot has no placement outstanding. */
+  cancelPlacement(slot: number, version: number): void {
+    if (this.version[slot] === version) this.pending[slot] = 0;
+  }
+
+  /**
+   * CONTRACT 7.2 steps 2 and 3 for rows placed at buffer row `row` by a placement that is still
+   * valid (check {@link placementValid} before the frame's generation check): the same outcome as
+   * {@link applyRows}, without copying (`nRows <= W`).
+   */
+  commitPlaced(slot: number, rowStart: number, nRows: number, row: number, resync: boolean): void {
+    this.pending[slot] = 0;
+    this.bump(slot);
+    const count = this.count[slot]!;
+    const connects = count === 0 ? rowStart === 0 : this.firstPos[slot]! + count === rowStart;
+    if (resync || !connects || count === 0) {
+      this.clearWindow(slot);
+      if (nRows === 0) return;
+      this.start[slot] = row;
+      this.count[slot] = nRows;
+      this.firstPos[slot] = rowStart;
+      this.nonEmpty++;
+      return;
+    }
+    // Appended: the rows sit right after the window (nothing moved since the placement).
+    const total = count + nRows;
+    const keep = Math.min(total, this.window);
+    const dropped = total - keep;
+    this.start[slot] = this.start[slot]! + dropped;
+    this.count[slot] = keep;
+    this.firstPos[slot] = this.firstPos[slot]! + dropped;
+  }
+
+  /**
+   * A placement found invalid at apply time: its rows may have been clobbered or moved away, so
+   * the slot is treated as having lost its window (CONTRACT 7.2 step 5 then answers NEED_RESYNC).
+   */
+  dropWindow(slot: number): void {
+    this.bump(slot);
+    this.clearWindow(slot);
+  }
+
   /** CONTRACT 7.2 step 4: drop the window and its memory, keep the generation. */
   release(slot: number): void {
+    this.bump(slot);
     this.clearWindow(slot);
     const buf = this.buffers[slot];
     if (buf !== null && buf !== undefined) {
       this.buffers[slot] = null;
-      this.giveBack(buf);
+      if (this.pending[slot] === 1) {
+        // A placement may still write into it: never hand it to another slot.
+        this.pending[slot] = 0;
+        this.allocatedBytes -= buf.byteLength;
+      } else {
+        this.giveBack(buf);
+      }
     }
   }
 
@@ -166,6 +278,9 @@ export class WindowStore {
     this.firstPos.fill(0);
     this.buffers.fill(null);
     this.pool.length = 0;
+    // Buffers are dropped, not pooled: outstanding placements write into garbage.
+    this.version.fill(++this.stamp);
+    this.pending.fill(0);
     this.nonEmpty = 0;
     this.allocatedBytes = 0;
   }
@@ -207,6 +322,29 @@ export class WindowStore {
       nRows: n,
       rows: this.rowsView(slot, n).slice(),
     };
+  }
+
+  private bump(slot: number): void {
+    this.version[slot] = ++this.stamp;
+  }
+
+  /**
+   * Moves the slot's window to a fresh buffer and abandons the current one to an outstanding
+   * placement (not pooled), so that the placement's late bytes cannot land in a live window.
+   */
+  private detach(slot: number): void {
+    this.pending[slot] = 0;
+    this.bump(slot);
+    const cur = this.buffers[slot] ?? null;
+    if (cur === null) return;
+    const rb = this.rowBytes;
+    const next = this.takeBuffer(cur.byteLength);
+    const s = this.start[slot]! * rb;
+    const n = this.count[slot]! * rb;
+    if (n > 0) next.set(cur.subarray(s, s + n), 0);
+    this.start[slot] = 0;
+    this.buffers[slot] = next;
+    this.allocatedBytes -= cur.byteLength;
   }
 
   private clearWindow(slot: number): void {

@@ -17,6 +17,12 @@ export interface WorkerOptions extends WorkerCoreOptions {
   tls?: ServerTlsOptions;
   /** Close connections idle this long (ms; 0 = never, the default). */
   idleTimeoutMs?: number;
+  /**
+   * Receive the tap rows of large STEPs straight into the slot windows' buffers (the transport's
+   * `receiveInto` hook; tcp, unix, tls) instead of copying them there after reassembly. Default
+   * true; ZeroMQ endpoints always copy. See docs/worker.md "Rows received in place".
+   */
+  receiveInPlace?: boolean;
 }
 
 /** A running worker. */
@@ -64,7 +70,12 @@ export async function createWorker(options: WorkerOptions): Promise<Worker> {
     throw new WorkerError("WORKER_BAD_OPTION", "option listen must be a non-empty array of endpoint strings");
   }
   const log = options.logger ?? null;
-  const handler = (req: Uint8Array, conn: ConnInfo) => core.handle(req, () => closeAfterReply(conn));
+  const inPlace = options.receiveInPlace ?? true;
+  if (typeof inPlace !== "boolean") {
+    throw new WorkerError("WORKER_BAD_OPTION", `option receiveInPlace ${String(inPlace)} is not a boolean`);
+  }
+  const handler = (req: Uint8Array, conn: ConnInfo, placed?: unknown) =>
+    core.handle(req, () => closeAfterReply(conn), placed);
   const servers: RpcServer[] = [];
   try {
     for (const ep of eps) {
@@ -73,6 +84,9 @@ export async function createWorker(options: WorkerOptions): Promise<Worker> {
         ...(options.idleTimeoutMs !== undefined ? { idleTimeoutMs: options.idleTimeoutMs } : {}),
         ...(options.tls !== undefined ? { tls: options.tls } : {}),
         registry: core.registry,
+        ...(inPlace
+          ? { receiveInto: (head: Uint8Array, length: number) => core.placeStep(head, length) }
+          : {}),
         onError: (err, c) =>
           log?.warn({ err: String(err), conn: c.id, remote: c.remote }, "connection error"),
       });

@@ -212,3 +212,121 @@ describe("WindowStore (CONTRACT 7.1, 7.2)", () => {
     );
   });
 });
+
+describe("WindowStore receive placement (docs/worker.md: rows received in place)", () => {
+  test("property: placing then committing equals copying with applyRows (appends, gaps, RESYNC, resets, growth, compaction)", () => {
+    const W = 6;
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.record({
+            kind: fc.constantFrom("append", "append", "append", "gap", "resync", "reset", "release"),
+            n: fc.integer({ min: 1, max: W }),
+            gap: fc.integer({ min: 1, max: 9 }),
+            slot: fc.nat(2),
+          }),
+          { minLength: 1, maxLength: 60 },
+        ),
+        fc.integer({ min: 2, max: 4 }),
+        (ops, bw) => {
+          const copied = new WindowStore(3, W, RB, bw);
+          const placed = new WindowStore(3, W, RB, bw);
+          const gen = [1, 1, 1];
+          for (const s of [copied, placed]) for (let k = 0; k < 3; k++) s.checkGeneration(k, 1);
+          for (const o of ops) {
+            const k = o.slot;
+            if (o.kind === "release") {
+              copied.release(k);
+              placed.release(k);
+              continue;
+            }
+            const before = placed.debugWindow(k);
+            const end = before.nRows > 0 ? before.firstPos + before.nRows : 0;
+            const start = o.kind === "append" ? end : o.kind === "gap" ? end + o.gap : o.gap;
+            const rows = rowsFor(start, o.n);
+            const resync = o.kind === "resync";
+            // Placement keeps the logical window (even when it compacts or grows the buffer).
+            const p = placed.placeAfterWindow(k, o.n);
+            expect(placed.debugWindow(k)).toEqual(before);
+            p.view.set(rows);
+            expect(placed.placementValid(k, p.version)).toBe(true);
+            if (o.kind === "reset") {
+              gen[k]!++;
+              expect(copied.checkGeneration(k, gen[k]!)).toBe(GenerationCheck.RESET);
+              expect(placed.checkGeneration(k, gen[k]!)).toBe(GenerationCheck.RESET);
+            }
+            copied.applyRows(k, start, o.n, rows, 0, resync);
+            placed.commitPlaced(k, start, o.n, p.row, resync);
+            expect(placed.debugWindow(k)).toEqual(copied.debugWindow(k));
+            expect(placed.windowsHeld).toBe(copied.windowsHeld);
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  test("guard: another write to the slot invalidates an outstanding placement, and its late bytes never reach the window", () => {
+    const s = new WindowStore(2, 4, RB, 2);
+    s.checkGeneration(0, 1);
+    s.applyRows(0, 0, 2, rowsFor(0, 2), 0, false);
+    const p = s.placeAfterWindow(0, 2); // frame A (say, of a connection taken over meanwhile)
+    // Frame B appends to the same slot before A is complete.
+    s.applyRows(0, 2, 2, rowsFor(2, 2), 0, false);
+    expect(s.placementValid(0, p.version)).toBe(false);
+    // A's late bytes land in the abandoned buffer: B's window is intact.
+    p.view.fill(0xee);
+    expect(positionsOf(s.debugWindow(0).rows)).toEqual([0, 1, 2, 3]);
+    expect(s.debugWindow(0).rows.includes(0xee)).toBe(false);
+    // A's apply finds the placement invalid and drops the window (the worker answers NEED_RESYNC).
+    s.dropWindow(0);
+    expect(s.debugWindow(0).nRows).toBe(0);
+  });
+
+  test("guard: a second placement on the slot invalidates the first and writes elsewhere", () => {
+    const s = new WindowStore(2, 4, RB, 2);
+    s.checkGeneration(0, 1);
+    s.applyRows(0, 0, 3, rowsFor(0, 3), 0, false);
+    const a = s.placeAfterWindow(0, 1);
+    const b = s.placeAfterWindow(0, 1);
+    expect(s.placementValid(0, a.version)).toBe(false);
+    expect(s.placementValid(0, b.version)).toBe(true);
+    expect(a.view.buffer).not.toBe(b.view.buffer);
+    b.view.set(rowsFor(3, 1));
+    a.view.fill(0xee);
+    s.commitPlaced(0, 3, 1, b.row, false);
+    expect(positionsOf(s.debugWindow(0).rows)).toEqual([0, 1, 2, 3]);
+  });
+
+  test("guard: RELEASE and resetAll never pool a buffer a placement still writes into; a cancelled placement costs nothing later", () => {
+    const s = new WindowStore(3, 4, RB, 2);
+    s.checkGeneration(0, 1);
+    s.checkGeneration(1, 1);
+    s.applyRows(0, 0, 4, rowsFor(0, 4), 0, false);
+    const p = s.placeAfterWindow(0, 2);
+    s.release(0);
+    expect(s.placementValid(0, p.version)).toBe(false);
+    // Slot 1 gets a buffer: never the one slot 0's placement may still write into.
+    s.applyRows(1, 0, 4, rowsFor(0, 4), 0, false);
+    p.view.fill(0xee);
+    expect(positionsOf(s.debugWindow(1).rows)).toEqual([0, 1, 2, 3]);
+    const q = s.placeAfterWindow(1, 1);
+    s.resetAll();
+    expect(s.placementValid(1, q.version)).toBe(false);
+    // Cancelled: the next write to the slot keeps its buffer (no detach).
+    s.checkGeneration(2, 1);
+    s.applyRows(2, 0, 2, rowsFor(0, 2), 0, false);
+    const r = s.placeAfterWindow(2, 1);
+    s.cancelPlacement(2, r.version);
+    const bytes = s.bytesAllocated;
+    s.applyRows(2, 2, 1, rowsFor(2, 1), 0, false);
+    expect(s.bytesAllocated).toBe(bytes);
+    expect(positionsOf(s.debugWindow(2).rows)).toEqual([0, 1, 2]);
+  });
+
+  test("placement of more than W rows is refused (the worker copies such STEPs)", () => {
+    const s = new WindowStore(1, 4, RB);
+    expect(() => s.placeAfterWindow(0, 5)).toThrow(/outside 1..4/);
+    expect(() => s.placeAfterWindow(0, 0)).toThrow(/outside/);
+  });
+});
