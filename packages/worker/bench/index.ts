@@ -193,6 +193,71 @@ function nullCase(slots: number, rowsPer: number, bufferWindows = 4): Record<str
   };
 }
 
+/**
+ * Rows received in place (docs/worker.md) against the copy path, same run, same geometry: the
+ * copy path is `handle(whole STEP)`; the placed path is `placeStep(first 64 KiB read)` then,
+ * outside the timing, the rows written into the returned segments (what the kernel's recv does
+ * in the real server, where it replaces the transport's write into its reassembly buffer), then
+ * `handle(head, null, plan)`. Both cores see identical STEP sequences.
+ */
+function placedCase(slots: number, rowsPer: number): Record<string, number | string> {
+  const d = new NullDrafter({ numTaps: 3, hidden: 4096, window: 16, numSpec: 4, vocabSize: 2048 });
+  const rb = 3 * 4096 * 2;
+  const mk = () => {
+    const core = new WorkerCore({ drafter: d, maxSlots: slots, maxRowsPerStep: slots * rowsPer });
+    hello(core, d, slots, slots * rowsPer);
+    return core;
+  };
+  const copyCore = mk();
+  const placedCore = mk();
+  const copyStep = new StepBuffer(slots, rowsPer, rb);
+  const placedStep = new StepBuffer(slots, rowsPer, rb);
+  const iters = Math.max(20, Math.round(200_000 / (slots * rowsPer)));
+  const copyT: number[] = [];
+  const placeT: number[] = [];
+  const applyT: number[] = [];
+  for (let i = 0; i < iters + 10; i++) {
+    const t0 = performance.now();
+    const r1 = copyCore.handle(copyStep.msg) as Uint8Array;
+    const t1 = performance.now();
+    const msg = placedStep.msg;
+    let plan = placedCore.placeStep(msg.subarray(0, Math.min(msg.length, 65_536)), msg.length);
+    if (typeof plan === "number") plan = placedCore.placeStep(msg.subarray(0, plan), msg.length);
+    if (plan === null || typeof plan === "number") throw new Error("STEP not placed");
+    const t2 = performance.now();
+    let o = plan.headBytes;
+    for (const seg of plan.segments) {
+      seg.set(msg.subarray(o, o + seg.length));
+      o += seg.length;
+    }
+    const t3 = performance.now();
+    const r2 = placedCore.handle(msg.subarray(0, plan.headBytes), null, plan) as Uint8Array;
+    const t4 = performance.now();
+    copyStep.advance();
+    placedStep.advance();
+    if (r1[7] !== FrameStatus.OK || r2[7] !== FrameStatus.OK) throw new Error("STEP not OK");
+    if (i >= 10) {
+      copyT.push(t1 - t0);
+      placeT.push(t2 - t1);
+      applyT.push(t4 - t3);
+    }
+  }
+  const c = (placedCore.stats().counters ?? {}) as Record<string, number>;
+  if (c.rows_copied !== 0 || c.rows_placed === 0) throw new Error("placed path did not run");
+  const cp = median(copyT) * 1000;
+  const pl = median(placeT) * 1000;
+  const ap = median(applyT) * 1000;
+  return {
+    case: `placed vs copied: null ${slots} slots x ${rowsPer} rows of 3x4096 bf16 (${round((slots * rowsPer * rb) / 2 ** 20)} MiB of rows)`,
+    steps: iters,
+    copy_path_us_per_step: round(cp),
+    placed_place_us_per_step: round(pl),
+    placed_apply_us_per_step: round(ap),
+    placed_total_us_per_step: round(pl + ap),
+    ratio_copy_to_placed: round(cp / (pl + ap)),
+  };
+}
+
 function referenceCase(): Record<string, number | string> {
   const slots = 8;
   const { target, head } = createDefaultPair();
@@ -295,6 +360,9 @@ const cases: [string, () => Record<string, number | string>][] = [
   ["null", () => nullCase(256, 8)],
   ["null", () => nullCase(64, 8, 2)],
   ["null", () => nullCase(256, 8, 2)],
+  ["placed", () => placedCase(64, 1)],
+  ["placed", () => placedCase(8, 8)],
+  ["placed", () => placedCase(256, 1)],
   ["reference", referenceCase],
   ["memory", memoryCase],
 ];

@@ -28,6 +28,7 @@ describe("bin tapwire-worker", () => {
       "--takeover",
       "--max-slots",
       "--tls-cert",
+      "--receive-in-place",
     ]) {
       expect(out).toContain(flag);
     }
@@ -43,6 +44,20 @@ describe("bin tapwire-worker", () => {
     const code = await new Promise((resolve) => proc.on("exit", resolve));
     expect(code).toBe(2);
     expect(err).toContain("--takeover");
+  });
+
+  test("--receive-in-place takes yes or no only", async () => {
+    const proc = spawn(process.execPath, [BIN, "--receive-in-place", "maybe"], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    children.push(proc);
+    let err = "";
+    proc.stderr!.on("data", (b: Buffer) => {
+      err += b.toString();
+    });
+    const code = await new Promise((resolve) => proc.on("exit", resolve));
+    expect(code).toBe(2);
+    expect(err).toContain("--receive-in-place");
   });
 
   test("SIGINT closes the servers, logs pino lines and exits 0", async () => {

@@ -50,6 +50,8 @@ Sessions and limits
   --session-lease-ms MS    lease after the last OK frame (default 10000)
   --name NAME              worker_name in HelloReply (default tapwire-worker)
   --slot-buffer-windows N  slot buffers hold up to N windows of rows (2..16, default 4)
+  --receive-in-place yes|no  receive large STEPs' rows straight into the slot windows (tcp,
+                           unix, tls; default yes, or env TAPWIRE_WORKER_RECEIVE_IN_PLACE)
 
 Other
   --log-level LEVEL        pino level: fatal|error|warn|info|debug|trace|silent (default info)
@@ -166,6 +168,7 @@ async function main(): Promise<number> {
       "session-lease-ms": str,
       name: str,
       "slot-buffer-windows": str,
+      "receive-in-place": str,
       "log-level": str,
       help: { type: "boolean" },
     },
@@ -201,6 +204,9 @@ async function main(): Promise<number> {
         }
       : undefined;
   const token = v.token ?? process.env.TAPWIRE_TOKEN;
+  const inPlace = v["receive-in-place"] ?? process.env.TAPWIRE_WORKER_RECEIVE_IN_PLACE ?? "yes";
+  if (inPlace !== "yes" && inPlace !== "no")
+    throw new UsageError(`--receive-in-place ${inPlace} is not yes or no`);
   const worker = await createWorker(
     defined({
       drafter,
@@ -212,6 +218,7 @@ async function main(): Promise<number> {
       sessionLease: int("session-lease-ms", v["session-lease-ms"], 0, 2 ** 31 - 1),
       name: v.name,
       slotBufferWindows: int("slot-buffer-windows", v["slot-buffer-windows"], 2, 16),
+      receiveInPlace: inPlace === "yes",
       logger,
       tls,
       idleTimeoutMs: int("idle-timeout-ms", v["idle-timeout-ms"], 0, 2 ** 31 - 1),
