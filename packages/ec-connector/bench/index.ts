@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { ConsumerConnector } from "../src/index.js";
+import { ConsumerConnector, crc32Info } from "../src/index.js";
 
 const PRODUCER = fileURLToPath(new URL("../src/bin/producer.ts", import.meta.url));
 const RAW_SERVER = fileURLToPath(new URL("./raw-server.ts", import.meta.url));
@@ -136,6 +136,8 @@ async function fetchOne(conn: ConsumerConnector, producer: string, h: string, n:
   return dt;
 }
 
+let producerCrcImpl = "";
+
 async function main(): Promise<void> {
   const results: Record<string, unknown> = {};
   const throughput: Record<string, unknown>[] = [];
@@ -154,6 +156,7 @@ async function main(): Promise<void> {
       "--log-level",
       "warn",
     ]);
+    producerCrcImpl = String(prodChild.line["crcImpl"]);
     const producer = {
       controlEndpoint: String(prodChild.line["control"]),
       compatibilityHash: String(prodChild.line["compatibilityHash"]),
@@ -263,6 +266,8 @@ async function main(): Promise<void> {
   }
   results["node"] = process.version;
   results["block_bytes"] = BB;
+  results["crc_impl"] = crc32Info.impl;
+  results["producer_crc_impl"] = producerCrcImpl;
   results["note"] =
     "producer (tapwire-ec-producer) and raw server each in a child process, consumer in the bench process; medians; ratio = raw_time / ec_time (1.0 = as fast as raw)";
   results["throughput"] = throughput;
