@@ -5,13 +5,13 @@
  */
 
 export type { FrameConn, WorkerCoreOptions, WorkerLogger } from "./core.js";
-export { Takeover, WorkerCore } from "./core.js";
+export { StepPlacement, Takeover, WorkerCore } from "./core.js";
 export type { DraftBatchEntry, Drafter, DraftOutput, NullDrafterOptions } from "./drafter.js";
 export { checkDrafter, NullDrafter } from "./drafter.js";
 export { WorkerError, WorkerErrorCode } from "./errors.js";
 export type { ReferenceDrafterOptions } from "./reference-drafter.js";
 export { ReferenceDrafter } from "./reference-drafter.js";
-export type { WindowSnapshot } from "./window-store.js";
+export type { RowPlacement, WindowSnapshot } from "./window-store.js";
 export { GenerationCheck, WindowStore } from "./window-store.js";
 export type { Worker, WorkerOptions } from "./worker.js";
 export { createWorker, DEFAULT_LISTEN } from "./worker.js";

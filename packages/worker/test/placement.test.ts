@@ -6,7 +6,7 @@
 import * as net from "node:net";
 import { uniqueSocketPath } from "@tapwire/testing";
 import type { ReqEntry } from "@tapwire/wire";
-import { EntryFlag, FrameStatus, ReqStatus, splitFrame } from "@tapwire/wire";
+import { EntryFlag, FrameStatus, ReqStatus, SampleMode, splitFrame } from "@tapwire/wire";
 import { afterEach, describe, expect, test } from "vitest";
 import type { Worker } from "../src/index.js";
 import { createWorker } from "../src/index.js";
@@ -313,6 +313,25 @@ for (const c of SCHEMES) {
     });
   });
 }
+
+test("TOP32 session over unix: sample meta in the head, rows placed, sampled drafts valid", async () => {
+  const w = await start(`unix://${uniqueSocketPath("wt")}`);
+  const raw = await new Raw(w.endpoints[0]!).connect();
+  cleanups.push(() => raw.close());
+  const s = new Sess(raw, 0x520, drafter, { ...HELLO, sampleMode: SampleMode.TOP32 });
+  expect((await s.doHello()).status).toBe(FrameStatus.OK);
+  const slots = [0, 3, 5, 9, 11];
+  for (let k = 0; k < 3; k++) {
+    const e = slots.map((slot) => entry({ slot, rowStart: 2 * k, nRows: 2, anchorPos: 2 * k + 2 }));
+    const meta = slots.map((_, i) => ({ seed: 7 + i, topK: 4, tempMilli: i % 2 === 0 ? 800 : 0 }));
+    const a = await s.step(e, { sampleMeta: meta });
+    expect(a.status).toBe(FrameStatus.OK);
+    expect(Array.from(a.views!.status)).toEqual(slots.map(() => ReqStatus.OK));
+  }
+  for (const slot of slots) expectWindow(w, slot, 0, 6);
+  expect(counters(w).rows_placed).toBe(30);
+  expect(counters(w).rows_copied).toBe(0);
+});
 
 test("zmq: the copy path (whole messages), windows identical", async () => {
   const w = await start(`zmq+ipc://${uniqueSocketPath("wq")}`);
