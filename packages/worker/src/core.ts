@@ -1,6 +1,6 @@
 import type { Counter, Histogram } from "@tapwire/stats";
 import { Registry } from "@tapwire/stats";
-import type { Hello, HelloReply, StepLimits, StepReplyViews } from "@tapwire/wire";
+import type { Hello, HelloReply, StepLimits, StepReplyViews, StepRequest } from "@tapwire/wire";
 import {
   APP_HEADER_SIZE,
   beginStepReply,
@@ -106,8 +106,14 @@ export class StepPlacement {
   readonly slots: Uint32Array;
   /** The apply step took over the placements (else they are cancelled once the frame is answered). */
   consumed = false;
+  /** The head as decoded at placement, and the session limits it was checked against. */
+  readonly req: StepRequest;
+  readonly limits: StepLimits;
 
-  constructor(headBytes: number, length: number, nReq: number) {
+  constructor(headBytes: number, length: number, req: StepRequest, limits: StepLimits) {
+    const nReq = req.nReq;
+    this.req = req;
+    this.limits = limits;
     this.headBytes = headBytes;
     this.length = length;
     this.rows = new Int32Array(nReq).fill(-1);
@@ -480,7 +486,7 @@ export class WorkerCore {
     const req = decodeStepHead(head.subarray(APP_HEADER_SIZE, headBytes), bodyLen, limits);
     const W = this.drafter.window;
     for (let i = 0; i < nReq; i++) if (req.entries[i]!.nRows > W) return null;
-    const plan = new StepPlacement(headBytes, length, nReq);
+    const plan = new StepPlacement(headBytes, length, req, limits);
     const store = this.store;
     try {
       for (let i = 0; i < nReq; i++) {
@@ -858,8 +864,14 @@ export class WorkerCore {
     const shape = this.shape!;
     let req: ReturnType<typeof decodeStepRequest>;
     try {
-      // Placed: the same checks on the head (the session's limits may have changed since).
-      req = placed === null ? decodeStepRequest(body, limits) : decodeStepHead(body, bodyLen, limits);
+      // Placed: the head was decoded at placement against these very limits (a re-HELLO installs
+      // new ones), or is checked again against the session's current limits.
+      req =
+        placed === null
+          ? decodeStepRequest(body, limits)
+          : placed.limits === limits
+            ? placed.req
+            : decodeStepHead(body, bodyLen, limits);
     } catch (e) {
       const st = statusOf(e);
       this.log.warn({ session, seq, err: String((e as Error)?.message ?? e) }, "STEP refused");

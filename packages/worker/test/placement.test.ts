@@ -226,6 +226,37 @@ for (const c of SCHEMES) {
       expect(counters(w).steps_placed).toBe(placedBefore + 4);
     });
 
+    test("a re-HELLO lowering max_slots between placement and apply: the placed STEP is checked again, BAD_FRAME, nothing applied", async () => {
+      const w = await start(c.listen());
+      const s = await session(w, 0x507);
+      const slots = [0, 1, 2, 3, 4, 5, 6, 7];
+      expect((await s.step(slots.map((slot) => entry({ slot, nRows: 1, anchorPos: 1 })))).status).toBe(
+        FrameStatus.OK,
+      );
+      const a = await Piecewise.open(w.endpoints[0]!);
+      const msg = stepFrame({
+        seq: 30,
+        session: 0x507,
+        entries: slots.map((slot) => entry({ slot, rowStart: 1, nRows: 1, anchorPos: 2 })),
+        rowBytes: RB,
+      });
+      await a.write(msg, 0, 70_000);
+      await until(() => counters(w).steps_placed === 2, "placed");
+      s.seq = 24;
+      expect((await s.doHello({ maxSlots: 4 })).status).toBe(FrameStatus.OK);
+      await a.write(msg, 70_000, msg.length);
+      expect((await a.reply()).status).toBe(FrameStatus.BAD_FRAME);
+      for (const slot of [0, 1, 2, 3]) expectWindow(w, slot, 0, 1);
+      for (const slot of [4, 5, 6, 7]) expectWindow(w, slot, 0, 0);
+      // The session goes on: its next STEP is placed and applied.
+      const r = await s.step(
+        [0, 1, 2, 3].map((slot) => entry({ slot, rowStart: 1, nRows: 2, anchorPos: 3 })),
+      );
+      expect(r.status).toBe(FrameStatus.OK);
+      for (const slot of [0, 1, 2, 3]) expectWindow(w, slot, 0, 3);
+      expect(counters(w).rows_placed).toBe(8 + 8);
+    });
+
     test("a connection dropped mid-rows leaves the windows untouched; the next STEPs are placed correctly", async () => {
       const w = await start(c.listen());
       const s = await session(w, 0x505);
