@@ -69,7 +69,6 @@ export class EmbeddingCache {
   #free: number;
   #retired = 0;
   #nextId = 1;
-  #cursor = 0;
   #evictions = 0;
 
   constructor(options: EmbeddingCacheOptions) {
@@ -397,16 +396,18 @@ export class EmbeddingCache {
     else this.#retired += e.blocks.length;
   }
 
-  /** Takes `need` free blocks (caller ensured there are enough), contiguous when possible. */
+  /**
+   * Takes `need` free blocks (caller ensured there are enough), contiguous when possible: the
+   * lowest-addressed free run that fits (first fit). First fit reuses recently freed blocks, which
+   * are likely still in the CPU caches and TLB (a next-fit cursor cycling through a region larger
+   * than the caches made every transfer land in cold memory: ~0.4 ms more consumer CPU per 16 MiB).
+   */
   #take(need: number, id: number): number[] {
     const owner = this.#owner;
     const n = this.numBlocks;
-    // Next-fit search for a contiguous run, wrapping once.
     let run = 0;
     let start = 0;
-    for (let i = 0; i < n + need && i < 2 * n; i++) {
-      const b = (this.#cursor + i) % n;
-      if (b === 0) run = 0;
+    for (let b = 0; b < n; b++) {
       if (owner[b] === FREE) {
         if (run === 0) start = b;
         run++;
@@ -416,7 +417,6 @@ export class EmbeddingCache {
             blocks[k] = start + k;
             owner[start + k] = id;
           }
-          this.#cursor = (start + need) % n;
           this.#free -= need;
           return blocks;
         }

@@ -26,6 +26,23 @@ describe("EmbeddingCache (EC-CONTRACT 1)", () => {
     expect(code(() => new EmbeddingCache({ numBlocks: 4, blockBytes: -1 }))).toBe("EC_BAD_OPTION");
   });
 
+  it("allocates first fit: freed (cache-warm) blocks are reused before untouched ones", () => {
+    const c = new EmbeddingCache({ numBlocks: 8, blockBytes: 16 });
+    expect(c.allocate("a", 32)).toEqual([0, 1]);
+    expect(c.allocate("b", 32)).toEqual([2, 3]);
+    c.free("a");
+    // the lowest free run that fits: a's blocks again, not the untouched 4..
+    expect(c.allocate("c", 32)).toEqual([0, 1]);
+    c.free("c");
+    // a run that does not fit in the hole goes past it; a later small one fills the hole
+    expect(c.allocate("d", 48)).toEqual([4, 5, 6]);
+    expect(c.allocate("e", 16)).toEqual([0]);
+    // no contiguous run left: the free blocks in order
+    c.free("b");
+    expect(c.allocate("f", 64)).toEqual([1, 2, 3, 7]);
+    c.check();
+  });
+
   it("allocates contiguous blocks, writes, views zero-copy and frees", () => {
     const c = new EmbeddingCache({ numBlocks: 8, blockBytes: 16 });
     const blocks = c.allocate("a", 40);
