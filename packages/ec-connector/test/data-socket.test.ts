@@ -2,7 +2,15 @@ import * as net from "node:net";
 import { encode } from "@msgpack/msgpack";
 import { Registry } from "@tapwire/stats";
 import { afterEach, describe, expect, it } from "vitest";
-import { crc32, EcError, EmbeddingCache, SocketDataTransport, syntheticEmbedding } from "../src/index.js";
+import {
+  CRC32_IMPLS,
+  crc32,
+  crc32Info,
+  EcError,
+  EmbeddingCache,
+  SocketDataTransport,
+  syntheticEmbedding,
+} from "../src/index.js";
 import { socketPath, until } from "./helpers/proc.js";
 
 const BB = 4096;
@@ -215,6 +223,10 @@ for (const [kind, listen] of KINDS) {
       const h = reader.postRead(local, agent, e.blocks, te.encode("s:big"), { nbytes: n, checksum: true });
       expect(await settle(reader, h)).toBe("DONE");
       expect(reader.getXferChecksum(h)).toBe(e.crc32);
+      // the thread uses the same implementation as this thread (its first message says which)
+      expect(reader.checksumThreadCrcImpl).toBe(
+        crc32Info.impl === CRC32_IMPLS.native ? CRC32_IMPLS.native : CRC32_IMPLS.zlib,
+      );
       reader.injectFault({ kind: "corrupt" });
       const h2 = reader.postRead(local, agent, e.blocks, te.encode("s:big"), { nbytes: n, checksum: true });
       expect(await settle(reader, h2)).toBe("DONE");

@@ -4,6 +4,7 @@ import { Worker } from "node:worker_threads";
 import type { Counter, Gauge } from "@tapwire/stats";
 import { Registry } from "@tapwire/stats";
 import type { Logger } from "pino";
+import type { Crc32Impl } from "../crc.js";
 import { CRC32_IMPLS, crc32, crc32Info, nativeCrc32Path } from "../crc.js";
 import { checkFunctionOption, checkIntOption, checkNumberOption, EcError } from "../errors.js";
 import { EC_METRICS_PREFIX, silentLogger } from "../metrics.js";
@@ -56,12 +57,14 @@ const CRC_WORKER = `
 const { parentPort, workerData } = require("node:worker_threads");
 const zlib = require("node:zlib");
 let crc = (b, c) => zlib.crc32(b, c);
+let impl = "node:zlib";
 if (workerData.nativePath !== null) {
   try {
     const f = require(workerData.nativePath).crc32;
-    if (f(Buffer.from("123456789"), 0) >>> 0 === 0xcbf43926) crc = f;
+    if (f(Buffer.from("123456789"), 0) >>> 0 === 0xcbf43926) { crc = f; impl = "@node-rs/crc32"; }
   } catch {}
 }
+parentPort.postMessage([-2, impl]);
 const region = new Uint8Array(workerData.buffer, workerData.byteOffset, workerData.length);
 const crcs = new Map();
 parentPort.on("message", (m) => {
@@ -253,6 +256,7 @@ export class SocketDataTransport implements DataTransport {
   #closed = false;
   readonly #crcThread: boolean;
   #worker: Worker | null = null;
+  #threadImpl: Crc32Impl | null = null;
 
   private constructor(
     options: SocketDataTransportOptions,
@@ -350,6 +354,14 @@ export class SocketDataTransport implements DataTransport {
   /** Applies `fault` to the next `count` reads posted by this agent (tests and demos). */
   injectFault(fault: SocketFault, count = 1): void {
     for (let i = 0; i < count; i++) this.#faults.push(fault);
+  }
+
+  /**
+   * The CRC-32 implementation the checksum thread uses (`"@node-rs/crc32"` or `"node:zlib"`), once
+   * the thread has started (on the first checksummed read); `null` before or without the thread.
+   */
+  get checksumThreadCrcImpl(): Crc32Impl | null {
+    return this.#threadImpl;
   }
 
   /** Number of live grants. */
@@ -721,7 +733,10 @@ export class SocketDataTransport implements DataTransport {
         },
       });
       this.#worker.unref();
-      this.#worker.on("message", (m: [number, number]) => this.#crcDone(m[0], m[1]));
+      this.#worker.on("message", (m: [number, number | string]) => {
+        if (m[0] === -2) this.#threadImpl = m[1] as Crc32Impl;
+        else this.#crcDone(m[0], m[1] as number);
+      });
       this.#worker.on("error", (err) => {
         this.#log.error({ err }, "checksum thread failed");
         this.#worker = null;
