@@ -32,7 +32,7 @@ export function serverMetrics(r: Registry): ServerMetrics {
     ),
     placedBytes: r.counter(
       "transport_server_placed_bytes",
-      "request bytes written into receiveInto segments (read straight into them or copied)",
+      "bytes of placed requests written into receiveInto segments (read straight into them or copied)",
     ),
     placedCopiedBytes: r.counter(
       "transport_server_placed_copied_bytes",

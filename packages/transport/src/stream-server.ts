@@ -193,7 +193,8 @@ class Conn implements ConnInfo {
         this.segOff = 0;
         seg = this.segs[this.segIdx] as Uint8Array;
       }
-      this.direct = seg.subarray(this.segOff);
+      // A fresh segment is handed over as is (no view to create per read).
+      this.direct = this.segOff === 0 ? seg : seg.subarray(this.segOff);
       return this.direct;
     }
     if (this.place === PLACE_HEAD) {
@@ -241,7 +242,6 @@ class Conn implements ConnInfo {
       this.got += n;
       if (this.place === PLACE_SEGMENTS) {
         this.segOff += n;
-        this.cfg.metrics.placedBytes.inc(n);
         if (this.got === this.len) this.dispatchPlaced();
       } else if (this.got === this.len) {
         this.hdrGot = 0;
@@ -403,9 +403,7 @@ class Conn implements ConnInfo {
 
   /** Copies `src[from, to)` into the plan's segments at the fill position (PLACE_SEGMENTS). */
   private copyIn(src: Uint8Array, from: number, to: number): void {
-    const m = this.cfg.metrics;
-    m.placedBytes.inc(to - from);
-    m.placedCopiedBytes.inc(to - from);
+    this.cfg.metrics.placedCopiedBytes.inc(to - from);
     while (from < to) {
       const seg = this.segs[this.segIdx] as Uint8Array;
       const room = seg.length - this.segOff;
@@ -429,7 +427,9 @@ class Conn implements ConnInfo {
     this.place = PLACE_NONE;
     this.plan = null;
     this.segs = NO_SEGMENTS;
-    this.cfg.metrics.placedMessages.inc();
+    const m = this.cfg.metrics;
+    m.placedMessages.inc();
+    m.placedBytes.inc(this.len - this.headBytes);
     return this.dispatch(head, plan);
   }
 
