@@ -192,6 +192,23 @@ for (const t of STREAM) {
       expect(p.counter("transport_server_placed_messages")).toBe(0);
     });
 
+    test("asking for a head at or beyond the message length: received as usual, the hook not called again", async () => {
+      const p = await placing(t, (head, length) => {
+        p.calls.push({ headLen: head.length, length });
+        return length + 5;
+      });
+      const c = makeClient(p.srv.endpoint, t.client);
+      cleanups.push(() => c.close());
+      await c.connect(10_000);
+      const msg = pattern(300_000, 8);
+      const reply = Buffer.alloc(400_000);
+      expect(await c.request(msg, reply, 20_000)).toBe(msg.length);
+      expect(Buffer.compare(p.seen[0]?.head as Buffer, msg)).toBe(0);
+      expect(p.seen[0]?.plan).toBeUndefined();
+      expect(p.calls.length).toBe(1);
+      expect(p.counter("transport_server_errors")).toBe(0);
+    });
+
     test("the rest of a placed message byte at a time, and split at every offset across segment boundaries", async () => {
       const p = await placing(t);
       // Head of 9 bytes asked, 6 kept (3 spill into the segments), segments 5, 0, 1, 7, rest.
