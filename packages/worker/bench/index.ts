@@ -247,6 +247,7 @@ function placedCase(slots: number, rowsPer: number): Record<string, number | str
   const cp = median(copyT) * 1000;
   const pl = median(placeT) * 1000;
   const ap = median(applyT) * 1000;
+  const mean = (xs: number[]) => (xs.reduce((x, y) => x + y, 0) / xs.length) * 1000;
   return {
     case: `placed vs copied: null ${slots} slots x ${rowsPer} rows of 3x4096 bf16 (${round((slots * rowsPer * rb) / 2 ** 20)} MiB of rows)`,
     steps: iters,
@@ -255,6 +256,9 @@ function placedCase(slots: number, rowsPer: number): Record<string, number | str
     placed_apply_us_per_step: round(ap),
     placed_total_us_per_step: round(pl + ap),
     ratio_copy_to_placed: round(cp / (pl + ap)),
+    // Means include the periodic compactions (all slots reach their buffer end on the same STEP).
+    copy_path_us_mean: round(mean(copyT)),
+    placed_total_us_mean: round(mean(placeT) + mean(applyT)),
   };
 }
 
