@@ -16,7 +16,9 @@ import {
 } from "../src/index.js";
 import { consumerMetrics, producerMetrics } from "../src/metrics.js";
 import { Driver } from "./helpers/drive.js";
-import { PRODUCER_BIN } from "./helpers/proc.js";
+import { PRODUCER_BIN, spawnProducer } from "./helpers/proc.js";
+
+const CONSUMER_CHILD = new URL("./helpers/consumer-child.mjs", import.meta.url).pathname;
 
 const zlibCrc = (zlib as unknown as { crc32: (d: Uint8Array, v?: number) => number }).crc32;
 
@@ -161,5 +163,33 @@ it(`a producer forced onto the node:zlib fallback (${CRC32_ENV}=zlib) and a cons
     await conn.close();
     admin.close();
     await child.kill("SIGTERM");
+  }
+}, 60_000);
+
+it(`a consumer forced onto the node:zlib fallback (${CRC32_ENV}=zlib) verifies a producer's ${crc32Info.impl} CRC-32 over a real transfer`, async () => {
+  const prod = await spawnProducer([
+    "--prepopulate",
+    "img-n:3000001",
+    "--log-level",
+    "warn",
+    "--num-blocks",
+    "64",
+    "--block-bytes",
+    "65536",
+  ]);
+  try {
+    const child = await spawnBin(CONSUMER_CHILD, [prod.control, prod.compatibilityHash, "img-n", "3000001"], {
+      env: { [CRC32_ENV]: "zlib" },
+    });
+    try {
+      const res = await child.waitFor((l) => l.json?.["msg"] === "result", 30_000);
+      // loaded = the read's CRC-32 (node:zlib in the child) equalled the ack's (EC-CONTRACT 6.3)
+      expect(res.json!["loaded"]).toEqual(["img-n"]);
+      expect(res.json!["failed"]).toEqual([]);
+    } finally {
+      await child.kill("SIGKILL");
+    }
+  } finally {
+    await prod.kill("SIGTERM");
   }
 }, 60_000);
