@@ -483,7 +483,12 @@ export class WorkerCore {
     const headBytes = APP_HEADER_SIZE + rowsOffsetFor(nReq, limits.sampled);
     if (headBytes >= length) return null;
     if (head.length < headBytes) return headBytes;
-    const req = decodeStepHead(head.subarray(APP_HEADER_SIZE, headBytes), bodyLen, limits);
+    let req: StepRequest;
+    try {
+      req = decodeStepHead(head.subarray(APP_HEADER_SIZE, headBytes), bodyLen, limits);
+    } catch {
+      return null; // the normal path answers (and logs) it
+    }
     const W = this.drafter.window;
     for (let i = 0; i < nReq; i++) if (req.entries[i]!.nRows > W) return null;
     const plan = new StepPlacement(headBytes, length, req, limits);
