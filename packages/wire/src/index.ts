@@ -75,6 +75,7 @@ export {
   stepReplyLayout,
 } from "./step-reply.js";
 export {
+  decodeStepHead,
   decodeStepRequest,
   maxStepBodySize,
   rowsOffsetFor,

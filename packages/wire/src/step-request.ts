@@ -91,7 +91,7 @@ export interface StepRequest {
   entries: ReqEntry[];
   /** One record per entry in TOP32 sessions, else null. */
   sampleMeta: SampleMeta[] | null;
-  /** The rows, `nRows * rowBytes` bytes, a view of the body. */
+  /** The rows, `nRows * rowBytes` bytes, a view of the body (empty from `decodeStepHead`). */
   rows: Uint8Array;
   /** Body offset of the rows. */
   rowsOffset: number;
@@ -245,6 +245,8 @@ export function writeStepPrefix(buf: Uint8Array, p: StepPrefixParams): number {
   return frameLen;
 }
 
+const NO_ROWS = new Uint8Array(0);
+
 /**
  * Decodes a STEP request body on the worker and makes every structural check of CONTRACT 7.2:
  * body above the session's maximum → `WIRE_TOO_LARGE` (status TOO_LARGE); otherwise any of
@@ -255,7 +257,21 @@ export function writeStepPrefix(buf: Uint8Array, p: StepPrefixParams): number {
  * `WIRE_BAD_FRAME` (status BAD_FRAME) naming the first problem. `rows` is a view of `body`.
  */
 export function decodeStepRequest(body: Uint8Array, limits: StepLimits): StepRequest {
-  const len = body.length;
+  const r = decodeStepHead(body, body.length, limits);
+  r.rows = body.subarray(r.rowsOffset, r.rowsOffset + r.nRows * limits.rowBytes);
+  return r;
+}
+
+/**
+ * {@link decodeStepRequest} for a STEP whose rows are elsewhere (received in place, CONTRACT
+ * 7.2): `head` holds at least the body's first `rowsOffsetFor(n_req)` bytes and `bodyLen` is the
+ * whole body's length (from the frame header). The same checks in the same order, with the same
+ * codes and messages; a head too short for its entries is `WIRE_BAD_FRAME`. `rows` of the result
+ * is empty.
+ */
+export function decodeStepHead(head: Uint8Array, bodyLen: number, limits: StepLimits): StepRequest {
+  const body = head;
+  const len = bodyLen;
   const max = maxStepBodySize(limits);
   if (len > max) {
     throw new WireError(
@@ -263,7 +279,9 @@ export function decodeStepRequest(body: Uint8Array, limits: StepLimits): StepReq
       `STEP body of ${len} bytes is above the session maximum ${max} (max_slots ${limits.maxSlots}, max_rows_per_step ${limits.maxRowsPerStep}, row_bytes ${limits.rowBytes})`,
     );
   }
-  if (len < STEP_PREFIX_SIZE) throw badFrame(`STEP body of ${len} bytes is shorter than the 16-byte prefix`);
+  if (len < STEP_PREFIX_SIZE || body.length < STEP_PREFIX_SIZE) {
+    throw badFrame(`STEP body of ${len} bytes is shorter than the 16-byte prefix`);
+  }
   const stepId = rd32(body, P_STEP_ID);
   const stepFlags = rd32(body, P_STEP_FLAGS);
   const nReq = rd32(body, P_N_REQ);
@@ -281,6 +299,7 @@ export function decodeStepRequest(body: Uint8Array, limits: StepLimits): StepReq
       `STEP body is ${len} bytes, want ${want} for n_req ${nReq}, n_rows ${nRows}, row_bytes ${limits.rowBytes}${sampled ? " (TOP32)" : ""}`,
     );
   }
+  if (body.length < rowsOffset) throw badFrame(`STEP head of ${body.length} bytes misses its entries`);
   let o = STEP_PREFIX_SIZE;
   let sampleMeta: SampleMeta[] | null = null;
   if (sampled) {
@@ -334,7 +353,7 @@ export function decodeStepRequest(body: Uint8Array, limits: StepLimits): StepReq
     nRows,
     entries,
     sampleMeta,
-    rows: body.subarray(rowsOffset, rowsOffset + nRows * limits.rowBytes),
+    rows: NO_ROWS,
     rowsOffset,
   };
 }

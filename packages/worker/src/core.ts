@@ -8,6 +8,7 @@ import {
   DYADIC_ONE,
   decodeHeader,
   decodeHello,
+  decodeStepHead,
   decodeStepRequest,
   EntryFlag,
   encodeHeader,
@@ -39,7 +40,6 @@ import {
 import type { DraftBatchEntry, Drafter, DraftOutput } from "./drafter.js";
 import { checkDrafter } from "./drafter.js";
 import { WorkerError } from "./errors.js";
-import { decodeStepHead } from "./step-head.js";
 import type { WindowSnapshot } from "./window-store.js";
 import { GenerationCheck, WindowStore } from "./window-store.js";
 

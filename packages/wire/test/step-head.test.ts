@@ -1,11 +1,18 @@
 // decodeStepHead (STEPs received in place: only the head is at hand) must make exactly the checks
 // of @tapwire/wire's decodeStepRequest on the whole body (CONTRACT 7.2, 7.3): same result, same
 // error code, status and message, for valid bodies and for bodies with random bytes corrupted.
-import type { StepLimits } from "@tapwire/wire";
-import { APP_HEADER_SIZE, decodeStepRequest, rowsOffsetFor, WireError, writeStepPrefix } from "@tapwire/wire";
+
 import fc from "fast-check";
 import { expect, test } from "vitest";
-import { decodeStepHead } from "../src/step-head.js";
+import type { StepLimits } from "../src/index.js";
+import {
+  APP_HEADER_SIZE,
+  decodeStepHead,
+  decodeStepRequest,
+  rowsOffsetFor,
+  WireError,
+  writeStepPrefix,
+} from "../src/index.js";
 
 function outcome(f: () => unknown): unknown {
   try {
