@@ -84,6 +84,11 @@ export class WindowStore {
   private stamp = 0;
   private nonEmpty = 0;
   private allocatedBytes = 0;
+  private compacted = 0;
+  /** Until its first compaction, slot `s` uses its full-size buffer up to `s mod staggerRows` rows short of the end. */
+  private readonly staggerRows: number;
+  /** 1 once the slot's current buffer was compacted (its phase is set; it now uses every row). */
+  private readonly phased: Uint8Array;
 
   /**
    * @param bufferWindows a slot's buffer holds up to this many windows of rows (2..16, default
@@ -103,6 +108,14 @@ export class WindowStore {
       throw new WorkerError("WORKER_BAD_OPTION", `bufferWindows ${bufferWindows} is not an integer in 2..16`);
     }
     this.maxBufferRows = bufferWindows * window;
+    // Slots that advance in lockstep (every running request accepts tokens every round) would
+    // otherwise all reach their buffer end, and compact W-1 rows each, on the same STEP: a spike
+    // of max_slots * (W-1) row copies every (bufferWindows-1) * W rounds. A slot's first
+    // compaction in a buffer comes up to W rows early (by slot), after which every slot has the
+    // same period, so lockstep slots stay spread over W STEPs. The first cycle still leaves at
+    // least 2W + 1 usable rows.
+    this.staggerRows = Math.max(1, Math.min(window, this.maxBufferRows - 2 * window));
+    this.phased = new Uint8Array(maxSlots);
     this.maxSlots = maxSlots;
     this.window = window;
     this.rowBytes = rowBytes;
@@ -119,6 +132,18 @@ export class WindowStore {
   /** Slots whose window holds at least one row (`windows_kept` of CONTRACT 6.1). */
   get windowsHeld(): number {
     return this.nonEmpty;
+  }
+
+  /** Windows moved to the front of their full-size buffer so far (each copies at most W-1 rows). */
+  get compactions(): number {
+    return this.compacted;
+  }
+
+  /** Bytes of `buf` the slot may fill before compacting (see `staggerRows`). */
+  private usableBytes(slot: number, buf: Uint8Array): number {
+    const full = this.maxBufferRows * this.rowBytes;
+    if (buf.byteLength !== full || this.phased[slot] === 1) return buf.byteLength;
+    return full - (slot % this.staggerRows) * this.rowBytes;
   }
 
   /** Bytes currently allocated for row buffers (including the reuse pool). */
@@ -194,7 +219,7 @@ export class WindowStore {
     const count = this.count[slot]!;
     let start = this.start[slot]!;
     let buf = this.buffers[slot] ?? null;
-    if (buf === null || (start + count + nRows) * rb > buf.byteLength) {
+    if (buf === null || (start + count + nRows) * rb > this.usableBytes(slot, buf)) {
       buf = this.ensureCapacity(slot, count + nRows, count);
       start = 0;
       this.start[slot] = 0;
@@ -386,7 +411,7 @@ export class WindowStore {
     this.firstPos[slot] = this.firstPos[slot]! + dropped;
     this.start[slot] = start;
     let buf = this.buffers[slot]!;
-    if ((start + count + nRows) * rb > buf.byteLength) {
+    if ((start + count + nRows) * rb > this.usableBytes(slot, buf)) {
       buf = this.ensureCapacity(slot, count + nRows, count);
       start = 0;
     }
@@ -411,7 +436,11 @@ export class WindowStore {
       (cur.byteLength >= maxRows * rb || (keepRows === 0 && cur.byteLength >= needRows * rb))
     ) {
       const s = this.start[slot]! * rb;
-      if (keepRows > 0 && s > 0) cur.copyWithin(0, s, s + keepRows * rb);
+      if (keepRows > 0 && s > 0) {
+        cur.copyWithin(0, s, s + keepRows * rb);
+        this.compacted++;
+        this.phased[slot] = 1;
+      }
       return cur;
     }
     let rows =
@@ -426,6 +455,7 @@ export class WindowStore {
       this.giveBack(cur);
     }
     this.buffers[slot] = next;
+    this.phased[slot] = 0;
     return next;
   }
 

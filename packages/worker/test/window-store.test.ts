@@ -69,6 +69,36 @@ describe("WindowStore (CONTRACT 7.1, 7.2)", () => {
     expect(s.bytesAllocated).toBeLessThanOrEqual(s.maxBufferRows * RB);
   });
 
+  test("slots advancing in lockstep compact on different appends (staggered buffer ends), windows intact", () => {
+    const W = 8;
+    const slots = 32;
+    const s = new WindowStore(slots, W, RB); // 4W-row buffers: stagger over W rows
+    const t = new WindowStore(slots, W, RB, 2); // 2W-row buffers: no room to stagger
+    for (let slot = 0; slot < slots; slot++) {
+      s.checkGeneration(slot, 1);
+      t.checkGeneration(slot, 1);
+    }
+    let maxPerRound = 0;
+    let maxPerRoundUnstaggered = 0;
+    for (let pos = 0; pos < 12 * W; pos++) {
+      const before = s.compactions;
+      const beforeT = t.compactions;
+      for (let slot = 0; slot < slots; slot++) {
+        s.applyRows(slot, pos, 1, rowsFor(pos, 1), 0, false);
+        t.applyRows(slot, pos, 1, rowsFor(pos, 1), 0, false);
+      }
+      maxPerRound = Math.max(maxPerRound, s.compactions - before);
+      maxPerRoundUnstaggered = Math.max(maxPerRoundUnstaggered, t.compactions - beforeT);
+      for (const slot of [0, 5, slots - 1]) {
+        expect(positionsOf(s.debugWindow(slot).rows)).toEqual(range(Math.max(0, pos + 1 - W), pos + 1));
+      }
+    }
+    // W distinct ends: at most ceil(slots / W) slots compact on one append round
+    expect(s.compactions).toBeGreaterThan(slots);
+    expect(maxPerRound).toBeLessThanOrEqual(Math.ceil(slots / W));
+    expect(maxPerRoundUnstaggered).toBe(slots);
+  });
+
   test("gap and overlap replace the window with the last W carried rows", () => {
     const s = new WindowStore(1, 4, RB);
     s.checkGeneration(0, 1);
