@@ -139,7 +139,7 @@ async function rawClient(endpoint: string, replyBytes: number) {
   return {
     rt(msg: Uint8Array): Promise<void> {
       const p = new Promise<void>(resolver);
-      header.writeUInt32BE(msg.length);
+      header.writeUInt32LE(msg.length);
       sock.cork();
       sock.write(header);
       sock.write(msg);

@@ -1,5 +1,5 @@
 // Raw-socket baseline server for the client bench, run as a child process (like the worker).
-// Length-prefixed messages (u32 big-endian, CONTRACT 3) over node:net: every request is read
+// Length-prefixed messages (u32 little-endian, CONTRACT 3) over node:net: every request is read
 // whole into one reused buffer (allocated once, at the size given), and answered with one
 // preallocated reply of `--reply-bytes` (the STEP reply frame size) in a single write. Nothing
 // else: no decoding, no copy into slot windows, no drafting.
@@ -39,7 +39,7 @@ if (!(Number.isInteger(requestBytes) && requestBytes > 0 && Number.isInteger(rep
 
 // header + body in one preallocated buffer: one write per reply
 const reply = Buffer.alloc(4 + replyBytes, 7);
-reply.writeUInt32BE(replyBytes, 0);
+reply.writeUInt32LE(replyBytes, 0);
 
 // The technique of @tapwire/transport's server and of its bench's `raw-*-direct` baseline: the
 // accepted (paused) socket's handle moves to a socket created with `onread`, so that once a

@@ -46,7 +46,7 @@ function adoptDirect(orig: net.Socket): void {
   let got = 0;
   let direct: Uint8Array | null = null;
   const h = Buffer.allocUnsafe(4);
-  h.writeUInt32BE(REPLY);
+  h.writeUInt32LE(REPLY);
   let s: net.Socket;
   const done = (): void => {
     hdr = 0;
@@ -111,7 +111,7 @@ async function rawNet(kind: "tcp" | "unix", direct = false): Promise<Rt> {
     let len = 0;
     let got = 0;
     const h = Buffer.allocUnsafe(4);
-    h.writeUInt32BE(REPLY);
+    h.writeUInt32LE(REPLY);
     s.on("data", (c: Buffer) => {
       let off = 0;
       while (off < c.length) {
@@ -186,7 +186,7 @@ async function rawNet(kind: "tcp" | "unix", direct = false): Promise<Rt> {
       out = reply;
       return new Promise<number>((resolve) => {
         done = resolve;
-        header.writeUInt32BE(msg.length);
+        header.writeUInt32LE(msg.length);
         sock.cork();
         sock.write(header);
         sock.write(msg);

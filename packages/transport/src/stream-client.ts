@@ -14,7 +14,7 @@ import {
 
 // Size of the reused receive buffer handed to the kernel (onread): one read takes at most this much.
 const RECV_CHUNK = 64 * 1024;
-const HEADER_BYTES = 4; // CONTRACT 3: u32 big-endian length prefix
+const HEADER_BYTES = 4; // CONTRACT 3: u32 little-endian length prefix (CONTRACT 2)
 
 const State = { CLOSED: 0, CONNECTING: 1, OPEN: 2 } as const;
 type State = (typeof State)[keyof typeof State];
@@ -232,7 +232,7 @@ export class StreamClient implements RpcClient {
       this.timer = setTimeout(this.onTimeout, ms);
       // A still-queued previous write may reference the shared header; never overwrite it then.
       const header = sock.writableLength === 0 ? this.header : Buffer.allocUnsafe(HEADER_BYTES);
-      header.writeUInt32BE(total, 0);
+      header.writeUInt32LE(total, 0);
       sock.cork();
       sock.write(header);
       if (msg !== null) {
@@ -271,11 +271,12 @@ export class StreamClient implements RpcClient {
     while (off < end) {
       if (this.hdrGot < HEADER_BYTES) {
         if (this.hdrGot === 0 && end - off >= HEADER_BYTES) {
-          this.len = buf.readUInt32BE(off);
+          this.len = buf.readUInt32LE(off);
           off += HEADER_BYTES;
           this.hdrGot = HEADER_BYTES;
         } else {
-          this.len = this.len * 256 + (buf[off] as number);
+          // CONTRACT 3: little-endian, so byte i of the prefix weighs 256^i.
+          this.len = (this.hdrGot === 0 ? 0 : this.len) + (buf[off] as number) * 2 ** (8 * this.hdrGot);
           off++;
           if (++this.hdrGot < HEADER_BYTES) continue;
         }

@@ -15,7 +15,7 @@ import type {
   ServerOptions,
 } from "./options.js";
 
-const HEADER_BYTES = 4; // CONTRACT 3: u32 big-endian length prefix
+const HEADER_BYTES = 4; // CONTRACT 3: u32 little-endian length prefix (CONTRACT 2)
 // First size of a connection's reassembly buffer; it grows by doubling as bytes arrive (up to the
 // largest message seen) and is reused.
 const MIN_ASSEMBLY = 64 * 1024;
@@ -259,12 +259,13 @@ class Conn implements ConnInfo {
     while (off < end && !this.closed) {
       if (this.hdrGot < HEADER_BYTES) {
         if (this.hdrGot === 0 && end - off >= HEADER_BYTES) {
-          this.len = chunk.readUInt32BE(off);
+          this.len = chunk.readUInt32LE(off);
           off += HEADER_BYTES;
           this.hdrGot = HEADER_BYTES;
         } else {
           // A prefix split over reads: start from 0, not from the previous message's length.
-          this.len = (this.hdrGot === 0 ? 0 : this.len * 256) + (chunk[off] as number);
+          // CONTRACT 3: little-endian, so byte i of the prefix weighs 256^i.
+          this.len = (this.hdrGot === 0 ? 0 : this.len) + (chunk[off] as number) * 2 ** (8 * this.hdrGot);
           off++;
           if (++this.hdrGot < HEADER_BYTES) continue;
         }
@@ -507,7 +508,7 @@ class Conn implements ConnInfo {
     }
     const sock = this.sock;
     const header = sock.writableLength === 0 ? this.header : Buffer.allocUnsafe(HEADER_BYTES);
-    header.writeUInt32BE(total, 0);
+    header.writeUInt32LE(total, 0);
     sock.cork();
     if (total === 0) {
       sock.write(header, this.onWritten);

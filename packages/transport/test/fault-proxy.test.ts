@@ -148,7 +148,7 @@ describe("corrupted bytes through the fault proxy (CONTRACT 3: the transport fra
     const r = await rig(tcp);
     await echoes(r.viaProxy, 1000, 1);
     // 1000 = 0x000003e8 -> 0xff0003e8 (4 GiB - 16 MiB), far above maxMessageBytes.
-    r.proxy.setFault({ kind: "corrupt", offset: 0, direction: "up", relative: true });
+    r.proxy.setFault({ kind: "corrupt", offset: 3, direction: "up", relative: true });
     const p = r.viaProxy.request(pattern(1000, 2), Buffer.alloc(1000), 20_000);
     expect(await codeOf(p)).toBe("TRANSPORT_CLOSED");
     await until(() => r.counter("transport_server_too_large") === 1, "too_large counted");
@@ -162,7 +162,7 @@ describe("corrupted bytes through the fault proxy (CONTRACT 3: the transport fra
   test("tcp: top byte of a reply's length prefix flipped: TRANSPORT_TOO_LARGE, connection closed", async () => {
     const r = await rig(tcp);
     await echoes(r.viaProxy, 1000, 1);
-    r.proxy.setFault({ kind: "corrupt", offset: 0, direction: "down", relative: true });
+    r.proxy.setFault({ kind: "corrupt", offset: 3, direction: "down", relative: true });
     const reply = Buffer.alloc(1000);
     expect(await codeOf(r.viaProxy.request(pattern(1000, 2), reply, 20_000))).toBe("TRANSPORT_TOO_LARGE");
     expect(r.viaProxy.connected).toBe(false);
@@ -176,7 +176,7 @@ describe("corrupted bytes through the fault proxy (CONTRACT 3: the transport fra
     const r = await rig(tcp);
     await echoes(r.viaProxy, 1000, 1);
     const errorsBefore = r.counter("transport_server_errors");
-    r.proxy.setFault({ kind: "corrupt", offset: 3, mask: 0x10, direction: "up", relative: true });
+    r.proxy.setFault({ kind: "corrupt", offset: 0, mask: 0x10, direction: "up", relative: true });
     const p = r.viaProxy.request(pattern(1000, 2), Buffer.alloc(1016), 300);
     expect(await codeOf(p)).toBe("TRANSPORT_TIMEOUT");
     // The client closed mid-frame: the server drops the partial request and counts it.
@@ -188,7 +188,7 @@ describe("corrupted bytes through the fault proxy (CONTRACT 3: the transport fra
   test("tcp: low byte of a reply's prefix lowered (1000 -> 992): the short reply is delivered, the 8 extra bytes close the connection", async () => {
     const r = await rig(tcp);
     await echoes(r.viaProxy, 1000, 1);
-    r.proxy.setFault({ kind: "corrupt", offset: 3, mask: 0x08, direction: "down", relative: true });
+    r.proxy.setFault({ kind: "corrupt", offset: 0, mask: 0x08, direction: "down", relative: true });
     const msg = pattern(1000, 2);
     const reply = Buffer.alloc(1000);
     expect(await r.viaProxy.request(msg, reply, 20_000)).toBe(992);
@@ -201,7 +201,7 @@ describe("corrupted bytes through the fault proxy (CONTRACT 3: the transport fra
   test("tcp: low byte of a reply's prefix raised beyond replyBuf: TRANSPORT_REPLY_TOO_LARGE", async () => {
     const r = await rig(tcp);
     await echoes(r.viaProxy, 1000, 1);
-    r.proxy.setFault({ kind: "corrupt", offset: 3, mask: 0x10, direction: "down", relative: true });
+    r.proxy.setFault({ kind: "corrupt", offset: 0, mask: 0x10, direction: "down", relative: true });
     const reply = Buffer.alloc(1000);
     expect(await codeOf(r.viaProxy.request(pattern(1000, 2), reply, 20_000))).toBe(
       "TRANSPORT_REPLY_TOO_LARGE",

@@ -94,7 +94,7 @@ for (const t of matrix()) {
           onReq(body, (b) => {
             if (sock.destroyed) return;
             const h = Buffer.alloc(4);
-            h.writeUInt32BE(b.length);
+            h.writeUInt32LE(b.length);
             sock.write(Buffer.concat([h, b]));
           }),
         );
@@ -125,7 +125,7 @@ for (const t of matrix()) {
           const out: Buffer[] = [];
           for (const b of twice(body)) {
             const h = Buffer.alloc(4);
-            h.writeUInt32BE(b.length);
+            h.writeUInt32LE(b.length);
             out.push(h, b);
           }
           sock.write(Buffer.concat(out));

@@ -36,7 +36,7 @@ async function until(cond: () => boolean, what: string): Promise<void> {
 
 function frame(body: Uint8Array): Buffer {
   const h = Buffer.alloc(4);
-  h.writeUInt32BE(body.length);
+  h.writeUInt32LE(body.length);
   return Buffer.concat([h, body]);
 }
 
@@ -154,7 +154,7 @@ function model(stream: Buffer, max: number): { frames: Buffer[]; oversize: boole
   let off = 0;
   while (off < stream.length) {
     if (stream.length - off < 4) return { frames, oversize: false, truncated: true };
-    const len = stream.readUInt32BE(off);
+    const len = stream.readUInt32LE(off);
     if (len > max) return { frames, oversize: true, truncated: false };
     if (stream.length - off - 4 < len) return { frames, oversize: false, truncated: true };
     frames.push(stream.subarray(off + 4, off + 4 + len));
@@ -277,7 +277,7 @@ for (const t of STREAM) {
         const raw = await rawConnect(s.srv.endpoint);
         const got = collect(raw);
         const h = Buffer.alloc(4);
-        h.writeUInt32BE(len);
+        h.writeUInt32LE(len);
         // The prefix arrives alone, then some body: the server must refuse on the prefix.
         await writeAsync(raw, h);
         await sleep(2);
@@ -301,7 +301,7 @@ for (const t of STREAM) {
         const raw = await rawConnect(s.srv.endpoint);
         socks.push(raw);
         const h = Buffer.alloc(4);
-        h.writeUInt32BE(BIG - 1);
+        h.writeUInt32LE(BIG - 1);
         await writeAsync(raw, h);
         await sleep(2);
         await writeAsync(raw, pattern(3000, i));
@@ -331,7 +331,7 @@ for (const t of STREAM) {
           weight: 1,
           arbitrary: fc.integer({ min: MAX + 1, max: 0xffffffff }).map((n) => {
             const h = Buffer.alloc(4);
-            h.writeUInt32BE(n);
+            h.writeUInt32LE(n);
             return h;
           }),
         },

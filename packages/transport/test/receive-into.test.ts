@@ -30,7 +30,7 @@ async function until(cond: () => boolean, what: string): Promise<void> {
 
 function frame(body: Uint8Array): Buffer {
   const h = Buffer.alloc(4);
-  h.writeUInt32BE(body.length);
+  h.writeUInt32LE(body.length);
   return Buffer.concat([h, body]);
 }
 

@@ -57,8 +57,8 @@ class Piecewise {
   private constructor(readonly sock: net.Socket) {
     sock.on("data", (d: Buffer) => {
       this.acc = Buffer.concat([this.acc, d]);
-      while (this.acc.length >= 4 && this.acc.length >= 4 + this.acc.readUInt32BE(0)) {
-        const n = this.acc.readUInt32BE(0);
+      while (this.acc.length >= 4 && this.acc.length >= 4 + this.acc.readUInt32LE(0)) {
+        const n = this.acc.readUInt32LE(0);
         const body = this.acc.subarray(4, 4 + n);
         this.acc = this.acc.subarray(4 + n);
         this.waiters.shift()?.(body);
@@ -86,7 +86,7 @@ class Piecewise {
     const parts: Uint8Array[] = [];
     if (from === 0) {
       const h = Buffer.alloc(4);
-      h.writeUInt32BE(msg.length);
+      h.writeUInt32LE(msg.length);
       parts.push(h);
     }
     parts.push(msg.subarray(from, to));

@@ -34,8 +34,8 @@ export async function rawStreamServer(
     let acc = Buffer.alloc(0);
     sock.on("data", (d: Buffer) => {
       acc = Buffer.concat([acc, d]);
-      while (acc.length >= 4 && acc.length >= 4 + acc.readUInt32BE(0)) {
-        const len = acc.readUInt32BE(0);
+      while (acc.length >= 4 && acc.length >= 4 + acc.readUInt32LE(0)) {
+        const len = acc.readUInt32LE(0);
         const body = acc.subarray(4, 4 + len);
         acc = acc.subarray(4 + len);
         onRequest({ body, sock });
