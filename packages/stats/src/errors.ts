@@ -8,6 +8,10 @@ export const StatsErrorCode = {
   BAD_OPTION: "STATS_BAD_OPTION",
   /** A value or argument passed to a metric method is invalid (negative counter increment, percentile > 100). */
   BAD_ARGUMENT: "STATS_BAD_ARGUMENT",
+  /** A metrics listen address is not `tcp://HOST:PORT` (`parseMetricsListen`); a usage error. */
+  BAD_LISTEN: "STATS_BAD_LISTEN",
+  /** A log level is not one of `LOG_LEVELS` (`createLogger`, `parseLogLevel`); a usage error. */
+  BAD_LOG_LEVEL: "STATS_BAD_LOG_LEVEL",
 } as const;
 
 /** One of the {@link StatsErrorCode} values. */

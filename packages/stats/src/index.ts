@@ -1,11 +1,17 @@
 /**
  * Hot-path counters, gauges, string values and HDR latency histograms with plain-JSON snapshots
- * and a Prometheus exposition through prom-client.
+ * and a Prometheus exposition (histograms with per-histogram buckets) through prom-client; the
+ * metrics/health endpoint and the shared pino setup of every tapwire bin.
  * @packageDocumentation
  */
 export { StatsError, StatsErrorCode } from "./errors.js";
+export type { MetricsListen } from "./listen.js";
+export { DEFAULT_METRICS_LISTEN, parseMetricsListen } from "./listen.js";
+export type { Logger, LoggerOptions, LogLevel } from "./log.js";
+export { createLogger, flushAndExit, flushLogger, LOG_LEVELS, parseLogLevel } from "./log.js";
 export type { Counter, Gauge, Histogram, HistogramOptions, HistogramUnit, InfoValue } from "./metrics.js";
+export { BUCKETS, exponentialBuckets, MAX_BUCKETS } from "./metrics.js";
 export type { HistogramSnapshot, RegistryOptions, StatsSnapshot } from "./registry.js";
-export { PROMETHEUS_QUANTILES, Registry } from "./registry.js";
-export type { MetricsServer } from "./serve.js";
+export { Registry } from "./registry.js";
+export type { MetricsServer, ServeMetricsOptions } from "./serve.js";
 export { serveMetrics } from "./serve.js";

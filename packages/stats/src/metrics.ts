@@ -78,7 +78,71 @@ export interface HistogramOptions {
    * Raise it for "none" histograms of fractional values (e.g. 1000 for ratios in [0, 1]).
    */
   scale?: number;
+  /**
+   * Upper bounds (`le`, in the histogram's unit, strictly increasing, finite; `+Inf` is implied)
+   * of the Prometheus histogram buckets. Default by unit: {@link BUCKETS}`.LATENCY_SECONDS`,
+   * `.SIZE_BYTES`, `.COUNT`. Pick a preset per histogram (`BUCKETS.STEP_RTT_SECONDS`,
+   * `BUCKETS.EC_TRANSFER_SECONDS`) or build one with {@link exponentialBuckets}.
+   */
+  buckets?: readonly number[];
 }
+
+/** Largest number of buckets a histogram may declare (each is one series per scrape). */
+export const MAX_BUCKETS = 64;
+
+/**
+ * Builds `count` bucket bounds `start, start*factor, start*factor^2, …`, each rounded to 6
+ * significant digits so the `le` labels stay readable.
+ */
+export function exponentialBuckets(start: number, factor: number, count: number): number[] {
+  if (!(Number.isFinite(start) && start > 0)) {
+    throw new StatsError(StatsErrorCode.BAD_ARGUMENT, `exponentialBuckets: start ${start} must be > 0`);
+  }
+  if (!(Number.isFinite(factor) && factor > 1)) {
+    throw new StatsError(StatsErrorCode.BAD_ARGUMENT, `exponentialBuckets: factor ${factor} must be > 1`);
+  }
+  if (!Number.isInteger(count) || count < 1 || count > MAX_BUCKETS) {
+    throw new StatsError(
+      StatsErrorCode.BAD_ARGUMENT,
+      `exponentialBuckets: count ${count} must be an integer in [1, ${MAX_BUCKETS}]`,
+    );
+  }
+  return Array.from({ length: count }, (_, i) => Number((start * factor ** i).toPrecision(6)));
+}
+
+/**
+ * Bucket presets for {@link HistogramOptions.buckets}, in the histogram's unit (a 1-2-5 series
+ * for latencies, so a dashboard can read p50/p99 with `histogram_quantile` to within one step).
+ */
+export const BUCKETS = {
+  /** Drafter-link STEP round trip and worker STEP time: 20 µs … 1 s. */
+  STEP_RTT_SECONDS: [
+    20e-6, 50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 20e-3, 50e-3, 0.1, 0.2, 0.5, 1,
+  ],
+  /** Encoder-cache transfer (request to DONE, a read, a wait for an embedding): 100 µs … 30 s. */
+  EC_TRANSFER_SECONDS: [
+    100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+  ],
+  /** Default for seconds histograms: 10 µs … 10 s. */
+  LATENCY_SECONDS: [
+    10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1, 0.25, 0.5, 1,
+    2.5, 5, 10,
+  ],
+  /** Default for bytes histograms: 64 B … 1 GiB in powers of 4. */
+  SIZE_BYTES: [
+    64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864, 268435456, 1073741824,
+  ],
+  /** Default for "none" histograms: whole counts 1 … 65536 in powers of 2 then 4. */
+  COUNT: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 65536],
+  /** Fractions in [0, 1] (acceptance ratios, fill levels). */
+  RATIO: [0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1],
+} as const satisfies Record<string, readonly number[]>;
+
+const DEFAULT_BUCKETS = {
+  seconds: BUCKETS.LATENCY_SECONDS,
+  bytes: BUCKETS.SIZE_BYTES,
+  none: BUCKETS.COUNT,
+} as const satisfies Record<HistogramUnit, readonly number[]>;
 
 const DEFAULT_SCALE = { seconds: 1e6, bytes: 1, none: 1 } as const satisfies Record<HistogramUnit, number>;
 const DEFAULT_HIGHEST_INT = { seconds: 3600e6, bytes: 2 ** 40, none: 2 ** 40 } as const satisfies Record<
@@ -141,6 +205,10 @@ export class HistogramImpl implements Histogram {
   private readonly subBucketHalfCountMagnitude: number;
   private readonly subBucketHalfCount: number;
   private readonly unitMagnitude: number;
+  /** Prometheus bucket upper bounds (`le`), in the unit, ascending; `+Inf` is implied. */
+  readonly bounds: Float64Array;
+  /** Non-cumulative counts per bound; the last slot counts values above every bound. */
+  readonly bucketCounts: Float64Array;
 
   constructor(
     readonly name: string,
@@ -184,6 +252,20 @@ export class HistogramImpl implements Histogram {
         `histogram ${name}: option highest ${opts.highest} must be at least twice lowest and a safe integer after scaling`,
       );
     }
+    const buckets = opts.buckets ?? DEFAULT_BUCKETS[unit];
+    if (
+      !Array.isArray(buckets) ||
+      buckets.length === 0 ||
+      buckets.length > MAX_BUCKETS ||
+      buckets.some((b, k) => !Number.isFinite(b) || (k > 0 && !(b > (buckets[k - 1] as number))))
+    ) {
+      throw new StatsError(
+        StatsErrorCode.BAD_OPTION,
+        `histogram ${name}: option buckets must be 1..${MAX_BUCKETS} finite, strictly increasing numbers (+Inf is implied)`,
+      );
+    }
+    this.bounds = Float64Array.from(buckets as readonly number[]);
+    this.bucketCounts = new Float64Array(buckets.length + 1);
     this.unit = unit;
     this.scale = scale;
     this.highestInt = highestInt;
@@ -225,6 +307,17 @@ export class HistogramImpl implements Histogram {
     hdr.incrementCountAtIndex(this.indexOf(i));
     hdr.updateMinAndMax(i);
     hdr.incrementTotalCount();
+    // first bound >= v (Prometheus buckets are `le`); binary search, no allocation
+    const bounds = this.bounds;
+    let lo = 0;
+    let hi = bounds.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if ((bounds[mid] as number) < v) lo = mid + 1;
+      else hi = mid;
+    }
+    const counts = this.bucketCounts;
+    counts[lo] = (counts[lo] as number) + 1;
     this.count++;
     this.sum += v;
     if (v > this.max) this.max = v;
@@ -290,6 +383,7 @@ export class HistogramImpl implements Histogram {
 
   reset(): void {
     this.hdr.reset();
+    this.bucketCounts.fill(0);
     this.count = 0;
     this.sum = 0;
     this.max = 0;

@@ -44,11 +44,7 @@ export interface StatsSnapshot {
   histograms: Record<string, HistogramSnapshot>;
 }
 
-/** Quantiles exposed for every histogram (as a Prometheus summary); 1 is the exact max. */
-export const PROMETHEUS_QUANTILES = [0.5, 0.9, 0.99, 1] as const;
-
 const SNAPSHOT_PERCENTILES = [50, 90, 99] as const;
-const PROM_PERCENTILES = PROMETHEUS_QUANTILES.map((q) => q * 100);
 
 const NAME_RE = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
 const PREFIX_RE = /^(?:[a-zA-Z_:][a-zA-Z0-9_:]*)?$/;
@@ -161,9 +157,9 @@ export class Registry {
 
   /**
    * Returns the histogram `name`, creating it on first use (options apply only then; asking again
-   * with another unit is `STATS_NAME_CONFLICT`). Exposed as a Prometheus summary named
-   * `<prefix><name>_<unit>` (e.g. `tapwire_client_step_rtt_seconds`) with quantiles
-   * {@link PROMETHEUS_QUANTILES}, `_sum` and `_count`.
+   * with another unit is `STATS_NAME_CONFLICT`). Exposed as a Prometheus histogram named
+   * `<prefix><name>_<unit>` (e.g. `tapwire_client_step_rtt_seconds`): `_bucket{le=…}` for each
+   * of `opts.buckets` plus `+Inf`, `_sum` and `_count`. The snapshot keeps the HDR quantiles.
    */
   histogram(name: string, opts: HistogramOptions = {}): Histogram {
     if (typeof opts !== "object" || opts === null) {
@@ -184,25 +180,28 @@ export class Registry {
     this.claim(name, "histogram", exposedName, opts.help);
     this.histograms.set(name, h);
     const help = opts.help ?? name;
+    const bucketName = `${exposedName}_bucket`;
+    const les = Array.from(h.bounds, (b) => String(b));
     const metric = {
       name: exposedName,
       help,
-      type: "summary",
+      type: "histogram",
       aggregator: "sum",
       get() {
-        const qs: number[] = [];
-        h.percentilesInto(PROM_PERCENTILES, qs);
-        const values: { labels?: Record<string, number>; metricName?: string; value: number }[] = [];
-        PROMETHEUS_QUANTILES.forEach((q, k) => {
-          values.push({ labels: { quantile: q }, value: qs[k]! });
-        });
+        const values: { labels?: Record<string, string>; metricName?: string; value: number }[] = [];
+        let cumulative = 0;
+        for (let k = 0; k < les.length; k++) {
+          cumulative += h.bucketCounts[k] as number;
+          values.push({ metricName: bucketName, labels: { le: les[k] as string }, value: cumulative });
+        }
+        values.push({ metricName: bucketName, labels: { le: "+Inf" }, value: h.count });
         values.push({ metricName: `${exposedName}_sum`, value: h.sum });
         values.push({ metricName: `${exposedName}_count`, value: h.count });
-        return { name: exposedName, help, type: "summary", aggregator: "sum", values };
+        return { name: exposedName, help, type: "histogram", aggregator: "sum", values };
       },
     };
-    // prom-client formats any registered object exposing name/help/type/get(); its Summary class
-    // would keep its own t-digest instead of reading the HDR histogram.
+    // prom-client formats any registered object exposing name/help/type/get(); its Histogram class
+    // would keep a second copy of every observation (and labels machinery) on the hot path.
     this.prom.registerMetric(metric as unknown as PromMetric);
     return h;
   }

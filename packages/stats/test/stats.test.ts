@@ -3,7 +3,7 @@ import { runInNewContext } from "node:vm";
 import fc from "fast-check";
 import { build } from "hdr-histogram-js";
 import { describe, expect, test } from "vitest";
-import { PROMETHEUS_QUANTILES, Registry, StatsError, serveMetrics } from "../src/index.js";
+import { BUCKETS, Registry, StatsError, serveMetrics } from "../src/index.js";
 import { HistogramImpl } from "../src/metrics.js";
 import { parseExposition } from "./prom-parse.js";
 
@@ -332,22 +332,44 @@ describe("allocation", () => {
 });
 
 describe("prometheus exposition", () => {
+  const observed = { rtt: [] as number[], size: [] as number[], ratio: [] as number[] };
   const build = () => {
+    observed.rtt.length = observed.size.length = observed.ratio.length = 0;
     const r = new Registry({ prefix: "tapwire_client_" });
     r.counter("steps", "STEP requests sent").inc(12345);
     r.counter("bytes_sent_total", "bytes sent").inc(1e12);
     r.gauge("inflight", "requests in flight").set(-2.5);
     r.info("disabled_reason", 'why "disabled"\nif so').set('worker said "no"\\ twice\n');
-    const rtt = r.histogram("step_rtt", { help: "STEP round trip", unit: "seconds" });
+    const rtt = r.histogram("step_rtt", {
+      help: "STEP round trip",
+      unit: "seconds",
+      buckets: BUCKETS.STEP_RTT_SECONDS,
+    });
     const size = r.histogram("reply_size", { unit: "bytes" });
-    const ratio = r.histogram("accept_ratio", { unit: "none", scale: 1000 });
+    const ratio = r.histogram("accept_ratio", { unit: "none", scale: 1000, buckets: BUCKETS.RATIO });
     const rand = mulberry32(3);
     for (let i = 0; i < 10_000; i++) {
-      rtt.observe(50e-6 + rand() * 1e-3);
-      size.observe(Math.floor(rand() * 100_000));
-      ratio.observe(rand());
+      const v = [10e-6 + rand() * 2e-3, Math.floor(rand() * 100_000), rand()] as const;
+      // every 100th value lands exactly on a bound: `le` is inclusive
+      if (i % 100 === 0) {
+        rtt.observe(1e-3);
+        observed.rtt.push(1e-3);
+      } else {
+        rtt.observe(v[0]);
+        observed.rtt.push(v[0]);
+      }
+      size.observe(v[1]);
+      observed.size.push(v[1]);
+      ratio.observe(v[2]);
+      observed.ratio.push(v[2]);
     }
-    return r;
+    const bucketsOf = (name: string): number[] =>
+      name === "step_rtt"
+        ? [...BUCKETS.STEP_RTT_SECONDS]
+        : name === "reply_size"
+          ? [...BUCKETS.SIZE_BYTES]
+          : [...BUCKETS.RATIO];
+    return Object.assign(r, { bucketsOf });
   };
 
   test("the text parses back and every value matches the snapshot", async () => {
@@ -380,24 +402,25 @@ describe("prometheus exposition", () => {
     expect(info.samples).toEqual([
       { name: "tapwire_client_disabled_reason_info", labels: { value: snap.info.disabled_reason }, value: 1 },
     ]);
-    for (const [name, family] of [
-      ["step_rtt", "tapwire_client_step_rtt_seconds"],
-      ["reply_size", "tapwire_client_reply_size_bytes"],
-      ["accept_ratio", "tapwire_client_accept_ratio"],
+    for (const [name, family, values] of [
+      ["step_rtt", "tapwire_client_step_rtt_seconds", observed.rtt],
+      ["reply_size", "tapwire_client_reply_size_bytes", observed.size],
+      ["accept_ratio", "tapwire_client_accept_ratio", observed.ratio],
     ] as const) {
       const f = fams.get(family)!;
       const h = snap.histograms[name]!;
-      expect(f.type).toBe("summary");
-      const byQuantile = new Map(
-        f.samples.filter((s) => s.name === family).map((s) => [s.labels.quantile, s.value]),
-      );
-      expect([...byQuantile.keys()]).toEqual(PROMETHEUS_QUANTILES.map(String));
-      expect(byQuantile.get("0.5")).toBe(h.p50);
-      expect(byQuantile.get("0.9")).toBe(h.p90);
-      expect(byQuantile.get("0.99")).toBe(h.p99);
-      expect(byQuantile.get("1")).toBe(h.max);
+      expect(f.type).toBe("histogram");
+      const buckets = f.samples.filter((s) => s.name === `${family}_bucket`);
+      const bounds = r.bucketsOf(name);
+      expect(buckets.map((s) => s.labels.le)).toEqual([...bounds.map(String), "+Inf"]);
+      // each cumulative bucket counts exactly the observations <= le (not HDR-approximated)
+      bounds.forEach((le, k) => {
+        expect(buckets[k]!.value, `${family} le=${le}`).toBe(values.filter((v) => v <= le).length);
+      });
+      expect(buckets.at(-1)!.value).toBe(h.count);
       expect(f.samples.find((s) => s.name === `${family}_sum`)!.value).toBeCloseTo(h.sum, 9);
       expect(f.samples.find((s) => s.name === `${family}_count`)!.value).toBe(h.count);
+      expect(f.samples.some((s) => "quantile" in s.labels)).toBe(false);
     }
   });
 
