@@ -135,49 +135,58 @@ export function checkReplyValues(reply: StepReplyViews, ctx: ReplyContext): void
       for (let p = live; p < end; p++) if (marginBits[p] !== 0) ok = false;
     }
   }
-  if (!ok) throw firstValueViolation(reply, ctx, n, confBits, marginBits);
+  if (!ok) throw firstValueViolation(reply, ctx, n);
 }
 
-function firstValueViolation(
-  reply: StepReplyViews,
-  ctx: ReplyContext,
-  n: number,
-  confBits: Uint32Array,
-  marginBits: Uint32Array | null,
-): Error {
-  const N = reply.numSpec;
-  const V = ctx.vocabSize;
+function firstValueViolation(reply: StepReplyViews, ctx: ReplyContext, n: number): Error {
   for (let i = 0; i < n; i++) {
-    const e = ctx.entries[i]!;
-    const rs = reply.status[i]!;
-    const k = consumedPositions(e, rs, N);
-    for (let j = 0; j < N; j++) {
-      const p = i * N + j;
-      const id = reply.draftIds[p]!;
-      const c = reply.confidence[p]!;
-      const m = reply.margin?.[p];
-      const at = `slot ${e.slot} position ${j}`;
-      if (j < k) {
-        if (!(id >= 0 && id < V)) return badReply(`${at}: draft id ${id} outside [0, ${V})`);
-        if (!(c >= 0 && c <= 1))
-          return badReply(`${at}: confidence ${fmt(c)} is not a probability in [0, 1]`);
-        if (m !== undefined && !(m >= 0 && m < Number.POSITIVE_INFINITY)) {
-          return badReply(`${at}: margin ${fmt(m)} is not a finite top-1 minus top-2 >= 0`);
-        }
-      } else {
-        const why =
-          `(n_out ${e.nOut}, status ${reqStatusName(rs)}, need_draft ${(e.flags & EntryFlag.NEED_DRAFT) !== 0}: ` +
-          `${k} consumed positions)`;
-        if (id !== 0) return badReply(`${at}: draft id ${id} where CONTRACT 6.3 requires 0 ${why}`);
-        if (confBits[p] !== 0)
-          return badReply(`${at}: confidence ${fmt(c)} where CONTRACT 6.3 requires 0.0 ${why}`);
-        if (m !== undefined && marginBits !== null && marginBits[p] !== 0) {
-          return badReply(`${at}: margin ${fmt(m)} where CONTRACT 6.3 requires 0.0 ${why}`);
-        }
-      }
-    }
+    const why = entryDraftProblem(reply, i, ctx);
+    if (why !== null) return badReply(why);
   }
   return badReply("reply values violate CONTRACT 6.3"); // unreachable: the two passes agree
+}
+
+/** What {@link entryValueProblem} reads of a {@link ReplyContext}. */
+export type EntryValueContext = Pick<ReplyContext, "vocabSize" | "entries" | "sampleMeta">;
+
+// CONTRACT 6.3 for entry i: the first violation as "slot S position P: ...", or null.
+function entryDraftProblem(reply: StepReplyViews, i: number, ctx: EntryValueContext): string | null {
+  const N = reply.numSpec;
+  const V = ctx.vocabSize;
+  const e = ctx.entries[i]!;
+  const rs = reply.status[i]!;
+  const k = consumedPositions(e, rs, N);
+  const margin = reply.margin;
+  for (let j = 0; j < N; j++) {
+    const p = i * N + j;
+    const id = reply.draftIds[p]!;
+    const c = reply.confidence[p]!;
+    const m = margin !== null ? margin[p] : undefined;
+    if (j < k) {
+      if (
+        id >= 0 &&
+        id < V &&
+        c >= 0 &&
+        c <= 1 &&
+        (m === undefined || (m >= 0 && m < Number.POSITIVE_INFINITY))
+      )
+        continue;
+      const at = `slot ${e.slot} position ${j}`;
+      if (!(id >= 0 && id < V)) return `${at}: draft id ${id} outside [0, ${V})`;
+      if (!(c >= 0 && c <= 1)) return `${at}: confidence ${fmt(c)} is not a probability in [0, 1]`;
+      return `${at}: margin ${fmt(m!)} is not a finite top-1 minus top-2 >= 0`;
+    }
+    // Exactly +0.0: Object.is tells +0 from -0, and no other float32 bit pattern reads as +0.
+    if (id === 0 && Object.is(c, 0) && (m === undefined || Object.is(m, 0))) continue;
+    const at = `slot ${e.slot} position ${j}`;
+    const why =
+      `(n_out ${e.nOut}, status ${reqStatusName(rs)}, need_draft ${(e.flags & EntryFlag.NEED_DRAFT) !== 0}: ` +
+      `${k} consumed positions)`;
+    if (id !== 0) return `${at}: draft id ${id} where CONTRACT 6.3 requires 0 ${why}`;
+    if (!Object.is(c, 0)) return `${at}: confidence ${fmt(c)} where CONTRACT 6.3 requires 0.0 ${why}`;
+    return `${at}: margin ${fmt(m!)} where CONTRACT 6.3 requires 0.0 ${why}`;
+  }
+  return null;
 }
 
 // Duplicate detection among at most 32 support ids: an open-addressing set of 64 cells whose
@@ -232,58 +241,86 @@ export function validateSampled(reply: StepReplyViews, ctx: ReplyContext): void 
   }
   const n = entryCount(reply, ctx);
   const N = reply.numSpec;
-  const V = ctx.vocabSize;
   if (meta.length < n) throw badArgument(`sampleMeta has ${meta.length} records for ${n} entries`);
   if (mask.length < n * N || sup.length < n * N * TOP_K_MAX || q.length < n * N * TOP_K_MAX) {
     throw badArgument("sampled views are shorter than n_req * num_spec");
   }
   for (let i = 0; i < n; i++) {
-    const e = ctx.entries[i]!;
-    const m = meta[i]!;
-    const topK = m.topK;
+    const topK = meta[i]!.topK;
     if (!(Number.isInteger(topK) && topK >= 1 && topK <= TOP_K_MAX)) {
       throw badArgument(`sampleMeta[${i}].topK ${topK} outside 1..32`);
     }
-    const k = m.tempMilli > 0 ? consumedPositions(e, reply.status[i]!, N) : 0;
-    for (let j = 0; j < N; j++) {
-      const p = i * N + j;
-      const sb = p * TOP_K_MAX;
-      const mk = mask[p]!;
-      if (j < k) {
-        const at = `slot ${e.slot} position ${j}`;
-        if (mk !== 1) throw badReply(`${at}: sampled_mask ${mk}, want 1 for a sampled position`);
-        const draft = reply.draftIds[p]!;
-        nextStamp();
-        let sum = 0;
-        let found = false;
-        for (let t = 0; t < topK; t++) {
-          const id = sup[sb + t]!;
-          if (!(id >= 0 && id < V)) throw badReply(`${at}: support id ${id} at index ${t} outside [0, ${V})`);
-          if (!addToSet(id)) throw badReply(`${at}: support id ${id} at index ${t} repeats an earlier one`);
-          const qt = q[sb + t]!;
-          if (qt < 1) throw badReply(`${at}: proposal_q ${qt} at index ${t} is below 1`);
-          sum += qt;
-          if (id === draft) found = true;
-        }
-        if (sum !== DYADIC_ONE) {
-          throw badReply(`${at}: proposal_q sums to ${sum} over top_k ${topK}, not 2^24 = ${DYADIC_ONE}`);
-        }
-        for (let t = topK; t < TOP_K_MAX; t++) {
-          if (sup[sb + t] !== 0) {
-            throw badReply(`${at}: support id ${sup[sb + t]} at index ${t} >= top_k ${topK} (must be 0)`);
-          }
-          if (q[sb + t] !== 0) {
-            throw badReply(`${at}: proposal_q ${q[sb + t]} at index ${t} >= top_k ${topK} (must be 0)`);
-          }
-        }
-        if (!found) throw badReply(`${at}: draft id ${draft} is not in the support`);
-      } else {
-        let bad = mk;
-        for (let t = 0; t < TOP_K_MAX; t++) bad |= sup[sb + t]! | q[sb + t]!;
-        if (bad !== 0) throw nonSampledViolation(e, j, k, m, mk, sup, q, sb);
-      }
-    }
+    const why = entrySampledProblem(reply, i, ctx);
+    if (why !== null) throw badReply(why);
   }
+}
+
+// CONTRACT 8 for entry i of a TOP32 reply (views and meta checked present): the first violation,
+// or null.
+function entrySampledProblem(reply: StepReplyViews, i: number, ctx: EntryValueContext): string | null {
+  const mask = reply.sampledMask!;
+  const sup = reply.supportIds!;
+  const q = reply.proposalQ!;
+  const N = reply.numSpec;
+  const V = ctx.vocabSize;
+  const e = ctx.entries[i]!;
+  const m = ctx.sampleMeta![i]!;
+  const topK = m.topK;
+  const k = m.tempMilli > 0 ? consumedPositions(e, reply.status[i]!, N) : 0;
+  for (let j = 0; j < N; j++) {
+    const p = i * N + j;
+    const sb = p * TOP_K_MAX;
+    const mk = mask[p]!;
+    if (j >= k) {
+      let bad = mk;
+      for (let t = 0; t < TOP_K_MAX; t++) bad |= sup[sb + t]! | q[sb + t]!;
+      if (bad !== 0) return nonSampledViolation(e, j, k, m, mk, sup, q, sb);
+      continue;
+    }
+    const at = `slot ${e.slot} position ${j}`;
+    if (mk !== 1) return `${at}: sampled_mask ${mk}, want 1 for a sampled position`;
+    const draft = reply.draftIds[p]!;
+    nextStamp();
+    let sum = 0;
+    let found = false;
+    for (let t = 0; t < topK; t++) {
+      const id = sup[sb + t]!;
+      if (!(id >= 0 && id < V)) return `${at}: support id ${id} at index ${t} outside [0, ${V})`;
+      if (!addToSet(id)) return `${at}: support id ${id} at index ${t} repeats an earlier one`;
+      const qt = q[sb + t]!;
+      if (qt < 1) return `${at}: proposal_q ${qt} at index ${t} is below 1`;
+      sum += qt;
+      if (id === draft) found = true;
+    }
+    if (sum !== DYADIC_ONE)
+      return `${at}: proposal_q sums to ${sum} over top_k ${topK}, not 2^24 = ${DYADIC_ONE}`;
+    for (let t = topK; t < TOP_K_MAX; t++) {
+      if (sup[sb + t] !== 0)
+        return `${at}: support id ${sup[sb + t]} at index ${t} >= top_k ${topK} (must be 0)`;
+      if (q[sb + t] !== 0) return `${at}: proposal_q ${q[sb + t]} at index ${t} >= top_k ${topK} (must be 0)`;
+    }
+    if (!found) return `${at}: draft id ${draft} is not in the support`;
+  }
+  return null;
+}
+
+/**
+ * The first violation of CONTRACT 6.3 (and, in a TOP32 reply, 8) by the values of entry `i` of a
+ * STEP reply, as "slot S position P: ...", or null when its values are valid. The entry's
+ * consumed positions come from its request entry and the reply's request status
+ * ({@link consumedPositions}). The one per-entry rule behind {@link checkReplyValues} and
+ * {@link validateSampled} (which throw it, first entry first), and what a worker calls to mark
+ * an entry DRAFT_FAILED instead of sending values a client would refuse. The sampled part is
+ * checked when the reply has SAMPLED views and `ctx.sampleMeta` is given (with a `topK` in 1..32
+ * for entry `i`). Never throws for views and context of matching sizes; allocates nothing
+ * unless it finds a violation.
+ */
+export function entryValueProblem(reply: StepReplyViews, i: number, ctx: EntryValueContext): string | null {
+  const why = entryDraftProblem(reply, i, ctx);
+  if (why !== null) return why;
+  if (reply.sampledMask === null || reply.supportIds === null || reply.proposalQ === null) return null;
+  if (ctx.sampleMeta === null || ctx.sampleMeta === undefined) return null;
+  return entrySampledProblem(reply, i, ctx);
 }
 
 function nonSampledViolation(
@@ -295,14 +332,13 @@ function nonSampledViolation(
   sup: Int32Array,
   q: Uint32Array,
   sb: number,
-): Error {
+): string {
   const at = `slot ${e.slot} position ${j}`;
   const what = m.tempMilli === 0 ? "a greedy entry (temp_milli 0)" : `a position not consumed (k ${k})`;
-  if (mk !== 0) return badReply(`${at}: sampled_mask ${mk} on ${what}, want 0`);
+  if (mk !== 0) return `${at}: sampled_mask ${mk} on ${what}, want 0`;
   for (let t = 0; t < TOP_K_MAX; t++) {
-    if (sup[sb + t] !== 0)
-      return badReply(`${at}: support id ${sup[sb + t]} at index ${t} on ${what}, want 0`);
-    if (q[sb + t] !== 0) return badReply(`${at}: proposal_q ${q[sb + t]} at index ${t} on ${what}, want 0`);
+    if (sup[sb + t] !== 0) return `${at}: support id ${sup[sb + t]} at index ${t} on ${what}, want 0`;
+    if (q[sb + t] !== 0) return `${at}: proposal_q ${q[sb + t]} at index ${t} on ${what}, want 0`;
   }
-  return badReply(`${at}: sampled values on ${what}`);
+  return `${at}: sampled values on ${what}`;
 }

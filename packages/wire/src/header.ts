@@ -2,23 +2,49 @@ import { checkU8, checkU32, rd16, rd32, wr16, wr32 } from "./bytes.js";
 import { APP_HEADER_SIZE, frameStatusName, MAGIC_U32, VERSION } from "./constants.js";
 import { badArgument, badFrame, WireError, WireErrorCode } from "./errors.js";
 
-// CONTRACT 4: header field offsets.
-/** Offset of `magic` (4 bytes, "DSPK"). */
-const OFF_MAGIC = 0;
-/** Offset of `version` (u16). */
-const OFF_VERSION = 4;
-/** Offset of `op` (u8). */
-const OFF_OP = 6;
-/** Offset of `status` (u8): 0 in requests, a frame status in replies. */
-const OFF_STATUS = 7;
-/** Offset of `seq` (u32). */
-const OFF_SEQ = 8;
-/** Offset of `session` (u32). */
-const OFF_SESSION = 12;
-/** Offset of `body_len` (u32). */
-const OFF_BODY_LEN = 16;
-/** Offset of `reserved` (u32, 0). */
-const OFF_RESERVED = 20;
+/**
+ * Byte offsets of the fields of the 24-byte application header (CONTRACT 4): `magic` (4 bytes,
+ * "DSPK"), `version` (u16), `op` (u8), `status` (u8; 0 in requests), `seq`, `session`,
+ * `body_len` and `reserved` (u32 each, little-endian).
+ */
+export const HeaderOffset = {
+  MAGIC: 0,
+  VERSION: 4,
+  OP: 6,
+  STATUS: 7,
+  SEQ: 8,
+  SESSION: 12,
+  BODY_LEN: 16,
+  RESERVED: 20,
+} as const;
+const OFF_MAGIC = HeaderOffset.MAGIC;
+const OFF_VERSION = HeaderOffset.VERSION;
+const OFF_OP = HeaderOffset.OP;
+const OFF_STATUS = HeaderOffset.STATUS;
+const OFF_SEQ = HeaderOffset.SEQ;
+const OFF_SESSION = HeaderOffset.SESSION;
+const OFF_BODY_LEN = HeaderOffset.BODY_LEN;
+const OFF_RESERVED = HeaderOffset.RESERVED;
+
+/** Every field of a header as it stands, read by {@link peekHeader} without any check. */
+export interface HeaderPeek {
+  /** `magic` as a little-endian u32 ({@link MAGIC_U32} when it is "DSPK"). */
+  magic: number;
+  /** `version` (u16). */
+  version: number;
+  /** `op` (u8). */
+  op: number;
+  /** `status` (u8). */
+  status: number;
+  /** `seq` (u32). */
+  seq: number;
+  /** `session` (u32). */
+  session: number;
+  /** `body_len` (u32). */
+  bodyLen: number;
+  /** `reserved` (u32). */
+  reserved: number;
+}
 
 /** The fields of the 24-byte application header (CONTRACT 4). */
 export interface FrameHeader {
@@ -91,27 +117,46 @@ function checkLength(msg: Uint8Array, length: number | undefined): number {
  * `WIRE_BAD_FRAME` with `status` BAD_FRAME, naming the first problem.
  */
 export function decodeHeader(msg: Uint8Array, length?: number, options?: DecodeHeaderOptions): FrameHeader {
-  const n = checkLength(msg, length);
-  if (n < APP_HEADER_SIZE) throw badFrame(`frame of ${n} bytes is shorter than the 24-byte header`);
+  const h = examineHeader(msg, checkLength(msg, length), options?.request === true);
+  if (h instanceof WireError) throw h;
+  return h;
+}
+
+/**
+ * The header of a request message of `length` bytes of which `head` holds at least the first 24,
+ * when it passes every check of {@link decodeHeader} with `{ request: true }`; null otherwise
+ * (and when `head` is shorter than 24 bytes). Never throws. For a receiver that sees a message's
+ * first bytes before the rest (a transport's placement hook, CONTRACT 3).
+ */
+export function peekRequestHeader(head: Uint8Array, length: number): FrameHeader | null {
+  if (head.length < APP_HEADER_SIZE || !Number.isInteger(length)) return null;
+  const h = examineHeader(head, length, true);
+  return h instanceof WireError ? null : h;
+}
+
+// The checks of CONTRACT 4 on the header of a message of `n` bytes; reads only msg[0, 24) once
+// n >= 24. The first problem is returned as an error, not thrown.
+function examineHeader(msg: Uint8Array, n: number, request: boolean): FrameHeader | WireError {
+  if (n < APP_HEADER_SIZE) return badFrame(`frame of ${n} bytes is shorter than the 24-byte header`);
   const magic = rd32(msg, OFF_MAGIC);
   if (magic !== MAGIC_U32) {
-    throw badFrame(
+    return badFrame(
       `bad magic 0x${magic.toString(16).padStart(8, "0")} (want "DSPK" 0x4b505344 little-endian)`,
     );
   }
   const version = rd16(msg, OFF_VERSION);
   if (version !== VERSION) {
-    throw new WireError(WireErrorCode.BAD_VERSION, `unsupported version ${version} (want ${VERSION})`);
+    return new WireError(WireErrorCode.BAD_VERSION, `unsupported version ${version} (want ${VERSION})`);
   }
   const reserved = rd32(msg, OFF_RESERVED);
-  if (reserved !== 0) throw badFrame(`header reserved field is ${reserved}, not 0`);
+  if (reserved !== 0) return badFrame(`header reserved field is ${reserved}, not 0`);
   const bodyLen = rd32(msg, OFF_BODY_LEN);
   if (bodyLen !== n - APP_HEADER_SIZE) {
-    throw badFrame(`body_len ${bodyLen} does not match the ${n - APP_HEADER_SIZE} bytes after the header`);
+    return badFrame(`body_len ${bodyLen} does not match the ${n - APP_HEADER_SIZE} bytes after the header`);
   }
   const status = msg[OFF_STATUS]!;
-  if (options?.request === true && status !== 0) {
-    throw badFrame(`request status byte is ${status} (${frameStatusName(status)}), not 0`);
+  if (request && status !== 0) {
+    return badFrame(`request status byte is ${status} (${frameStatusName(status)}), not 0`);
   }
   return {
     op: msg[OFF_OP]!,
@@ -120,6 +165,45 @@ export function decodeHeader(msg: Uint8Array, length?: number, options?: DecodeH
     session: rd32(msg, OFF_SESSION),
     bodyLen,
   };
+}
+
+/**
+ * The fields of the header at the start of `msg` as they stand, without checking any of them
+ * (see {@link decodeHeader} for the checks), or null when fewer than 24 bytes are present. For
+ * receivers that must look at a header before the message is whole: a transport's placement or
+ * oversize hook, which sees only the first bytes of a message (CONTRACT 3, 11).
+ */
+export function peekHeader(msg: Uint8Array): HeaderPeek | null {
+  if (msg.length < APP_HEADER_SIZE) return null;
+  return {
+    magic: rd32(msg, OFF_MAGIC),
+    version: rd16(msg, OFF_VERSION),
+    op: msg[OFF_OP]!,
+    status: msg[OFF_STATUS]!,
+    seq: rd32(msg, OFF_SEQ),
+    session: rd32(msg, OFF_SESSION),
+    bodyLen: rd32(msg, OFF_BODY_LEN),
+    reserved: rd32(msg, OFF_RESERVED),
+  };
+}
+
+/**
+ * True when the header of the message `msg[0, length)` can be read at all (CONTRACT 4): at least
+ * 24 bytes, magic "DSPK", and `24 + body_len == length`. A worker answers a message failing this
+ * with BAD_FRAME echoing {@link partialHeader} and closes the connection; a readable header with
+ * another fault (version, reserved, status byte) is answered by {@link decodeHeader}'s error on
+ * an open connection. Never throws.
+ */
+export function headerReadable(msg: Uint8Array, length?: number): boolean {
+  const n =
+    length !== undefined && Number.isInteger(length) && length >= 0
+      ? Math.min(length, msg.length)
+      : msg.length;
+  return (
+    n >= APP_HEADER_SIZE &&
+    rd32(msg, OFF_MAGIC) === MAGIC_U32 &&
+    rd32(msg, OFF_BODY_LEN) === n - APP_HEADER_SIZE
+  );
 }
 
 /**

@@ -4,7 +4,7 @@
  */
 export { DEFAULT_MAX_FRAME_BYTES, FrameAccumulator } from "./accumulator.js";
 export { fromHex, toHex } from "./bytes.js";
-export { checkReplyValues, consumedPositions, validateSampled } from "./check.js";
+export { checkReplyValues, consumedPositions, entryValueProblem, validateSampled } from "./check.js";
 export {
   APP_HEADER_SIZE,
   AUTH_SIZE,
@@ -55,7 +55,17 @@ export {
   VERSION,
 } from "./constants.js";
 export { WireError, WireErrorCode } from "./errors.js";
-export { decodeHeader, encodeHeader, frame, partialHeader, splitFrame } from "./header.js";
+export {
+  decodeHeader,
+  encodeHeader,
+  frame,
+  HeaderOffset,
+  headerReadable,
+  partialHeader,
+  peekHeader,
+  peekRequestHeader,
+  splitFrame,
+} from "./header.js";
 export {
   checkHelloConfig,
   checkHelloReply,
@@ -78,15 +88,19 @@ export {
   decodeStepHead,
   decodeStepRequest,
   maxStepBodySize,
+  peekStepPrefix,
   rowsOffsetFor,
+  StepPrefixOffset,
   stepRequestBodySize,
   writeStepPrefix,
 } from "./step-request.js";
 // Public types (one block; see types.ts).
 export type {
   DecodeHeaderOptions,
+  EntryValueContext,
   FrameAccumulatorOptions,
   FrameHeader,
+  HeaderPeek,
   Hello,
   HelloReply,
   ReplyContext,
@@ -94,6 +108,7 @@ export type {
   ReqEntry,
   SampleMeta,
   StepLimits,
+  StepPrefix,
   StepPrefixParams,
   StepReplyLayout,
   StepReplyViews,

@@ -13,11 +13,15 @@ import {
 import { badArgument, badFrame, WireError, WireErrorCode } from "./errors.js";
 import { writeHeaderUnchecked } from "./header.js";
 
-// CONTRACT 7.3: STEP request prefix offsets (body-relative).
-const P_STEP_ID = 0; // u32
-const P_STEP_FLAGS = 4; // u32, 0
-const P_N_REQ = 8; // u32
-const P_N_ROWS = 12; // u32
+/**
+ * Body-relative byte offsets of the STEP request prefix (CONTRACT 7.3): `step_id`, `step_flags`
+ * (0), `n_req`, `n_rows`, u32 each.
+ */
+export const StepPrefixOffset = { STEP_ID: 0, STEP_FLAGS: 4, N_REQ: 8, N_ROWS: 12 } as const;
+const P_STEP_ID = StepPrefixOffset.STEP_ID;
+const P_STEP_FLAGS = StepPrefixOffset.STEP_FLAGS;
+const P_N_REQ = StepPrefixOffset.N_REQ;
+const P_N_ROWS = StepPrefixOffset.N_ROWS;
 // CONTRACT 7.3: sample meta record offsets (8 bytes per entry, TOP32 sessions only).
 const M_SEED = 0; // u32
 const M_TOP_K = 4; // u16, 1..32
@@ -117,6 +121,34 @@ export function stepRequestBodySize(nReq: number, nRows: number, rowBytes: numbe
  */
 export function maxStepBodySize(limits: StepLimits): number {
   return rowsOffsetFor(limits.maxSlots, limits.sampled) + limits.maxRowsPerStep * limits.rowBytes;
+}
+
+/** The 16-byte STEP request prefix as it stands (CONTRACT 7.3), read by {@link peekStepPrefix}. */
+export interface StepPrefix {
+  /** `step_id` (u32). */
+  stepId: number;
+  /** `step_flags` (u32; 0 in a valid STEP). */
+  stepFlags: number;
+  /** `n_req` (u32). */
+  nReq: number;
+  /** `n_rows` (u32). */
+  nRows: number;
+}
+
+/**
+ * The STEP request prefix at the start of `body`, unchecked, or null when fewer than 16 bytes
+ * are present. With `n_req` a receiver that sees a STEP's first bytes knows how long its head is
+ * (`rowsOffsetFor(n_req)`, CONTRACT 7.3) before anything of it is checked; {@link decodeStepHead}
+ * does the checks. Never throws.
+ */
+export function peekStepPrefix(body: Uint8Array): StepPrefix | null {
+  if (body.length < STEP_PREFIX_SIZE) return null;
+  return {
+    stepId: rd32(body, P_STEP_ID),
+    stepFlags: rd32(body, P_STEP_FLAGS),
+    nReq: rd32(body, P_N_REQ),
+    nRows: rd32(body, P_N_ROWS),
+  };
 }
 
 /** Parameters of {@link writeStepPrefix}. */

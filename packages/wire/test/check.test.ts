@@ -6,7 +6,10 @@ import {
   DYADIC_ONE,
   decodeStepReply,
   EntryFlag,
+  entryValueProblem,
+  type ReplyContext,
   ReqStatus,
+  type StepReplyViews,
   validateSampled,
 } from "../src/index.js";
 import { expectWireError, validReply } from "./helpers.js";
@@ -130,7 +133,9 @@ describe("checkReplyValues", () => {
     test(name, () => {
       const v = validReply(3, 4, { margin: true });
       mutate(v);
-      expectWireError(() => checkReplyValues(v.views, v.ctx), "WIRE_BAD_REPLY", text);
+      const err = expectWireError(() => checkReplyValues(v.views, v.ctx), "WIRE_BAD_REPLY", text);
+      // The per-entry rule a worker calls names the same first value violation.
+      if (/ position \d+: /.test(err.message)) expect(firstEntryProblem(v.views, v.ctx)).toBe(err.message);
     });
   }
   test("position names: the first violation in entry order, then position order", () => {
@@ -273,6 +278,7 @@ describe("validateSampled (CONTRACT 8)", () => {
   ];
   test("the fresh reply passes", () => {
     const v = fresh();
+    for (let i = 0; i < v.views.nReq; i++) expect(entryValueProblem(v.views, i, v.ctx)).toBeNull();
     checkReplyValues(v.views, v.ctx);
     validateSampled(v.views, v.ctx);
   });
@@ -280,7 +286,14 @@ describe("validateSampled (CONTRACT 8)", () => {
     test(name, () => {
       const v = fresh();
       mutate(v);
-      expectWireError(() => validateSampled(v.views, v.ctx), "WIRE_BAD_REPLY", text);
+      const err = expectWireError(() => validateSampled(v.views, v.ctx), "WIRE_BAD_REPLY", text);
+      let draftValuesOk = true;
+      try {
+        checkReplyValues(v.views, v.ctx);
+      } catch {
+        draftValuesOk = false;
+      }
+      if (draftValuesOk) expect(firstEntryProblem(v.views, v.ctx)).toBe(err.message);
     });
   }
   test("top_k 32 with all distinct ids and q summing to 2^24 passes; a repeat at index 31 is found", () => {
@@ -323,3 +336,11 @@ describe("validateSampled (CONTRACT 8)", () => {
     expectWireError(() => validateSampled(v.views, v.ctx), "WIRE_BAD_ARGUMENT", "topK 33");
   });
 });
+
+function firstEntryProblem(views: StepReplyViews, ctx: ReplyContext): string | null {
+  for (let i = 0; i < views.nReq; i++) {
+    const why = entryValueProblem(views, i, ctx);
+    if (why !== null) return why;
+  }
+  return null;
+}

@@ -1,11 +1,17 @@
 import type { Counter, Histogram } from "@tapwire/stats";
 import { Registry } from "@tapwire/stats";
-import type { Hello, HelloReply, StepLimits, StepReplyViews, StepRequest } from "@tapwire/wire";
+import type {
+  EntryValueContext,
+  Hello,
+  HelloReply,
+  StepLimits,
+  StepReplyViews,
+  StepRequest,
+} from "@tapwire/wire";
 import {
   APP_HEADER_SIZE,
   beginStepReply,
   Capability,
-  DYADIC_ONE,
   decodeHeader,
   decodeHello,
   decodeStepHead,
@@ -13,16 +19,23 @@ import {
   EntryFlag,
   encodeHeader,
   encodeHelloReply,
+  entryValueProblem,
+  FRAME_STATUS_NAMES,
   FrameStatus,
   HELLO_BODY_SIZE,
   HELLO_FLAGS_MASK,
   HELLO_REPLY_BODY_SIZE,
   HelloFlag,
-  MAGIC_U32,
+  headerReadable,
   maxStepBodySize,
+  OP_NAMES,
   Op,
   PING_MAX_BODY,
   partialHeader,
+  peekHeader,
+  peekRequestHeader,
+  peekStepPrefix,
+  REQ_STATUS_NAMES,
   ReqStatus,
   RowDtype,
   rowsOffsetFor,
@@ -33,7 +46,6 @@ import {
   setReplyWorkerUs,
   stepReplyBodySize,
   TOP_K_MAX,
-  VERSION,
   verifyHelloAuth,
   WireError,
 } from "@tapwire/wire";
@@ -135,35 +147,17 @@ const DEFAULT_MAX_ROWS_PER_STEP = 4096;
 const DEFAULT_LEASE_MS = 10_000;
 const U32_MAX = 0xffffffff;
 
-const REQ_STATUS_KEYS = [
-  "ok",
-  "partial_window",
-  "need_resync",
-  "stale_generation",
-  "skipped",
-  "draft_failed",
-] as const;
-const FRAME_STATUS_KEYS = [
-  "ok",
-  "no_session",
-  "stale_seq",
-  "bad_frame",
-  "bad_version",
-  "identity_mismatch",
-  "config_mismatch",
-  "unknown_op",
-  "unauthorized",
-  "too_large",
-  "busy",
-  "internal",
-] as const;
-const OP_KEYS: Readonly<Record<number, string>> = {
-  1: "hello",
-  2: "step",
-  3: "ping",
-  4: "stats",
-  5: "reset",
-};
+/** Metric-name keys of a wire name table, indexed by code: `FRAME_STATUS_NAMES` → "no_session", ... */
+function metricKeys(names: Readonly<Record<number, string>>): string[] {
+  const out: string[] = [];
+  for (let code = 0; names[code] !== undefined; code++) out.push(names[code]!.toLowerCase());
+  return out;
+}
+const REQ_STATUS_KEYS = metricKeys(REQ_STATUS_NAMES);
+const FRAME_STATUS_KEYS = metricKeys(FRAME_STATUS_NAMES);
+const OP_KEYS: Readonly<Record<number, string>> = Object.fromEntries(
+  Object.values(Op).map((op) => [op, OP_NAMES[op]!.toLowerCase()]),
+);
 
 const silentLogger: WorkerLogger = { info() {}, warn() {}, error() {}, debug() {} };
 
@@ -203,7 +197,6 @@ interface PreparedShape {
   maxBody: number;
   /** null: keep the current reply buffers. */
   replyBufs: [Uint8Array, Uint8Array] | null;
-  seen: Uint32Array | null;
 }
 
 /** A 4-aligned reply buffer of a session (CONTRACT 2: aligned views). */
@@ -250,8 +243,8 @@ export class WorkerCore {
   // overwritten by the next one.
   private replyBufs: [Uint8Array, Uint8Array] | null = null;
   private replyTurn = 0;
-  private seen: Uint32Array | null = null;
-  private seenStamp = 0;
+  // What entryValueProblem reads of the STEP being answered (CONTRACT 6.3, 8).
+  private readonly valueCtx: EntryValueContext = { vocabSize: 0, entries: [], sampleMeta: null };
 
   private tail: Promise<void> | null = null;
   private readonly batch: DraftBatchEntry[] = [];
@@ -463,22 +456,13 @@ export class WorkerCore {
     if (this.tail !== null || this.session === 0 || this.limits === null || length <= HEAD) return null;
     if (head.length < HEAD) return HEAD;
     // CONTRACT 4 header, as the normal path would read it: anything odd is left to that path.
-    if (
-      rd32(head, 0) !== MAGIC_U32 ||
-      (head[4]! | (head[5]! << 8)) !== VERSION ||
-      head[6] !== Op.STEP ||
-      head[7] !== 0 ||
-      rd32(head, 16) !== length - APP_HEADER_SIZE ||
-      rd32(head, 20) !== 0
-    ) {
-      return null;
-    }
-    const seq = rd32(head, 8);
-    if (rd32(head, 12) !== this.session || !serialNewer(seq, this.highestSeq)) return null;
+    const h = peekRequestHeader(head, length);
+    if (h === null || h.op !== Op.STEP) return null;
+    if (h.session !== this.session || !serialNewer(h.seq, this.highestSeq)) return null;
     const limits = this.limits;
     const bodyLen = length - APP_HEADER_SIZE;
     if (bodyLen > this.maxBody) return null;
-    const nReq = rd32(head, APP_HEADER_SIZE + 8);
+    const nReq = peekStepPrefix(head.subarray(APP_HEADER_SIZE))!.nReq;
     if (nReq > limits.maxSlots) return null;
     const headBytes = APP_HEADER_SIZE + rowsOffsetFor(nReq, limits.sampled);
     if (headBytes >= length) return null;
@@ -537,7 +521,8 @@ export class WorkerCore {
   private processPlaced(head: Uint8Array, placed: StepPlacement): Uint8Array | Promise<Uint8Array> {
     this.c.bytesIn.inc(placed.length);
     (this.c.frames.step as Counter).inc();
-    return this.step(rd32(head, 8), rd32(head, 12), head.subarray(APP_HEADER_SIZE), placed);
+    const h = peekHeader(head)!;
+    return this.step(h.seq, h.session, head.subarray(APP_HEADER_SIZE), placed);
   }
 
   /** Test hook: a copy of a slot's generation and window (see README "Test hooks"). */
@@ -585,11 +570,7 @@ export class WorkerCore {
     try {
       const n = msg.length;
       // CONTRACT 4: an unreadable header is BAD_FRAME echoing what is wholly present, then close.
-      if (
-        n < APP_HEADER_SIZE ||
-        (msg[0]! | (msg[1]! << 8) | (msg[2]! << 16) | (msg[3]! << 24)) >>> 0 !== MAGIC_U32 ||
-        (msg[16]! | (msg[17]! << 8) | (msg[18]! << 16) | (msg[19]! << 24)) >>> 0 !== n - APP_HEADER_SIZE
-      ) {
+      if (!headerReadable(msg, n)) {
         this.c.frames.unreadable!.inc();
         this.c.badHeaders.inc();
         const p = partialHeader(msg);
@@ -813,7 +794,7 @@ export class WorkerCore {
       cur.sampled === s.sampled &&
       cur.margin === s.margin;
     if (sameReply) {
-      return { shape: s, limits, maxBody: maxStepBodySize(limits), replyBufs: null, seen: this.seen };
+      return { shape: s, limits, maxBody: maxStepBodySize(limits), replyBufs: null };
     }
     const bytes =
       APP_HEADER_SIZE +
@@ -823,7 +804,6 @@ export class WorkerCore {
       limits,
       maxBody: maxStepBodySize(limits),
       replyBufs: [alignedBuffer(bytes), alignedBuffer(bytes)],
-      seen: s.sampled ? new Uint32Array(d.vocabSize) : null,
     };
   }
 
@@ -833,8 +813,6 @@ export class WorkerCore {
     this.maxBody = p.maxBody;
     if (p.replyBufs === null) return;
     this.replyBufs = p.replyBufs;
-    this.seen = p.seen;
-    this.seenStamp = 0;
   }
 
   /** CONTRACT 10: RESET drops all slot state and keeps the session (6.2 seq rules). */
@@ -897,6 +875,9 @@ export class WorkerCore {
       margin: shape.margin,
       sampled: shape.sampled,
     });
+    const vc = this.valueCtx;
+    vc.entries = req.entries;
+    vc.sampleMeta = req.sampleMeta;
     // Accepted: from here on the frame is applied and answered OK (CONTRACT 5).
     if (placed !== null) placed.consumed = true;
     this.highestSeq = seq;
@@ -1099,6 +1080,7 @@ export class WorkerCore {
   private checkDrafted(v: StepReplyViews, nReq: number): void {
     const batch = this.batch;
     const mark = this.marks;
+    this.valueCtx.vocabSize = this.drafter.vocabSize;
     for (const be of batch) mark[be.index] = 1;
     for (let i = 0; i < nReq; i++) {
       if (mark[i] === 0) {
@@ -1114,7 +1096,7 @@ export class WorkerCore {
         continue;
       }
       this.zeroEntry(v, be.index, be.k);
-      const why = this.entryProblem(v, be);
+      const why = entryValueProblem(v, be.index, this.valueCtx);
       if (why !== null) {
         this.c.drafterBadValues.inc();
         this.log.error({ slot: be.slot, problem: why }, "drafter wrote invalid values: entry DRAFT_FAILED");
@@ -1122,71 +1104,9 @@ export class WorkerCore {
       }
     }
   }
-
-  private entryProblem(v: StepReplyViews, be: DraftBatchEntry): string | null {
-    const V = this.drafter.vocabSize;
-    const N = v.numSpec;
-    const base = be.index * N;
-    const sampled = v.sampledMask !== null && be.sample !== null && be.sample.tempMilli > 0;
-    for (let j = 0; j < be.k; j++) {
-      const p = base + j;
-      const id = v.draftIds[p]!;
-      if (id < 0 || id >= V) return `position ${j}: draft id ${id} outside [0, ${V})`;
-      const c = v.confidence[p]!;
-      if (!(c >= 0 && c <= 1)) return `position ${j}: confidence ${c}`;
-      if (v.margin !== null) {
-        const m = v.margin[p]!;
-        if (!(m >= 0 && m < Number.POSITIVE_INFINITY)) return `position ${j}: margin ${m}`;
-      }
-      if (v.sampledMask === null) continue;
-      const o = p * TOP_K_MAX;
-      const ids = v.supportIds!;
-      const q = v.proposalQ!;
-      if (!sampled) {
-        if (v.sampledMask[p] !== 0) return `position ${j}: sampled_mask on a greedy entry`;
-        for (let t = 0; t < TOP_K_MAX; t++) {
-          if (ids[o + t] !== 0 || q[o + t] !== 0) return `position ${j}: support/q on a greedy entry`;
-        }
-        continue;
-      }
-      if (v.sampledMask[p] !== 1) return `position ${j}: sampled_mask not 1`;
-      const topK = be.sample!.topK;
-      // Distinct support ids in O(top_k) through a per-session stamp table over the vocabulary.
-      const seen = this.seen!;
-      this.seenStamp = (this.seenStamp + 1) >>> 0;
-      if (this.seenStamp === 0) {
-        seen.fill(0);
-        this.seenStamp = 1;
-      }
-      const stamp = this.seenStamp;
-      let sum = 0;
-      let hit = false;
-      for (let t = 0; t < TOP_K_MAX; t++) {
-        const sid = ids[o + t]!;
-        const sq = q[o + t]!;
-        if (t >= topK) {
-          if (sid !== 0 || sq !== 0) return `position ${j}: support/q beyond top_k`;
-          continue;
-        }
-        if (sid < 0 || sid >= V) return `position ${j}: support id ${sid} outside vocab`;
-        if (seen[sid] === stamp) return `position ${j}: support id ${sid} twice`;
-        seen[sid] = stamp;
-        if (sq < 1) return `position ${j}: q ${sq} < 1`;
-        sum += sq;
-        if (sid === id) hit = true;
-      }
-      if (sum !== DYADIC_ONE) return `position ${j}: q sums to ${sum}, not 2^24`;
-      if (!hit) return `position ${j}: draft id ${id} not in the support`;
-    }
-    return null;
-  }
 }
 
 const EMPTY = new Uint8Array(0);
-
-function rd32(b: Uint8Array, o: number): number {
-  return (b[o]! | (b[o + 1]! << 8) | (b[o + 2]! << 16) | (b[o + 3]! << 24)) >>> 0;
-}
 
 function statusOf(e: unknown): number {
   if (e instanceof WireError && e.status !== undefined) return e.status;
