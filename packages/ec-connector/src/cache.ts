@@ -1,5 +1,5 @@
 import { crc32 } from "./crc.js";
-import { checkIntOption, EcError } from "./errors.js";
+import { checkIntOption, EcError, isIntInRange } from "./errors.js";
 
 /** Owner value of a free block. */
 const FREE = -1;
@@ -162,7 +162,7 @@ export class EmbeddingCache {
    */
   allocate(mmHash: string, nbytes: number): readonly number[] {
     if (typeof mmHash !== "string") throw new EcError("EC_BAD_ARGUMENT", "mmHash: expected a string");
-    if (!Number.isSafeInteger(nbytes) || nbytes < 1) {
+    if (!isIntInRange(nbytes, 1)) {
       throw new EcError("EC_BAD_ARGUMENT", `nbytes: expected a positive integer, got ${String(nbytes)}`);
     }
     if (this.#entries.has(mmHash)) {
@@ -211,7 +211,7 @@ export class EmbeddingCache {
   write(mmHash: string, offset: number, data: Uint8Array): void {
     const e = this.#must(mmHash);
     if (e.ready) throw new EcError("EC_CACHE_STATE", `mm_hash ${mmHash}: entry is ready (read-only)`);
-    if (!Number.isSafeInteger(offset) || offset < 0 || offset + data.length > e.nbytes) {
+    if (!isIntInRange(offset, 0, e.nbytes - data.length)) {
       throw new EcError(
         "EC_BAD_ARGUMENT",
         `mm_hash ${mmHash}: write of ${data.length} bytes at ${offset} exceeds ${e.nbytes}`,

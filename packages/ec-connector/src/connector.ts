@@ -1,11 +1,13 @@
 import type { Counter, Gauge, Registry } from "@tapwire/stats";
 import type { Logger } from "pino";
+import type { BackoffPolicy } from "./backoff.js";
+import { Backoff } from "./backoff.js";
 import { EmbeddingCache } from "./cache.js";
 import type { ConsumerSessionResults } from "./consumer-session.js";
 import { CONSUMER_DEFAULTS, ConsumerSession } from "./consumer-session.js";
 import { SocketDataTransport } from "./data/socket.js";
 import type { DataTransport } from "./data/transport.js";
-import { checkFunctionOption, checkNumberOption, EcError } from "./errors.js";
+import { checkFunctionOption, checkNumberOption, EcError, isIntInRange } from "./errors.js";
 import { defaultRegistry, silentLogger } from "./metrics.js";
 import type { CompatibilityInfo } from "./protocol.js";
 import { compatibilityHash } from "./protocol.js";
@@ -111,7 +113,8 @@ interface Request {
   producer: string;
   nbytes: number;
   deadline: number;
-  attempt: number;
+  /** Delays between this request's re-requests (EC-CONTRACT 7: bounded by its deadline). */
+  backoff: Backoff;
   /** The session holding the transfer, or null while waiting to retry. */
   session: Pooled | null;
   retryAt: number;
@@ -162,7 +165,7 @@ export class ConsumerConnector {
   readonly #readTimeout: number;
   readonly #quarantineTimeout: number;
   readonly #verify: boolean;
-  readonly #retry: Required<RetryPolicy>;
+  readonly #retry: BackoffPolicy;
   readonly #idleClose: number;
   readonly #now: () => number;
   readonly #connect: (producer: string) => ControlClient;
@@ -334,7 +337,7 @@ export class ConsumerConnector {
     if (typeof producer !== "string" || producer.length === 0) {
       throw new EcError("EC_BAD_ARGUMENT", "producer: expected a ZeroMQ endpoint");
     }
-    if (!Number.isSafeInteger(nbytes) || nbytes < 1) {
+    if (!isIntInRange(nbytes, 1)) {
       throw new EcError("EC_BAD_ARGUMENT", `nbytes: expected a positive integer, got ${String(nbytes)}`);
     }
     if (typeof deadline !== "number" || Number.isNaN(deadline)) {
@@ -358,7 +361,7 @@ export class ConsumerConnector {
       producer,
       nbytes,
       deadline,
-      attempt: 0,
+      backoff: new Backoff(this.#retry),
       session: null,
       retryAt: now,
       lastReason: "",
@@ -484,7 +487,6 @@ export class ConsumerConnector {
       this.#drop(req, `could not start: ${(err as Error).message}`);
       return;
     }
-    req.attempt++;
     req.session = p;
   }
 
@@ -530,11 +532,7 @@ export class ConsumerConnector {
       if (req === undefined) continue;
       req.session = null;
       req.lastReason = x.reason;
-      const delay = Math.min(
-        this.#retry.maxMs,
-        this.#retry.initialMs * this.#retry.multiplier ** (req.attempt - 1),
-      );
-      req.retryAt = now + delay;
+      req.retryAt = now + req.backoff.next();
       if (req.retryAt >= req.deadline) this.#drop(req, `deadline passed (last: ${x.reason})`);
     }
   }

@@ -30,21 +30,39 @@ export const EC_ERROR_CODES = [
 /** One of {@link EC_ERROR_CODES}. */
 export type EcErrorCode = (typeof EC_ERROR_CODES)[number];
 
-/** The one error class of this package; `code` is stable, `message` names the first problem. */
+/** The brand every {@link EcError} carries, shared by every installed copy of this package. */
+const EC_ERROR_BRAND: unique symbol = Symbol.for("@tapwire/ec-connector.EcError") as never;
+
+/**
+ * The one error class of this package; `code` is stable, `message` names the first problem.
+ * `instanceof EcError` holds for an error made by another installed copy of the package too
+ * (a `Symbol.for` brand, as undici's errors do).
+ */
 export class EcError extends Error {
   /** Stable machine-readable code. */
   readonly code: EcErrorCode;
+  readonly [EC_ERROR_BRAND] = true;
 
   constructor(code: EcErrorCode, message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.name = "EcError";
     this.code = code;
   }
+
+  /** True for any object carrying the brand (whichever copy of the package made it). */
+  static override [Symbol.hasInstance](v: unknown): boolean {
+    return typeof v === "object" && v !== null && (v as Record<symbol, unknown>)[EC_ERROR_BRAND] === true;
+  }
+}
+
+/** True when `v` is a safe integer in [min, max] (the one integer-in-range check of this package). */
+export function isIntInRange(v: unknown, min: number, max = Number.MAX_SAFE_INTEGER): v is number {
+  return typeof v === "number" && Number.isSafeInteger(v) && v >= min && v <= max;
 }
 
 /** Throws `EC_BAD_OPTION` unless `v` is an integer in [min, max]. */
 export function checkIntOption(name: string, v: unknown, min: number, max = Number.MAX_SAFE_INTEGER): number {
-  if (typeof v !== "number" || !Number.isSafeInteger(v) || v < min || v > max) {
+  if (!isIntInRange(v, min, max)) {
     throw new EcError(
       "EC_BAD_OPTION",
       `option ${name}: expected an integer in [${min}, ${max}], got ${String(v)}`,

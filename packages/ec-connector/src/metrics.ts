@@ -133,3 +133,34 @@ export function consumerMetrics(r: Registry): ConsumerMetrics {
     crcImpl: crcImplInfo(r),
   };
 }
+
+/** Data-plane metrics (EC-CONTRACT 5), reader and server side. */
+export interface DataMetrics {
+  served: Counter;
+  refused: Counter;
+  bytesSent: Counter;
+  malformed: Counter;
+  notifications: Counter;
+  connections: Gauge;
+  readErrors: Counter;
+  bytesReceived: Counter;
+  staleNotifications: Counter;
+}
+
+/** Registers (idempotently) and returns the data-plane metrics. */
+export function dataMetrics(r: Registry): DataMetrics {
+  return {
+    served: r.counter("data_reads_served", "data-plane reads served (EC-CONTRACT 5.3)"),
+    refused: r.counter("data_reads_refused", "data-plane reads refused: no grant, wrong blocks, expired"),
+    bytesSent: r.counter("data_bytes_sent", "block bytes streamed by the data server"),
+    malformed: r.counter("data_malformed_frames", "data-plane frames dropped as malformed"),
+    notifications: r.counter("data_notifications", "completion notifications received"),
+    connections: r.gauge("data_server_connections", "open data-server connections"),
+    readErrors: r.counter("data_read_errors", "reads that ended ERR at this reader"),
+    bytesReceived: r.counter("data_bytes_received", "block bytes received by this reader"),
+    staleNotifications: r.counter(
+      "data_stale_notifications",
+      "notifications dropped because their grant was replaced or revoked meanwhile",
+    ),
+  };
+}

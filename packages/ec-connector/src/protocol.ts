@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { Decoder, Encoder } from "@msgpack/msgpack";
-import { EcError } from "./errors.js";
+import { EcError, isIntInRange } from "./errors.js";
 
 /** EC-CONTRACT 2: the connector protocol version carried in every XferReq. */
 export const EC_CONNECTOR_VERSION = 2;
@@ -63,7 +63,7 @@ export function compatibilityHash(info: CompatibilityInfo, version: number = EC_
   if (typeof info.dtype !== "string") throw new EcError("EC_BAD_OPTION", "option dtype: expected a string");
   for (const k of ["hiddenSize", "blockBytes"] as const) {
     const v = info[k];
-    if (!Number.isSafeInteger(v) || v < 1) {
+    if (!isIntInRange(v, 1)) {
       throw new EcError("EC_BAD_OPTION", `option ${k}: expected a positive integer, got ${String(v)}`);
     }
   }
@@ -209,7 +209,7 @@ export function decodeXferAck(bytes: Uint8Array, maxBlocks: number): XferAck {
     }
     for (let i = 0; i < v.length; i++) {
       const b = v[i];
-      if (typeof b !== "number" || !Number.isSafeInteger(b) || b < 0) {
+      if (!isIntInRange(b, 0)) {
         throw new EcError("EC_MALFORMED", `XferAck: src_block_indices[${i}] is not a non-negative integer`);
       }
     }

@@ -42,14 +42,16 @@ function socketOptions(hb: HeartbeatOptions | undefined) {
 
 /** Serialises sends (a zeromq 6 socket allows one send in flight) without blocking the caller. */
 class SendQueue {
+  readonly #sock: Router | Dealer;
+  readonly #log: Logger;
   readonly #queue: Uint8Array[][] = [];
   #busy = false;
   #closed = false;
 
-  constructor(
-    private readonly sock: Router | Dealer,
-    private readonly log: Logger,
-  ) {}
+  constructor(sock: Router | Dealer, log: Logger) {
+    this.#sock = sock;
+    this.#log = log;
+  }
 
   push(frames: Uint8Array[]): void {
     if (this.#closed) return;
@@ -67,9 +69,9 @@ class SendQueue {
     while (this.#queue.length > 0 && !this.#closed) {
       const frames = this.#queue.shift()!;
       try {
-        await this.sock.send(frames);
+        await this.#sock.send(frames);
       } catch (err) {
-        if (!this.#closed) this.log.warn({ err: (err as Error).message }, "zmq send failed");
+        if (!this.#closed) this.#log.warn({ err: (err as Error).message }, "zmq send failed");
       }
     }
     this.#busy = false;

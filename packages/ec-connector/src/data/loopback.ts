@@ -1,5 +1,5 @@
 import { crc32 } from "../crc.js";
-import { checkIntOption, EcError } from "../errors.js";
+import { checkIntOption, EcError, isIntInRange } from "../errors.js";
 import type {
   AgentMetadata,
   DataTransport,
@@ -285,7 +285,7 @@ export class LoopbackDataTransport implements DataTransport {
 
   grant(key: string, blocks: readonly number[], deadline: number): void {
     for (const b of blocks) {
-      if (!Number.isInteger(b) || b < 0 || b >= this.#numBlocks) {
+      if (!isIntInRange(b, 0, this.#numBlocks - 1)) {
         throw new EcError("EC_BAD_ARGUMENT", `grant ${key}: block ${b} outside [0, ${this.#numBlocks})`);
       }
     }

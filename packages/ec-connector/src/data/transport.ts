@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { EcError } from "../errors.js";
+import { EcError, isIntInRange } from "../errors.js";
 import { int, packMsg, str, unpackMap } from "../protocol.js";
 
 /** EC-CONTRACT 5.1: the state of a posted read. */
@@ -155,16 +155,16 @@ export function checkReadShape(
   for (let i = 0; i < localBlocks.length; i++) {
     const l = localBlocks[i]!;
     const r = remoteBlocks[i]!;
-    if (!Number.isInteger(l) || l < 0 || l >= localNumBlocks) {
+    if (!isIntInRange(l, 0, localNumBlocks - 1)) {
       throw new EcError("EC_BAD_ARGUMENT", `postRead: local block ${l} outside [0, ${localNumBlocks})`);
     }
-    if (!Number.isInteger(r) || r < 0 || r >= remote.numBlocks) {
+    if (!isIntInRange(r, 0, remote.numBlocks - 1)) {
       throw new EcError("EC_BAD_ARGUMENT", `postRead: remote block ${r} outside [0, ${remote.numBlocks})`);
     }
   }
   const max = localBlocks.length * blockBytes;
   const n = nbytes ?? max;
-  if (!Number.isSafeInteger(n) || n <= max - blockBytes || n > max) {
+  if (!isIntInRange(n, max - blockBytes + 1, max)) {
     throw new EcError(
       "EC_BAD_ARGUMENT",
       `postRead: nbytes ${n} does not need exactly ${localBlocks.length} blocks`,

@@ -1,0 +1,489 @@
+import * as net from "node:net";
+import type { Logger } from "pino";
+import type { Crc32Impl } from "../crc.js";
+import { crc32 } from "../crc.js";
+import { EcError } from "../errors.js";
+import type { DataMetrics } from "../metrics.js";
+import { ChecksumThread } from "./checksum.js";
+import {
+  decodeToReader,
+  encodeFrame,
+  frameLength,
+  LEN_BYTES,
+  MAX_DATA_FRAME_BYTES,
+  MAX_KEY_BYTES,
+  segments,
+} from "./frame.js";
+import type { AgentMetadata, MemDescriptor, ReadOptions, XferHandle, XferHandleState } from "./transport.js";
+import {
+  agentNameOf,
+  checkReadShape,
+  decodeAgentMetadata,
+  decodeMemDescriptor,
+  parseDataEndpoint,
+} from "./transport.js";
+
+/**
+ * Largest receive while a read checksums inline (EC-CONTRACT 6.3: CRC per chunk as it lands). A
+ * larger recv (tcp on loopback can hand over several MiB in one call) leaves the bytes out of L2
+ * by the time the CRC reads them and leaves the sender idle while the CRC runs; 256 KiB chunks keep
+ * the CRC on cache-hot bytes and the sender refilling the socket meanwhile (measured ~0.5 ms less
+ * per 16 MiB read on tcp, ~0.15 ms on unix; no change with the check off, where reads stay uncapped).
+ */
+const INLINE_CRC_RECV_BYTES = 256 * 1024;
+/** Landed bytes handed to the checksum thread per message. */
+const CRC_BATCH = 512 * 1024;
+
+/** Test/demo faults the socket reader can apply to its next reads (EC-CONTRACT 5.4 for real sockets). */
+export type SocketFault =
+  | { kind: "lost_notification" }
+  | { kind: "stall"; ms: number }
+  | { kind: "abort" }
+  | { kind: "corrupt" };
+
+/** How the reader opens a stream to a peer's data server (plain sockets, or TLS when keys are on). */
+export type DataConnect = (
+  target: { host: string; port: number } | { path: string },
+  onread: net.OnReadOpts,
+) => net.Socket;
+
+/** Plain `net.connect` with the reader's receive hooks. */
+export const plainConnect: DataConnect = (target, onread) =>
+  "path" in target
+    ? net.connect({ path: target.path, onread })
+    : net.connect({ host: target.host, port: target.port, onread, noDelay: true });
+
+interface Peer {
+  meta: AgentMetadata;
+  desc: MemDescriptor;
+  idle: ReaderConn[];
+  all: Set<ReaderConn>;
+}
+
+interface Read {
+  handle: XferHandle;
+  /** Destination as runs of contiguous blocks: region byte offsets and lengths (trimmed to nbytes). */
+  segStart: number[];
+  segLen: number[];
+  seg: number;
+  segOff: number;
+  /** Landed bytes not yet handed to the checksum thread (region offsets). */
+  pendStart: number;
+  pendLen: number;
+  /** Waiting for the checksum thread's final CRC. */
+  crcPending: boolean;
+  nbytes: number;
+  received: number;
+  checksum: boolean;
+  crc: number;
+  state: XferHandleState;
+  error: string | null;
+  notif: Uint8Array;
+  conn: ReaderConn | null;
+  fault: SocketFault | null;
+}
+
+type Phase = "len" | "hdr" | "body";
+
+interface ReaderConn {
+  socket: net.Socket;
+  peer: Peer;
+  phase: Phase;
+  filled: number;
+  hdrLen: number;
+  scratch: Buffer;
+  read: Read | null;
+  dead: boolean;
+  /** A finished read's notification not yet written (sent right after the completion is reported). */
+  notif: Uint8Array | null;
+}
+
+/** Options of {@link DataReader}. */
+export interface DataReaderOptions {
+  region: Uint8Array;
+  numBlocks: number;
+  blockBytes: number;
+  maxIdlePerPeer: number;
+  checksumThread: boolean;
+  /** This agent's name as it introduces itself in a READ. */
+  self: string;
+  connect: DataConnect;
+  metrics: DataMetrics;
+  logger: Logger;
+  /** Called when a read leaves PROC. */
+  onReadDone: () => void;
+}
+
+/**
+ * The reader side of the tcp/unix data plane (EC-CONTRACT 5.2, 5.4): pooled connections per peer,
+ * each read landing straight in the destination blocks (`net.connect({ onread })`: the kernel
+ * writes into the block, no intermediate buffer), the CRC-32 over each chunk as it lands (here or
+ * on the checksum thread), then the notification on the same connection.
+ */
+export class DataReader {
+  readonly #o: DataReaderOptions;
+  readonly #region: Uint8Array;
+  readonly #bb: number;
+  readonly #m: DataMetrics;
+  readonly #peers = new Map<string, Peer>();
+  readonly #reads = new Map<XferHandle, Read>();
+  readonly #faults: SocketFault[] = [];
+  #nextHandle = 1;
+  #thread: ChecksumThread | null = null;
+
+  constructor(options: DataReaderOptions) {
+    this.#o = options;
+    this.#region = options.region;
+    this.#bb = options.blockBytes;
+    this.#m = options.metrics;
+  }
+
+  /** The checksum thread's CRC-32 implementation once it has said (`null` before or without it). */
+  get checksumThreadCrcImpl(): Crc32Impl | null {
+    return this.#thread?.impl ?? null;
+  }
+
+  /** Handles not yet released. */
+  get openHandles(): number {
+    return this.#reads.size;
+  }
+
+  injectFault(fault: SocketFault, count: number): void {
+    for (let i = 0; i < count; i++) this.#faults.push(fault);
+  }
+
+  addRemotePeer(metadata: Uint8Array, memDescriptor: Uint8Array): string {
+    const meta = decodeAgentMetadata(metadata);
+    const desc = decodeMemDescriptor(memDescriptor);
+    parseDataEndpoint(meta.endpoint);
+    const name = agentNameOf(meta);
+    if (!this.#peers.has(name)) this.#peers.set(name, { meta, desc, idle: [], all: new Set() });
+    return name;
+  }
+
+  removeRemotePeer(agentName: string): void {
+    const peer = this.#peers.get(agentName);
+    if (peer === undefined) return;
+    this.#peers.delete(agentName);
+    for (const c of peer.all) this.#killConn(c, "peer removed");
+  }
+
+  postRead(
+    localBlocks: readonly number[],
+    agentName: string,
+    remoteBlocks: readonly number[],
+    notifMsg: Uint8Array,
+    options: ReadOptions,
+  ): XferHandle {
+    const peer = this.#peers.get(agentName);
+    if (peer === undefined) throw new EcError("EC_BAD_ARGUMENT", `postRead: unknown agent ${agentName}`);
+    const nbytes = checkReadShape(
+      localBlocks,
+      remoteBlocks,
+      this.#o.numBlocks,
+      peer.desc,
+      this.#bb,
+      options.nbytes,
+    );
+    if (notifMsg.length > MAX_KEY_BYTES) throw new EcError("EC_BAD_ARGUMENT", "postRead: notifMsg too long");
+    let conn = peer.idle.pop();
+    while (conn !== undefined && (conn.dead || conn.socket.destroyed)) conn = peer.idle.pop();
+    conn ??= this.#connect(peer);
+    // A notification still queued on this connection goes first: the server expects it before the next READ.
+    this.#flushNotif(conn);
+    const read: Read = {
+      handle: this.#nextHandle++,
+      ...segments(localBlocks, this.#bb, nbytes),
+      seg: 0,
+      segOff: 0,
+      pendStart: 0,
+      pendLen: 0,
+      crcPending: false,
+      nbytes,
+      received: 0,
+      checksum: options.checksum === true,
+      crc: 0,
+      state: "PROC",
+      error: null,
+      notif: Uint8Array.from(notifMsg),
+      conn,
+      fault: this.#faults.shift() ?? null,
+    };
+    this.#reads.set(read.handle, read);
+    conn.read = read;
+    conn.phase = "len";
+    conn.filled = 0;
+    conn.socket.write(
+      encodeFrame({
+        op: "read",
+        key: read.notif,
+        blocks: remoteBlocks,
+        nbytes,
+        reader: this.#o.self,
+        instance: peer.meta.instance,
+      }),
+    );
+    return read.handle;
+  }
+
+  checkXferState(handle: XferHandle): XferHandleState {
+    return this.#must(handle).state;
+  }
+
+  getXferChecksum(handle: XferHandle): number | null {
+    const r = this.#must(handle);
+    return r.state === "DONE" && r.checksum ? r.crc >>> 0 : null;
+  }
+
+  getXferError(handle: XferHandle): string | null {
+    return this.#must(handle).error;
+  }
+
+  releaseXferHandle(handle: XferHandle): boolean {
+    const r = this.#must(handle);
+    this.#reads.delete(handle);
+    if (r.state === "PROC" && r.checksum) this.#thread?.drop(r.handle);
+    if (r.state === "PROC" && r.conn !== null) {
+      // Destroying the socket stops its reads synchronously: nothing lands after this returns.
+      this.#killConn(r.conn, "released");
+    }
+    r.conn = null;
+    return true;
+  }
+
+  async close(): Promise<void> {
+    if (this.#thread !== null) {
+      const t = this.#thread;
+      this.#thread = null;
+      await t.terminate();
+    }
+    for (const peer of this.#peers.values()) for (const c of peer.all) this.#killConn(c, "transport closed");
+    this.#peers.clear();
+  }
+
+  #connect(peer: Peer): ReaderConn {
+    const target = parseDataEndpoint(peer.meta.endpoint);
+    const conn = {
+      peer,
+      phase: "len",
+      filled: 0,
+      hdrLen: 0,
+      scratch: Buffer.allocUnsafe(LEN_BYTES + MAX_DATA_FRAME_BYTES),
+      read: null,
+      dead: false,
+      notif: null,
+    } as unknown as ReaderConn;
+    conn.socket = this.#o.connect(target, {
+      buffer: () => this.#nextBuffer(conn),
+      callback: (n: number, buf: Uint8Array) => this.#onBytes(conn, n, buf),
+    });
+    conn.socket.on("error", (err) => this.#connDown(conn, err.message));
+    conn.socket.on("close", () => this.#connDown(conn, "connection closed"));
+    peer.all.add(conn);
+    return conn;
+  }
+
+  /** Where the kernel writes the next bytes: the header scratch, or straight into the destination block. */
+  #nextBuffer(conn: ReaderConn): Uint8Array {
+    const r = conn.read;
+    if (conn.phase === "body" && r !== null && r.seg < r.segStart.length) {
+      // The rest of the current run of contiguous destination blocks (one recv can fill it), at
+      // most INLINE_CRC_RECV_BYTES when the CRC runs inline on each chunk.
+      const start = r.segStart[r.seg]! + r.segOff;
+      const left = r.segLen[r.seg]! - r.segOff;
+      const n =
+        r.checksum && !this.#o.checksumThread && left > INLINE_CRC_RECV_BYTES ? INLINE_CRC_RECV_BYTES : left;
+      return this.#region.subarray(start, start + n);
+    }
+    if (conn.phase === "hdr") return conn.scratch.subarray(LEN_BYTES + conn.filled, LEN_BYTES + conn.hdrLen);
+    return conn.scratch.subarray(conn.filled, LEN_BYTES);
+  }
+
+  #onBytes(conn: ReaderConn, n: number, buf: Uint8Array): boolean {
+    if (conn.dead) return false;
+    const r = conn.read;
+    if (conn.phase === "body" && r !== null) {
+      this.#onBody(conn, r, n, buf);
+      return true;
+    }
+    conn.filled += n;
+    if (conn.phase === "len") {
+      if (conn.filled < LEN_BYTES) return true;
+      const len = frameLength(conn.scratch);
+      if (r === null || len === 0 || len > MAX_DATA_FRAME_BYTES) {
+        this.#protocolError(conn, r === null ? "unsolicited bytes" : `bad frame length ${len}`);
+        return false;
+      }
+      conn.hdrLen = len;
+      conn.filled = 0;
+      conn.phase = "hdr";
+      return true;
+    }
+    if (conn.filled < conn.hdrLen || r === null) return true;
+    return this.#onHeader(conn, r);
+  }
+
+  #onBody(conn: ReaderConn, r: Read, n: number, buf: Uint8Array): void {
+    if (r.fault?.kind === "corrupt") {
+      // Wire corruption as the bytes land (before the CRC sees them).
+      buf[0] = buf[0]! ^ 0xff;
+      r.fault = null;
+    }
+    if (r.checksum) {
+      if (this.#o.checksumThread) this.#crcRange(r, buf.byteOffset - this.#region.byteOffset, n);
+      else r.crc = crc32(buf.subarray(0, n), r.crc);
+    }
+    r.received += n;
+    r.segOff += n;
+    if (r.segOff === r.segLen[r.seg]) {
+      r.seg++;
+      r.segOff = 0;
+    }
+    this.#m.bytesReceived.inc(n);
+    if (r.received === r.nbytes) this.#finish(conn, r);
+  }
+
+  #onHeader(conn: ReaderConn, r: Read): boolean {
+    let f: ReturnType<typeof decodeToReader>;
+    try {
+      f = decodeToReader(conn.scratch.subarray(LEN_BYTES, LEN_BYTES + conn.hdrLen));
+    } catch (err) {
+      this.#protocolError(conn, (err as Error).message);
+      return false;
+    }
+    if (f.op === "error") {
+      this.#protocolError(conn, `refused: ${f.code}: ${f.message}`);
+      return false;
+    }
+    if (f.nbytes !== r.nbytes) {
+      this.#protocolError(conn, "unexpected data-plane answer");
+      return false;
+    }
+    conn.phase = "body";
+    conn.filled = 0;
+    // Injected faults strike before the first body byte, so they hit reads of any size.
+    if (r.fault?.kind === "abort") {
+      this.#killConn(conn, "injected abort");
+      return false;
+    }
+    if (r.fault?.kind === "stall") {
+      conn.socket.pause();
+      setTimeout(() => {
+        if (!conn.dead) conn.socket.resume();
+      }, r.fault.ms).unref();
+    }
+    return true;
+  }
+
+  #finish(conn: ReaderConn, r: Read): void {
+    if (r.fault?.kind !== "lost_notification") {
+      // The notification is written after the completion is reported (a socket write is tens of
+      // microseconds of syscall): see the end of this method.
+      conn.notif = encodeFrame({ op: "notif", msg: r.notif });
+    }
+    if (r.checksum && this.#o.checksumThread) {
+      // Every byte landed; the read is DONE when the thread's CRC of the last range comes back.
+      this.#crcPost(r, true);
+      r.crcPending = true;
+    } else {
+      r.state = "DONE";
+    }
+    r.conn = null;
+    conn.read = null;
+    conn.phase = "len";
+    conn.filled = 0;
+    const peer = conn.peer;
+    if (this.#peers.get(agentNameOf(peer.meta)) === peer && peer.idle.length < this.#o.maxIdlePerPeer)
+      peer.idle.push(conn);
+    else this.#killConn(conn, "not pooled");
+    this.#o.onReadDone();
+    // Queued after onReadDone: a consumer that polls from onActivity (a promise it resolves there)
+    // promotes first, then this microtask sends the notification, before any later READ or request.
+    // A READ posted on this connection before then sends it first (same bytes, same order).
+    if (conn.notif !== null) queueMicrotask(() => this.#flushNotif(conn));
+  }
+
+  #flushNotif(conn: ReaderConn): void {
+    const n = conn.notif;
+    if (n === null) return;
+    conn.notif = null;
+    if (!conn.dead && !conn.socket.destroyed) conn.socket.write(n);
+  }
+
+  #protocolError(conn: ReaderConn, why: string): void {
+    this.#o.logger.warn({ peer: conn.peer.meta.endpoint, why }, "data-plane read failed");
+    this.#killConn(conn, why);
+  }
+
+  #killConn(conn: ReaderConn, why: string): void {
+    if (!conn.dead) {
+      this.#flushNotif(conn); // the previous read's notification is still owed
+      conn.dead = true;
+      conn.socket.destroy();
+    }
+    this.#connDown(conn, why);
+  }
+
+  #connDown(conn: ReaderConn, why: string): void {
+    conn.dead = true;
+    const r = conn.read;
+    conn.read = null;
+    conn.peer.all.delete(conn);
+    const i = conn.peer.idle.indexOf(conn);
+    if (i >= 0) conn.peer.idle.splice(i, 1);
+    if (r !== null && r.state === "PROC") {
+      if (r.checksum) this.#thread?.drop(r.handle);
+      r.state = "ERR";
+      r.error = why;
+      r.conn = null;
+      this.#m.readErrors.inc();
+      this.#o.onReadDone();
+    }
+  }
+
+  #crcRange(r: Read, start: number, n: number): void {
+    if (r.pendLen > 0 && r.pendStart + r.pendLen === start) r.pendLen += n;
+    else {
+      if (r.pendLen > 0) this.#crcPost(r, false);
+      r.pendStart = start;
+      r.pendLen = n;
+    }
+    if (r.pendLen >= CRC_BATCH) this.#crcPost(r, false);
+  }
+
+  #crcPost(r: Read, final: boolean): void {
+    this.#thread ??= new ChecksumThread(this.#region, {
+      done: (id, crc) => this.#crcDone(id, crc),
+      failed: (err) => this.#crcFailed(err),
+    });
+    this.#thread.range(r.handle, r.pendStart, r.pendLen, final);
+    r.pendLen = 0;
+  }
+
+  #crcFailed(err: Error): void {
+    this.#o.logger.error({ err }, "checksum thread failed");
+    this.#thread = null;
+    for (const rd of this.#reads.values()) {
+      if (rd.state === "PROC" && rd.checksum) {
+        rd.state = "ERR";
+        rd.error = "checksum thread failed";
+      }
+    }
+    this.#o.onReadDone();
+  }
+
+  #crcDone(handle: XferHandle, crc: number): void {
+    const r = this.#reads.get(handle);
+    if (r === undefined || r.state !== "PROC" || !r.crcPending) return;
+    r.crc = crc;
+    r.crcPending = false;
+    r.state = "DONE";
+    this.#o.onReadDone();
+  }
+
+  #must(handle: XferHandle): Read {
+    const r = this.#reads.get(handle);
+    if (r === undefined) throw new EcError("EC_BAD_ARGUMENT", `unknown read handle ${String(handle)}`);
+    return r;
+  }
+}

@@ -1,0 +1,288 @@
+import type * as net from "node:net";
+import type { Logger } from "pino";
+import { EcError, isIntInRange } from "../errors.js";
+import type { DataMetrics } from "../metrics.js";
+import type { ReadFrame, RefusalCode } from "./frame.js";
+import {
+  decodeToServer,
+  encodeFrame,
+  frameLength,
+  LEN_BYTES,
+  MAX_DATA_FRAME_BYTES,
+  segments,
+} from "./frame.js";
+import type { Notif } from "./transport.js";
+import { deliverNotifs } from "./transport.js";
+
+const UTF8_FATAL = new TextDecoder("utf-8", { fatal: true });
+
+/** A grant as the data server enforces it (EC-CONTRACT 5.3). */
+export interface DataGrant {
+  readonly blocks: readonly number[];
+  readonly deadline: number;
+}
+
+interface ServerConn {
+  socket: net.Socket;
+  /** The grant that authorised the current/last stream (its notification completes only that grant). */
+  grant: DataGrant | null;
+  buf: Buffer;
+  /** Key being streamed, or awaiting its notification. */
+  key: Uint8Array | null;
+  keyStr: string;
+  streaming: boolean;
+  reader: string;
+}
+
+/** Options of {@link DataServer}. */
+export interface DataServerOptions {
+  region: Uint8Array;
+  numBlocks: number;
+  blockBytes: number;
+  /** This agent's instance id: a READ naming another instance is refused. */
+  instance: string;
+  now: () => number;
+  chunkBytes: number;
+  throttleBytesPerSec: number;
+  metrics: DataMetrics;
+  logger: Logger;
+  /** Called when a notification arrives. */
+  onNotification: () => void;
+}
+
+/** A refused READ: the wire code and a message for the reader's log. */
+interface Refusal {
+  code: RefusalCode;
+  message: string;
+}
+
+/**
+ * The server side of the tcp/unix data plane (EC-CONTRACT 5.3, 5.4): serves a READ only for a key
+ * with a live grant and exactly that grant's blocks, streaming straight from the pinned region
+ * (socket writes of region views, no staging copy); a notification completes the grant instance
+ * that authorised the stream it follows.
+ */
+export class DataServer {
+  readonly #o: DataServerOptions;
+  readonly #m: DataMetrics;
+  readonly #grants = new Map<string, DataGrant>();
+  readonly #streams = new Map<string, Set<ServerConn>>();
+  readonly #conns = new Set<ServerConn>();
+  readonly #notifs: Notif[] = [];
+  #closed = false;
+
+  constructor(options: DataServerOptions) {
+    this.#o = options;
+    this.#m = options.metrics;
+  }
+
+  /** Number of live grants. */
+  get grantCount(): number {
+    return this.#grants.size;
+  }
+
+  grant(key: string, blocks: readonly number[], deadline: number): void {
+    for (const b of blocks) {
+      if (!isIntInRange(b, 0, this.#o.numBlocks - 1)) {
+        throw new EcError("EC_BAD_ARGUMENT", `grant ${key}: block ${b} outside [0, ${this.#o.numBlocks})`);
+      }
+    }
+    this.#grants.set(key, { blocks: [...blocks], deadline });
+  }
+
+  revoke(key: string): void {
+    this.#grants.delete(key);
+    const live = this.#streams.get(key);
+    if (live === undefined) return;
+    this.#streams.delete(key);
+    for (const c of live) if (c.streaming) c.socket.destroy();
+  }
+
+  getNewNotifs(): Map<string, Uint8Array[]> {
+    return deliverNotifs(this.#notifs, this.#grants, this.#m.staleNotifications);
+  }
+
+  /** Closes every connection and forgets every grant. */
+  close(): void {
+    this.#closed = true;
+    for (const c of this.#conns) c.socket.destroy();
+    this.#conns.clear();
+    this.#grants.clear();
+    this.#streams.clear();
+  }
+
+  /** Serves one accepted connection. */
+  accept(socket: net.Socket): void {
+    if (this.#closed) {
+      socket.destroy();
+      return;
+    }
+    socket.setNoDelay(true);
+    const c: ServerConn = {
+      socket,
+      grant: null,
+      buf: Buffer.alloc(0),
+      key: null,
+      keyStr: "",
+      streaming: false,
+      reader: "",
+    };
+    this.#conns.add(c);
+    this.#m.connections.set(this.#conns.size);
+    socket.on("data", (chunk: Buffer) => this.#onData(c, chunk));
+    socket.on("error", () => socket.destroy());
+    socket.on("close", () => {
+      this.#conns.delete(c);
+      this.#m.connections.set(this.#conns.size);
+      if (c.key !== null) this.#streams.get(c.keyStr)?.delete(c);
+    });
+  }
+
+  #onData(c: ServerConn, chunk: Buffer): void {
+    c.buf = c.buf.length === 0 ? chunk : Buffer.concat([c.buf, chunk]);
+    while (c.buf.length >= LEN_BYTES && !c.socket.destroyed) {
+      const len = frameLength(c.buf);
+      if (len === 0 || len > MAX_DATA_FRAME_BYTES) {
+        this.#badFrame(c, `frame length ${len}`);
+        return;
+      }
+      if (c.buf.length < LEN_BYTES + len) return;
+      const body = c.buf.subarray(LEN_BYTES, LEN_BYTES + len);
+      c.buf = c.buf.subarray(LEN_BYTES + len);
+      if (c.streaming) {
+        this.#badFrame(c, "frame while streaming");
+        return;
+      }
+      try {
+        this.#onFrame(c, body);
+      } catch (err) {
+        this.#badFrame(c, (err as Error).message);
+        return;
+      }
+    }
+  }
+
+  #onFrame(c: ServerConn, body: Uint8Array): void {
+    const f = decodeToServer(body, this.#o.numBlocks);
+    if (f.op === "notif") {
+      // A notification is only accepted for the read this connection just finished streaming.
+      if (c.key === null || Buffer.compare(c.key, f.msg) !== 0) {
+        throw new EcError("EC_MALFORMED", "notif: no finished read of that key on this connection");
+      }
+      this.#streams.get(c.keyStr)?.delete(c);
+      c.key = null;
+      this.#notifs.push({ from: c.reader, key: c.keyStr, msg: Uint8Array.from(f.msg), grant: c.grant });
+      c.grant = null;
+      this.#m.notifications.inc();
+      this.#o.onNotification();
+      return;
+    }
+    if (c.key !== null) this.#streams.get(c.keyStr)?.delete(c); // the previous notification was lost
+    c.key = null;
+    let keyStr: string;
+    try {
+      keyStr = UTF8_FATAL.decode(f.key);
+    } catch {
+      keyStr = "";
+    }
+    const g = this.#grants.get(keyStr);
+    const refusal = this.#refusal(f, keyStr, g);
+    if (refusal !== null) {
+      this.#m.refused.inc();
+      this.#o.logger.warn({ key: keyStr, code: refusal.code }, "data-plane read refused");
+      c.socket.end(encodeFrame({ op: "error", code: refusal.code, message: refusal.message }));
+      return;
+    }
+    c.key = Uint8Array.from(f.key);
+    c.keyStr = keyStr;
+    c.grant = g!;
+    c.reader = f.reader;
+    c.streaming = true;
+    let set = this.#streams.get(keyStr);
+    if (set === undefined) {
+      set = new Set();
+      this.#streams.set(keyStr, set);
+    }
+    set.add(c);
+    this.#m.served.inc();
+    void this.#stream(c, f.blocks, f.nbytes);
+  }
+
+  /** EC-CONTRACT 5.3: why a READ may not be served (`null`: serve it), first reason wins. */
+  #refusal(f: ReadFrame, keyStr: string, g: DataGrant | undefined): Refusal | null {
+    if (f.instance !== this.#o.instance) {
+      return { code: "instance_mismatch", message: `this agent is instance ${this.#o.instance}` };
+    }
+    if (g === undefined) return { code: "no_grant", message: `no grant for key ${keyStr}` };
+    if (this.#o.now() > g.deadline) return { code: "expired", message: `grant ${keyStr} expired` };
+    if (g.blocks.length !== f.blocks.length || g.blocks.some((b, i) => b !== f.blocks[i])) {
+      return { code: "blocks_mismatch", message: `blocks differ from grant ${keyStr}` };
+    }
+    const bb = this.#o.blockBytes;
+    if (f.nbytes > f.blocks.length * bb || f.nbytes <= (f.blocks.length - 1) * bb) {
+      return {
+        code: "bad_nbytes",
+        message: `nbytes ${f.nbytes} does not fill exactly ${f.blocks.length} blocks`,
+      };
+    }
+    return null;
+  }
+
+  async #stream(c: ServerConn, blocks: readonly number[], nbytes: number): Promise<void> {
+    const s = c.socket;
+    const region = this.#o.region;
+    const chunk = this.#o.chunkBytes;
+    const throttle = this.#o.throttleBytesPerSec;
+    // The header and the first chunk leave in one writev (one syscall instead of two).
+    s.cork();
+    s.write(encodeFrame({ op: "data", nbytes }));
+    let corked = true;
+    const { segStart, segLen } = segments(blocks, this.#o.blockBytes, nbytes);
+    let sent = 0;
+    for (let i = 0; i < segStart.length; i++) {
+      const base = segStart[i]!;
+      const n = segLen[i]!;
+      for (let off = 0; off < n; off += chunk) {
+        if (s.destroyed) return;
+        const len = Math.min(chunk, n - off);
+        // A view of the pinned region: the socket sends from it without a staging copy.
+        const ok = s.write(region.subarray(base + off, base + off + len));
+        if (corked) {
+          corked = false;
+          s.uncork();
+        }
+        this.#m.bytesSent.inc(len);
+        sent += len;
+        // The reader may answer (notification, next READ) as soon as the last byte is out.
+        if (sent === nbytes) break;
+        if (throttle > 0) await sleep((len / throttle) * 1000);
+        // writableNeedDrain, not the write's return value: a 'drain' during the throttle sleep (or
+        // right after the uncork) has already happened and would never fire again.
+        if (!ok && s.writableNeedDrain && !s.destroyed) await drained(s);
+      }
+    }
+    c.streaming = false;
+  }
+
+  #badFrame(c: ServerConn, why: string): void {
+    this.#m.malformed.inc();
+    this.#o.logger.warn({ why }, "malformed data-plane frame; closing the connection");
+    c.socket.destroy();
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+function drained(s: net.Socket): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      s.off("drain", done);
+      s.off("close", done);
+      resolve();
+    };
+    s.on("drain", done);
+    s.on("close", done);
+  });
+}
