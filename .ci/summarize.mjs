@@ -1,4 +1,5 @@
-// Sums vitest JSON reports of every workspace package into one plain summary line.
+// Sums vitest JSON reports of every workspace package, and the reports of the root-level checks
+// named on the command line, into one plain summary line.
 import fs from "node:fs";
 import path from "node:path";
 
@@ -27,6 +28,19 @@ for (const root of ["packages", "apps"]) {
     failed += f;
     if (r.success === false && f === 0) failed += 1;
   }
+}
+// Root-level checks run by .ci/run (release checks), each reporting { passed, failed }.
+for (const name of process.argv.slice(2)) {
+  const file = path.join(".ci/results", `${name}.json`);
+  if (!fs.existsSync(file)) {
+    console.log(`${name}: no report (the check did not run or crashed)`);
+    missing += 1;
+    continue;
+  }
+  const r = JSON.parse(fs.readFileSync(file, "utf8"));
+  console.log(`${name}: ${r.passed} passed, ${r.failed} failed`);
+  passed += r.passed;
+  failed += r.failed;
 }
 failed += missing;
 console.log(`${passed} passed, ${failed} failed`);

@@ -3,10 +3,17 @@
 import { readFileSync } from "node:fs";
 import { runVectors } from "../vectors.js";
 
+const USAGE =
+  'usage: tapwire-wire-vectors <file.json>\n  runs every case of a wire vectors file; prints "N passed, N failed", exit 1 on a failure, 2 on a usage or read error';
+
 function main(argv: readonly string[]): number {
   const file = argv[0];
-  if (file === undefined || argv.length !== 1 || file === "--help" || file === "-h") {
-    process.stderr.write("usage: tapwire-wire-vectors <file.json>\n");
+  if (file === "--help" || file === "-h") {
+    process.stdout.write(`${USAGE}\n`);
+    return 0;
+  }
+  if (file === undefined || argv.length !== 1) {
+    process.stderr.write(`${USAGE}\n`);
     return 2;
   }
   let doc: unknown;
