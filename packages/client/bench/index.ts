@@ -30,6 +30,7 @@ import {
   type StepCall,
   type StepOutcome,
 } from "../src/index.js";
+import { WORKER_BIN } from "../test/worker-bin.js";
 
 const NUM_TAPS = 3;
 const HIDDEN = 4096;
@@ -43,7 +44,6 @@ const ITERS = Number(process.env.BENCH_ITERS ?? 1000);
 const HEAP_ITERS = Number(process.env.BENCH_HEAP_ITERS ?? 100);
 const MODES = (process.env.BENCH_MODES ?? "parts").split(",") as ("stage" | "parts")[];
 const KINDS = (process.env.BENCH_KINDS ?? "tcp,unix").split(",") as ("tcp" | "unix")[];
-const WORKER_BIN = fileURLToPath(new URL("../../worker/dist/bin/worker.js", import.meta.url));
 const TRANSPORT_SERVER = fileURLToPath(new URL("./transport-server.ts", import.meta.url));
 const RAW_SERVER = process.env.BENCH_RAW_SERVER ?? fileURLToPath(new URL("./raw-server.ts", import.meta.url));
 const DRAFTER_ID = new Uint8Array(32).fill(1);
@@ -103,7 +103,7 @@ async function rawClient(endpoint: string, replyBytes: number) {
       let off = 0;
       while (off < n) {
         if (hdr < 4) {
-          len = len * 256 + (b[off++] as number);
+          len += (b[off++] as number) * 2 ** (8 * hdr); // little-endian prefix (CONTRACT 3)
           hdr++;
           continue;
         }

@@ -55,7 +55,7 @@ function serveData(s: net.Socket): void {
     let off = 0;
     while (off < c.length) {
       if (hdr < 4) {
-        len = len * 256 + (c[off++] as number);
+        len += (c[off++] as number) * 2 ** (8 * hdr); // little-endian prefix (CONTRACT 3)
         if (++hdr < 4) continue;
         got = 0;
         if (len > asm.length) {
@@ -113,7 +113,7 @@ function serve(orig: net.Socket): void {
         let off = 0;
         while (off < n) {
           if (hdr < 4) {
-            len = len * 256 + (rbuf[off++] as number);
+            len += (rbuf[off++] as number) * 2 ** (8 * hdr); // little-endian prefix (CONTRACT 3)
             if (++hdr < 4) continue;
             got = 0;
             if (len > asm.length) {

@@ -1,3 +1,4 @@
+import { finiteAtLeast } from "./check.js";
 import { ClientError } from "./errors.js";
 
 /** Defaults of the reconnect backoff (CONTRACT 9.1). */
@@ -38,9 +39,7 @@ export class Backoff {
     const initialMs = options.initialMs ?? BACKOFF_DEFAULTS.initialMs;
     const maxMs = options.maxMs ?? BACKOFF_DEFAULTS.maxMs;
     const multiplier = options.multiplier ?? BACKOFF_DEFAULTS.multiplier;
-    if (!Number.isFinite(initialMs) || initialMs < 0) {
-      throw new ClientError("CLIENT_BAD_OPTION", `backoffMs must be a finite number >= 0, got ${initialMs}`);
-    }
+    finiteAtLeast("backoffMs", initialMs, 0);
     if (!Number.isFinite(maxMs) || maxMs < initialMs) {
       throw new ClientError(
         "CLIENT_BAD_OPTION",

@@ -5,18 +5,11 @@ import { makeClient, TransportError } from "@tapwire/transport";
 import type { Hello, HelloReply, ReqEntry, SampleMeta, StepReplyViews } from "@tapwire/wire";
 import {
   APP_HEADER_SIZE,
-  checkHelloReply,
   checkReplyValues,
-  decodeHelloReply,
   decodeStepReply,
-  encodeHello,
-  FATAL_FRAME_STATUS,
-  FRAME_STATUS_NAMES,
   FrameStatus,
   frame,
-  HELLO_REPLY_BODY_SIZE,
   HelloFlag,
-  helloAuth,
   maxStepBodySize,
   OP_NAMES,
   Op,
@@ -35,59 +28,29 @@ import { pino } from "pino";
 import { Backoff } from "./backoff.js";
 import type { Clock } from "./clock.js";
 import { clampDelay, systemClock } from "./clock.js";
+import { ConnectLoop, helloExchange } from "./connect-loop.js";
 import { ClientError } from "./errors.js";
 import type { RemoteDraftClientOptions, ResolvedClientOptions, TransportFactory } from "./options.js";
 import { resolveOptions } from "./options.js";
+import type { OutcomeReaction, StepOutcome, StepOutcomeReason } from "./outcomes.js";
+import { echoProblem, errText, frameStatusRow, STEP_OUTCOMES, statusName } from "./outcomes.js";
 
 /**
- * The rows of CONTRACT 9.2: for each STEP outcome, whether the worker applied the frame and what
- * the client did. `frame_<status>` covers every non-OK frame status (lower-case name).
+ * The connection states of {@link RemoteDraftClient} (CONTRACT 9.1, 9.3). `IDLE`: no connection
+ * (waiting for the next attempt); `CONNECTING`: a connect + HELLO attempt runs; `READY`: a
+ * connection is installed; `DISABLED`: a fatal status or a HELLO mismatch ended the link for the
+ * run; `CLOSED`: `close()` was called. Each state lists the states it may move to.
  */
-export const STEP_OUTCOMES = {
-  ok: { applied: "yes", action: "use the drafts of consumed entries" },
-  disabled: { applied: "no", action: "nothing" },
-  not_ready: { applied: "no", action: "nothing" },
-  reconnected: { applied: "no", action: "nothing sent" },
-  timeout: { applied: "unknown", action: "drop connection (backoff); resync the STEP's slots" },
-  transport_error: { applied: "unknown", action: "drop connection (backoff); resync the STEP's slots" },
-  bad_reply: { applied: "unknown", action: "drop connection (backoff); resync; record the first violation" },
-  frame_no_session: { applied: "no", action: "reconnect without backoff" },
-  frame_stale_seq: { applied: "no", action: "reconnect without backoff" },
-  frame_bad_frame: { applied: "no", action: "disable" },
-  frame_bad_version: { applied: "no", action: "disable" },
-  frame_identity_mismatch: { applied: "no", action: "disable" },
-  frame_config_mismatch: { applied: "no", action: "disable" },
-  frame_unknown_op: { applied: "no", action: "disable" },
-  frame_unauthorized: { applied: "no", action: "disable" },
-  frame_too_large: { applied: "no", action: "disable" },
-  frame_busy: { applied: "no", action: "reconnect with backoff" },
-  frame_internal: { applied: "no", action: "reconnect with backoff" },
-} as const;
+export const CONN_STATES = {
+  IDLE: ["CONNECTING", "DISABLED", "CLOSED"],
+  CONNECTING: ["READY", "IDLE", "DISABLED", "CLOSED"],
+  READY: ["IDLE", "DISABLED", "CLOSED"],
+  DISABLED: ["CLOSED"],
+  CLOSED: [],
+} as const satisfies Record<string, readonly string[]>;
 
-/** An outcome reason of {@link RemoteDraftClient.step} (CONTRACT 9.2). */
-export type StepOutcomeReason = keyof typeof STEP_OUTCOMES;
-
-/** The result of one STEP (CONTRACT 9.2). */
-export interface StepOutcome {
-  /** True exactly when `reason` is `"ok"`. */
-  readonly ok: boolean;
-  /** The 9.2 row. */
-  readonly reason: StepOutcomeReason;
-  /**
-   * True when the worker may have applied the frame but its result is unknown (timeout,
-   * transport error, bad reply): every slot of the STEP must resync (CONTRACT 7.5).
-   */
-  readonly unknownApply: boolean;
-  /** Round-trip time in microseconds (0 when nothing was sent or no reply came). */
-  readonly rttUs: number;
-  /**
-   * The validated reply (6.3, 7.4, 8) when ok; views into the client's reply buffer, valid until
-   * the next request on this client.
-   */
-  readonly reply: StepReplyViews | null;
-  /** Why it failed (the first violation, the transport error), or null. */
-  readonly error: string | null;
-}
+/** One of the {@link CONN_STATES}. */
+export type ConnState = keyof typeof CONN_STATES;
 
 /** Arguments of {@link RemoteDraftClient.step}. */
 export interface StepCall {
@@ -141,14 +104,6 @@ function failed(reason: StepOutcomeReason, unknownApply: boolean, rttUs: number,
   return { ok: false, reason, unknownApply, rttUs, reply: null, error };
 }
 
-function statusName(status: number): string {
-  return FRAME_STATUS_NAMES[status] ?? `STATUS_${status}`;
-}
-
-function errText(e: unknown): string {
-  return e instanceof Error ? e.message : String(e);
-}
-
 /**
  * The rank-0 client of a remote drafter worker (CONTRACT 6, 9): session and sequence numbers, a
  * background connect + HELLO loop with exponential backoff, and the STEP exchange.
@@ -194,18 +149,19 @@ export class RemoteDraftClient {
 
   #session: number;
   #seq: number;
-  #cli: RpcClient | null = null;
-  #connecting: RpcClient | null = null;
+  #state: ConnState = "IDLE";
+  /** The installed connection (READY) or the attempt's (CONNECTING); null otherwise. */
+  #conn: RpcClient | null = null;
+  #attempt: Promise<boolean> | null = null;
   #epoch = 0;
   #disabledReason: string | null = null;
-  #closed = false;
   #workerInfo: WorkerInfo | null = null;
   #lastError: string | null = null;
   #nextAttempt = 0;
   #failRun = 0;
   #failLogged = 0;
-  #loop: Promise<void> | null = null;
-  #wakeFn: (() => void) | null = null;
+  readonly #loop: ConnectLoop;
+  #loopRun: Promise<void> | null = null;
   #readyWaiters = new Set<() => void>();
   #busy = false;
   #lockQueue: (() => void)[] = [];
@@ -239,6 +195,7 @@ export class RemoteDraftClient {
     this.#log = options.logger ?? pino({ name: "tapwire-client" }, pino.destination(2));
     this.registry = options.registry ?? new Registry({ prefix: "tapwire_client_" });
     this.#backoff = new Backoff({ initialMs: o.backoffMs, maxMs: o.backoffMaxMs });
+    this.#loop = new ConnectLoop(this.#clock);
     this.#session = o.sessionId;
     this.#seq = o.initialSeq;
     this.#hello = {
@@ -329,9 +286,14 @@ export class RemoteDraftClient {
     return this.#epoch;
   }
 
+  /** The connection state (CONTRACT 9.1, 9.3). */
+  get state(): ConnState {
+    return this.#state;
+  }
+
   /** True when a connection is ready and the client is neither disabled nor closed. */
   get ready(): boolean {
-    return this.#cli !== null && this.#disabledReason === null && !this.#closed;
+    return this.#state === "READY";
   }
 
   /** True once disabled (CONTRACT 9.3). */
@@ -375,7 +337,7 @@ export class RemoteDraftClient {
    */
   waitReady(timeoutMs: number): Promise<boolean> {
     if (this.ready) return Promise.resolve(true);
-    if (this.#closed || this.disabled) return Promise.resolve(false);
+    if (!this.#live()) return Promise.resolve(false);
     return new Promise((resolve) => {
       const done = (): void => {
         this.#clock.clearTimeout(timer);
@@ -406,14 +368,90 @@ export class RemoteDraftClient {
     return o;
   }
 
-  // ------------------------------------------------------------------ transitions
+  // ------------------------------------------------------------------ state machine
+
+  #live(): boolean {
+    return this.#state !== "DISABLED" && this.#state !== "CLOSED";
+  }
+
+  /**
+   * Moves to `to` when the state is one of `from` (else false, nothing happens); every side
+   * effect of entering a state lives in this one switch (grpc-js `Subchannel.transitionToState`).
+   * `cli` is the connection that enters CONNECTING or READY; `reason` explains IDLE and DISABLED.
+   *
+   * @throws ClientError `CLIENT_INTERNAL` for a move {@link CONN_STATES} does not allow (a bug).
+   */
+  #transition(
+    from: readonly ConnState[],
+    to: ConnState,
+    args: { cli?: RpcClient; reason?: string; reply?: HelloReply } = {},
+  ): boolean {
+    const prev = this.#state;
+    if (!from.includes(prev)) return false;
+    if (!(CONN_STATES[prev] as readonly ConnState[]).includes(to)) {
+      throw new ClientError("CLIENT_INTERNAL", `impossible connection transition ${prev} -> ${to}`);
+    }
+    this.#state = to;
+    const old = this.#conn;
+    switch (to) {
+      case "CONNECTING":
+        this.#conn = args.cli ?? null;
+        return true;
+      case "READY":
+        this.#conn = args.cli ?? null;
+        this.#installed(args.reply!);
+        break;
+      case "IDLE":
+        this.#conn = null;
+        if (prev === "READY") {
+          old?.close();
+          this.#c.disconnects.inc();
+        } else {
+          // a failed attempt: its connection (if any) is the attempt's to close
+          old?.close();
+        }
+        break;
+      case "DISABLED": {
+        const reason = args.reason ?? "disabled";
+        this.#conn = null;
+        this.#disabledReason = reason;
+        this.#c.disabled.inc();
+        this.#c.disabledReason.set(reason);
+        this.#log.error({ reason }, `tapwire client disabled for this engine run: ${reason}`);
+        old?.close();
+        if (prev === "READY") this.#c.disconnects.inc();
+        break;
+      }
+      case "CLOSED":
+        this.#conn = null;
+        old?.close();
+        break;
+    }
+    this.#loop.wake();
+    this.#notify();
+    return true;
+  }
 
   /** Starts the background connect loop (one at a time; a no-op when it runs). */
   start(): void {
-    if (this.#loop !== null || this.#closed || this.disabled) return;
-    this.#loop = this.#run().finally(() => {
-      this.#loop = null;
-    });
+    if (this.#loopRun !== null || !this.#live()) return;
+    this.#loopRun = this.#loop
+      .run({
+        live: () => this.#live(),
+        connected: () => this.#state === "READY",
+        nextAttempt: () => this.#nextAttempt,
+        attempt: () => this.connectNow(),
+        attemptFailed: () => {
+          this.#nextAttempt = this.#clock.now() + this.#backoff.next();
+        },
+        crashed: (e) => {
+          this.#log.error({ err: e }, "tapwire client connect loop failed");
+          this.#disable(`connect loop failed: ${errText(e)}`);
+        },
+      })
+      .finally(() => {
+        this.#loopRun = null;
+      });
   }
 
   /**
@@ -422,16 +460,8 @@ export class RemoteDraftClient {
    * reject with `CLIENT_CLOSED`.
    */
   async close(): Promise<void> {
-    if (!this.#closed) {
-      this.#closed = true;
-      const cli = this.#cli;
-      this.#cli = null;
-      cli?.close();
-      this.#connecting?.close();
-      this.#wake();
-      this.#notify();
-    }
-    await this.#loop;
+    this.#transition(["IDLE", "CONNECTING", "READY", "DISABLED"], "CLOSED");
+    await this.#loopRun;
   }
 
   /**
@@ -448,11 +478,9 @@ export class RemoteDraftClient {
    * STALE_GENERATION (7.1) and before the seq would wrap.
    */
   newSession(reason: string): void {
-    if (this.#closed || this.disabled) return;
+    if (!this.#live()) return;
     const old = this.#session;
-    this.#session = this.#freshSession(old);
-    this.#seq = 0;
-    this.#c.newSessions.inc();
+    this.#takeSession();
     this.#log.error(
       { session: this.#session, previous: old, reason },
       `tapwire client: new session 0x${this.#session.toString(16).padStart(8, "0")}: ${reason}`,
@@ -460,168 +488,105 @@ export class RemoteDraftClient {
     this.#drop(null, `new session: ${reason}`, false);
   }
 
-  #freshSession(old: number): number {
+  #takeSession(): void {
+    const old = this.#session;
     let s = old;
     while (s === old) s = 1 + Math.floor(Math.random() * SEQ_MAX);
-    return s;
+    this.#session = s;
+    this.#seq = 0;
+    this.#c.newSessions.inc();
   }
 
   // cli === null: whatever is installed; else only if that connection is still the installed one
   #drop(cli: RpcClient | null, reason: string, backoff: boolean): void {
-    if (cli !== null && this.#cli !== cli) return;
+    if (cli !== null && (this.#state !== "READY" || this.#conn !== cli)) return;
     this.#lastError = reason;
     this.#c.lastError.set(reason);
-    const had = this.#cli;
-    if (had !== null) {
-      this.#cli = null;
-      had.close();
-      this.#c.disconnects.inc();
-    }
-    if (this.#closed || this.disabled) return;
+    if (!this.#live()) return;
     const now = this.#clock.now();
     this.#nextAttempt = backoff ? now + this.#backoff.next() : now;
-    this.#notify();
-    this.#wake();
+    // not READY (an attempt runs, or none): the loop only re-reads when the next attempt is due
+    if (!this.#transition(["READY"], "IDLE", { reason })) this.#loop.wake();
   }
 
   #disable(reason: string): void {
-    if (this.#disabledReason !== null) return;
-    this.#disabledReason = reason;
-    this.#c.disabled.inc();
-    this.#c.disabledReason.set(reason);
-    this.#log.error({ reason }, `tapwire client disabled for this engine run: ${reason}`);
-    const cli = this.#cli;
-    this.#cli = null;
-    if (cli !== null) {
-      cli.close();
-      this.#c.disconnects.inc();
-    }
-    this.#wake();
-    this.#notify();
+    this.#transition(["IDLE", "CONNECTING", "READY"], "DISABLED", { reason });
   }
 
-  // ------------------------------------------------------------------ connect loop (CONTRACT 9.1)
-
-  #wake(): void {
-    const f = this.#wakeFn;
-    this.#wakeFn = null;
-    f?.();
-  }
-
-  #sleep(ms: number | null): Promise<void> {
-    return new Promise((resolve) => {
-      const timer = ms === null ? null : this.#clock.setTimeout(() => this.#wake(), clampDelay(ms));
-      this.#wakeFn = () => {
-        if (timer !== null) this.#clock.clearTimeout(timer);
-        resolve();
-      };
-    });
-  }
-
-  async #run(): Promise<void> {
-    try {
-      while (!this.#closed && !this.disabled) {
-        if (this.#cli !== null) {
-          await this.#sleep(null);
-          continue;
-        }
-        const delay = this.#nextAttempt - this.#clock.now();
-        if (delay > 0) {
-          await this.#sleep(delay);
-          continue;
-        }
-        const ok = await this.connectNow();
-        if (!ok && !this.#closed && !this.disabled && this.#cli === null) {
-          this.#nextAttempt = this.#clock.now() + this.#backoff.next();
-        }
-      }
-    } catch (e) {
-      // a bug, not a connection failure: never leave it unhandled
-      this.#log.error({ err: e }, "tapwire client connect loop failed");
-      this.#disable(`connect loop failed: ${errText(e)}`);
-    }
-  }
+  // ------------------------------------------------------------------ connect + HELLO (CONTRACT 6.1, 9.1)
 
   /**
    * One connect + HELLO attempt (CONTRACT 6.1, 9.1); true when a ready connection was installed.
-   * The background loop calls it; exposed for tools that want to connect synchronously.
+   * The background loop calls it; exposed for tools that want to connect synchronously. While an
+   * attempt runs, resolves with that attempt.
    */
-  async connectNow(): Promise<boolean> {
-    if (this.#closed || this.disabled) return false;
-    if (this.#cli !== null) return true;
+  connectNow(): Promise<boolean> {
+    if (this.#state === "READY") return Promise.resolve(true);
+    if (this.#state === "CONNECTING" && this.#attempt !== null) return this.#attempt;
+    if (!this.#live()) return Promise.resolve(false);
+    const attempt = this.#connectOnce().finally(() => {
+      if (this.#attempt === attempt) this.#attempt = null;
+    });
+    this.#attempt = attempt;
+    return attempt;
+  }
+
+  async #connectOnce(): Promise<boolean> {
     if (this.#seq >= SEQ_MAX) {
       // no connection to drop: just take a fresh session before the seq wraps (CONTRACT 6.2)
-      this.#session = this.#freshSession(this.#session);
-      this.#seq = 0;
-      this.#c.newSessions.inc();
+      this.#takeSession();
     }
     const session = this.#session;
     const o = this.options;
-    let cli: RpcClient | null = null;
+    let cli: RpcClient;
     try {
       cli = this.#factory(o.endpoint, this.#transportOptions);
-      this.#connecting = cli;
+    } catch (e) {
+      this.#connectFailed(e);
+      return false;
+    }
+    this.#transition(["IDLE"], "CONNECTING", { cli });
+    try {
       await cli.connect(o.connectTimeoutMs);
-      if (this.#closed) throw new ClientError("CLIENT_CLOSED", "client closed");
-      const seq = ++this.#seq;
-      const hello = this.#hello;
-      hello.auth = o.token === null ? new Uint8Array(32) : helloAuth(o.token, session, seq);
-      const msg = frame({ op: Op.HELLO, seq, session }, encodeHello(hello));
-      const n = await cli.request(msg, this.#helloBuf, o.connectTimeoutMs);
-      const { header: h, body } = splitFrame(this.#helloBuf, n);
-      if (h.op !== Op.HELLO || h.seq !== seq || h.session !== session) {
-        throw new WireError(
-          "WIRE_BAD_REPLY",
-          `HELLO reply echoes op=${h.op} seq=${h.seq} session=0x${h.session.toString(16)} (sent seq ${seq} session 0x${session.toString(16)})`,
-        );
-      }
-      if (h.status !== FrameStatus.OK) {
-        const name = statusName(h.status);
-        if (FATAL_FRAME_STATUS.has(h.status)) {
-          let detail = "";
-          if (body.length === HELLO_REPLY_BODY_SIZE) {
-            // IDENTITY_MISMATCH / CONFIG_MISMATCH carry the worker's HelloReply (CONTRACT 6.1)
-            const rep = decodeHelloReply(body);
-            detail = `: ${checkHelloReply(hello, rep) ?? "worker refused an identical configuration"}`;
-          }
-          cli.close();
-          this.#connecting = null;
-          this.#disable(`HELLO refused: ${name}${detail}`);
-          return false;
-        }
-        throw new ClientError("CLIENT_REFUSED", `HELLO refused: ${name}`, { status: h.status });
-      }
-      const rep = decodeHelloReply(body);
-      const mismatch = checkHelloReply(hello, rep);
-      if (mismatch !== null) {
-        cli.close();
-        this.#connecting = null;
-        this.#disable(`HELLO reply mismatch: ${mismatch}`);
+      if (this.#state !== "CONNECTING") throw new ClientError("CLIENT_CLOSED", "client closed");
+      const res = await helloExchange(cli, {
+        hello: this.#hello,
+        session,
+        seq: ++this.#seq,
+        token: o.token,
+        timeoutMs: o.connectTimeoutMs,
+        replyBuf: this.#helloBuf,
+      });
+      if (res.kind === "fatal") {
+        this.#disable(res.reason);
         return false;
       }
-      this.#connecting = null;
-      if (this.#closed) {
+      if (res.kind === "stale_seq") {
+        throw new ClientError("CLIENT_REFUSED", "HELLO refused: STALE_SEQ", {
+          status: FrameStatus.STALE_SEQ,
+        });
+      }
+      if (this.#state !== "CONNECTING") {
         cli.close();
         return false;
       }
       if (session !== this.#session) {
         // newSession() ran meanwhile: HELLO again at once under the new id
-        cli.close();
-        return this.connectNow();
+        this.#transition(["CONNECTING"], "IDLE");
+        return this.#connectOnce();
       }
-      this.#install(cli, rep, session);
+      this.#transition(["CONNECTING"], "READY", { cli, reply: res.reply });
       return true;
     } catch (e) {
-      this.#connecting = null;
-      cli?.close();
-      if (this.#closed) return false;
+      cli.close();
+      if (!this.#transition(["CONNECTING"], "IDLE")) return false;
       this.#connectFailed(e);
       return false;
     }
   }
 
-  #install(cli: RpcClient, rep: HelloReply, session: number): void {
-    this.#cli = cli;
+  // the effects of READY: a new epoch (CONTRACT 7.5), backoff reset, the worker's info, one log line
+  #installed(rep: HelloReply): void {
     this.#epoch++;
     this.#backoff.reset();
     this.#workerInfo = {
@@ -637,12 +602,17 @@ export class RemoteDraftClient {
     const failedBefore = this.#failRun;
     this.#failRun = 0;
     this.#log.info(
-      { worker: rep.workerName, endpoint: this.options.endpoint, session, epoch: this.#epoch, failedBefore },
+      {
+        worker: rep.workerName,
+        endpoint: this.options.endpoint,
+        session: this.#session,
+        epoch: this.#epoch,
+        failedBefore,
+      },
       `tapwire worker ${JSON.stringify(rep.workerName)} ready at ${this.options.endpoint} (epoch ${this.#epoch})${
         failedBefore > 0 ? ` after ${failedBefore} failed connect attempts` : ""
       }`,
     );
-    this.#notify();
   }
 
   #connectFailed(e: unknown): void {
@@ -694,20 +664,26 @@ export class RemoteDraftClient {
    */
   async step(call: StepCall): Promise<StepOutcome> {
     this.#c.steps.inc();
-    if (this.disabled) return this.#count(DISABLED);
-    if (this.#cli === null || this.#closed) return this.#count(NOT_READY);
-    if (call.epoch !== undefined && call.epoch !== this.#epoch) return this.#count(RECONNECTED);
+    const early = this.#unsendable(call);
+    if (early !== null) return this.#count(early);
     const wait = this.#lock();
     if (wait !== null) await wait;
     try {
       // state may have moved while a PING / STATS / RESET ran
-      if (this.disabled) return this.#count(DISABLED);
-      if (this.#cli === null || this.#closed) return this.#count(NOT_READY);
-      if (call.epoch !== undefined && call.epoch !== this.#epoch) return this.#count(RECONNECTED);
-      return this.#count(await this.#stepLocked(call, this.#cli));
+      const late = this.#unsendable(call);
+      if (late !== null) return this.#count(late);
+      return this.#count(await this.#stepLocked(call, this.#conn!));
     } finally {
       this.#unlock();
     }
+  }
+
+  // the 9.2 rows of a STEP that is not sent, or null when it can go out
+  #unsendable(call: StepCall): StepOutcome | null {
+    if (this.disabled) return DISABLED;
+    if (this.#state !== "READY") return NOT_READY;
+    if (call.epoch !== undefined && call.epoch !== this.#epoch) return RECONNECTED;
+    return null;
   }
 
   async #stepLocked(call: StepCall, cli: RpcClient): Promise<StepOutcome> {
@@ -795,13 +771,8 @@ export class RemoteDraftClient {
     let reply: StepReplyViews;
     try {
       const { header: h, body } = splitFrame(this.#replyBuf, n);
-      if (h.op !== Op.STEP || h.seq !== seq || h.session !== session) {
-        return this.#badReply(
-          cli,
-          rttUs,
-          `reply echoes op=${h.op} seq=${h.seq} session=0x${h.session.toString(16)} (sent op=${Op.STEP} seq=${seq} session=0x${session.toString(16)})`,
-        );
-      }
+      const echo = echoProblem(h, Op.STEP, seq, session);
+      if (echo !== null) return this.#badReply(cli, rttUs, echo);
       if (h.status !== FrameStatus.OK) return this.#frameStatus(cli, h.status, rttUs);
       reply = decodeStepReply(body, {
         nReq: nEntries,
@@ -833,14 +804,18 @@ export class RemoteDraftClient {
 
   // non-OK frame statuses: the worker changed nothing (CONTRACT 5, 9.2)
   #frameStatus(cli: RpcClient, status: number, rttUs: number): StepOutcome {
-    const name = FRAME_STATUS_NAMES[status];
-    if (name === undefined) return this.#badReply(cli, rttUs, `unknown frame status ${status}`);
-    const what = `STEP refused: ${name}`;
-    if (FATAL_FRAME_STATUS.has(status)) this.#disable(what);
-    else if (status === FrameStatus.NO_SESSION || status === FrameStatus.STALE_SEQ)
-      this.#drop(cli, what, false);
-    else this.#drop(cli, what, true);
-    return failed(`frame_${name.toLowerCase()}` as StepOutcomeReason, false, rttUs, what);
+    const row = frameStatusRow(status);
+    if (row === null) return this.#badReply(cli, rttUs, `unknown frame status ${status}`);
+    const what = `STEP refused: ${row.name}`;
+    this.#react(cli, row.reaction, what);
+    return failed(row.reason, false, rttUs, what);
+  }
+
+  // the client action of a 9.2 row (`reaction`) on connection `cli`
+  #react(cli: RpcClient, reaction: OutcomeReaction, what: string): void {
+    if (reaction === "disable") this.#disable(what);
+    else if (reaction === "reconnect") this.#drop(cli, what, false);
+    else if (reaction === "drop_backoff") this.#drop(cli, what, true);
   }
 
   // ------------------------------------------------------------------ PING / STATS / RESET (CONTRACT 10)
@@ -888,10 +863,12 @@ export class RemoteDraftClient {
     const wait = this.#lock();
     if (wait !== null) await wait;
     try {
-      if (this.#closed) throw new ClientError("CLIENT_CLOSED", "client closed");
+      if (this.#state === "CLOSED") throw new ClientError("CLIENT_CLOSED", "client closed");
       if (this.disabled) throw new ClientError("CLIENT_DISABLED", `client disabled: ${this.#disabledReason}`);
-      const cli = this.#cli;
-      if (cli === null) throw new ClientError("CLIENT_NOT_READY", "no ready connection to the worker");
+      const cli = this.#conn;
+      if (this.#state !== "READY" || cli === null) {
+        throw new ClientError("CLIENT_NOT_READY", "no ready connection to the worker");
+      }
       if (this.#seq >= SEQ_MAX) {
         this.newSession("sequence number would wrap");
         throw new ClientError("CLIENT_NOT_READY", "new session started before the seq wrapped; reconnecting");
@@ -918,20 +895,15 @@ export class RemoteDraftClient {
         this.#drop(cli, `bad reply: ${errText(e)}`, true);
         throw new ClientError("CLIENT_BAD_REPLY", `reply cannot be parsed: ${errText(e)}`, { cause: e });
       }
-      if (h.op !== op || h.seq !== seq || h.session !== session) {
+      const echo = echoProblem(h, op, seq, session);
+      if (echo !== null) {
         this.#drop(cli, "bad reply: echo", true);
-        throw new ClientError(
-          "CLIENT_BAD_REPLY",
-          `reply echoes op=${h.op} seq=${h.seq} (sent op=${op} seq=${seq})`,
-        );
+        throw new ClientError("CLIENT_BAD_REPLY", echo);
       }
       if (h.status !== FrameStatus.OK) {
-        const name = statusName(h.status);
-        const what = `request refused: ${name}`;
-        if (FATAL_FRAME_STATUS.has(h.status)) this.#disable(what);
-        else if (h.status === FrameStatus.NO_SESSION || h.status === FrameStatus.STALE_SEQ)
-          this.#drop(cli, what, false);
-        else this.#drop(cli, what, true);
+        const what = `request refused: ${statusName(h.status)}`;
+        // a status CONTRACT 5 does not name: reconnect with backoff, like INTERNAL
+        this.#react(cli, frameStatusRow(h.status)?.reaction ?? "drop_backoff", what);
         throw new ClientError("CLIENT_REFUSED", what, { status: h.status });
       }
       return Uint8Array.from(rb);

@@ -1,3 +1,4 @@
+import { intInRange } from "./check.js";
 import { ClientError } from "./errors.js";
 
 /** One point of a load curve: at `batchSize` running requests the target verifies `tokens` draft tokens per round. */
@@ -136,9 +137,7 @@ export class DepthPolicy {
       throw new ClientError("CLIENT_BAD_OPTION", `tieBreak must be "margin" or "index", got ${String(tie)}`);
     }
     const cap = options.capacity ?? 64;
-    if (!Number.isInteger(cap) || cap < 1) {
-      throw new ClientError("CLIENT_BAD_OPTION", `capacity must be an integer >= 1, got ${cap}`);
-    }
+    intInRange("capacity", cap, 1, 0x7fffffff);
     this.#budget = b;
     this.marginGate = gate;
     this.minGain = minGain;

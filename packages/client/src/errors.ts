@@ -9,6 +9,7 @@
  * - `CLIENT_BAD_REPLY`: a PING / STATS / RESET reply that does not echo its request or cannot be parsed.
  * - `CLIENT_REFUSED`: a PING / STATS / RESET answered with a non-OK frame status.
  * - `CLIENT_TRANSPORT`: a PING / STATS / RESET failed in the transport (timeout, closed); `cause` holds the transport error.
+ * - `CLIENT_INTERNAL`: a bug in the client (an impossible connection-state transition); never expected.
  */
 export const CLIENT_ERROR_CODES = [
   "CLIENT_BAD_OPTION",
@@ -19,13 +20,28 @@ export const CLIENT_ERROR_CODES = [
   "CLIENT_BAD_REPLY",
   "CLIENT_REFUSED",
   "CLIENT_TRANSPORT",
+  "CLIENT_INTERNAL",
 ] as const;
 
 /** One of {@link CLIENT_ERROR_CODES}. */
 export type ClientErrorCode = (typeof CLIENT_ERROR_CODES)[number];
 
-/** The one error class of `@tapwire/client`; `code` is stable, the message names the first problem. */
+// Branded with a registry symbol so that `instanceof` holds across two installed copies of the
+// package (the undici `lib/core/errors.js` pattern): the brand, not the prototype, decides.
+const kClientError: unique symbol = Symbol.for("tapwire.client.ClientError");
+
+/**
+ * The one error class of `@tapwire/client`; `code` is stable, the message names the first problem.
+ * `instanceof ClientError` is true for a ClientError of any installed copy of the package.
+ */
 export class ClientError extends Error {
+  /** True for any value branded by a ClientError constructor of any copy of this package. */
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    return (
+      typeof value === "object" && value !== null && (value as Record<symbol, unknown>)[kClientError] === true
+    );
+  }
+
   /** Stable machine-readable code. */
   readonly code: ClientErrorCode;
   /** The frame status of a refused PING / STATS / RESET (`CLIENT_REFUSED`), else undefined. */
@@ -36,5 +52,6 @@ export class ClientError extends Error {
     this.name = "ClientError";
     this.code = code;
     this.status = options?.status;
+    Object.defineProperty(this, kClientError, { value: true });
   }
 }

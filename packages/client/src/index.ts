@@ -7,8 +7,8 @@
 
 export type { BackoffOptions } from "./backoff.js";
 export { BACKOFF_DEFAULTS, Backoff } from "./backoff.js";
-export type { StepCall, StepOutcome, StepOutcomeReason, WorkerInfo } from "./client.js";
-export { RemoteDraftClient, STEP_OUTCOMES } from "./client.js";
+export type { ConnState, StepCall, WorkerInfo } from "./client.js";
+export { CONN_STATES, RemoteDraftClient } from "./client.js";
 export type { Clock } from "./clock.js";
 export { clampDelay, MAX_TIMER_DELAY_MS, systemClock } from "./clock.js";
 export type { DepthCandidate, DepthPolicyOptions, LoadCurve, LoadCurvePoint } from "./depth-policy.js";
@@ -17,6 +17,8 @@ export type { ClientErrorCode } from "./errors.js";
 export { CLIENT_ERROR_CODES, ClientError } from "./errors.js";
 export type { RemoteDraftClientOptions, ResolvedClientOptions, TransportFactory } from "./options.js";
 export { CLIENT_DEFAULTS, SAMPLE_MODES } from "./options.js";
+export type { OutcomeReaction, StepOutcome, StepOutcomeReason } from "./outcomes.js";
+export { STEP_OUTCOMES } from "./outcomes.js";
 export type {
   DraftReason,
   RoundClient,

@@ -2,6 +2,7 @@ import { randomInt } from "node:crypto";
 import type { Registry } from "@tapwire/stats";
 import type { ClientOptions, RpcClient } from "@tapwire/transport";
 import type { Logger } from "pino";
+import { badOption, finiteAtLeast, intInRange } from "./check.js";
 import type { Clock } from "./clock.js";
 import { ClientError } from "./errors.js";
 
@@ -140,24 +141,14 @@ export interface ResolvedClientOptions {
   readonly connectFailLogMs: number;
 }
 
-function bad(name: string, what: string, got: unknown): ClientError {
-  const shown = typeof got === "string" ? JSON.stringify(got) : String(got);
-  return new ClientError("CLIENT_BAD_OPTION", `${name} must be ${what}, got ${shown}`);
-}
+const bad = badOption;
 
 function int(o: Record<string, unknown>, name: string, min: number, max: number, dflt?: number): number {
-  const v = o[name] ?? dflt;
-  if (typeof v !== "number" || !Number.isInteger(v) || v < min || v > max) {
-    throw bad(name, `an integer in ${min}..${max}`, v);
-  }
-  return v;
+  return intInRange(name, o[name] ?? dflt, min, max);
 }
 
 function ms(o: Record<string, unknown>, name: string, min: number, dflt: number): number {
-  const v = o[name] ?? dflt;
-  if (typeof v !== "number" || !Number.isFinite(v) || v < min)
-    throw bad(name, `a finite number >= ${min}`, v);
-  return v;
+  return finiteAtLeast(name, o[name] ?? dflt, min);
 }
 
 /** Validates every option, naming the first bad one; fills defaults. */

@@ -1,9 +1,10 @@
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import type { ReqEntry, SampleMeta, StepReplyViews } from "@tapwire/wire";
 import { EntryFlag, REQ_STATUS_NAMES, ReqStatus, serialNewer } from "@tapwire/wire";
-import type { StepCall, StepOutcome, StepOutcomeReason } from "./client.js";
+import type { StepCall } from "./client.js";
 import type { DepthCandidate, DepthPolicy } from "./depth-policy.js";
 import { ClientError } from "./errors.js";
+import type { StepOutcome, StepOutcomeReason } from "./outcomes.js";
 
 /** The part of {@link RemoteDraftClient} RoundCore uses (a fake implements it in unit tests). */
 export interface RoundClient {
@@ -301,6 +302,7 @@ export class RoundCore {
   #round = 0;
   #stepId = 0;
   #running = false;
+  #nOrd = 0;
 
   constructor(options: RoundCoreOptions) {
     const c = options?.client;
@@ -646,8 +648,6 @@ export class RoundCore {
       throw bad(`nRequests ${nReq} outside 0..${input.requests.length}`);
     }
     this.#validate(input, nReq);
-    const W = this.#W;
-    const rb = this.#rowBytes;
     const res = this.#result;
     res.drafts.length = nReq;
     res.resynced = 0;
@@ -656,8 +656,50 @@ export class RoundCore {
     res.rowsSent = 0;
     res.rttUs = 0;
     res.expectedAccepted = 0;
+    this.#updateRings(input, nReq);
+    const client = this.client;
+    const epoch = client.connectionEpoch();
+    res.epoch = epoch;
+    if (epoch === null) {
+      const why: DraftReason = client.disabled ? "disabled" : "not_ready";
+      for (let i = 0; i < nReq; i++) res.drafts[i]!.clear(why);
+      res.outcome = why;
+      // A target-only round does no I/O. An engine that awaits round() in a tight loop would
+      // then never leave the microtask queue, starving the client's own connect-loop timers;
+      // one macrotask turn per target-only round lets the reconnect (and everything else) run.
+      await yieldToEventLoop();
+      return res;
+    }
+    const nEntries = this.#plan(input, nReq, epoch);
+    if (nEntries === 0) {
+      res.outcome = "idle";
+      return res;
+    }
+    this.#buildEntries(input, nEntries);
 
-    // 1. rings: every round, ready or not (CONTRACT 7.5)
+    // the STEP
+    const call = this.#call;
+    call.stepId = this.#stepId;
+    call.nEntries = nEntries;
+    call.nRows = res.rowsSent;
+    call.epoch = epoch;
+    const outcome = await client.step(call);
+    res.outcome = outcome.reason;
+    res.rttUs = outcome.rttUs;
+    if (!outcome.ok || outcome.reply === null) {
+      this.#failEntries(outcome, nEntries);
+      return res;
+    }
+    this.#applyReply(outcome.reply, nEntries, epoch);
+    this.#allocateDepths(input, nReq);
+    return res;
+  }
+
+  // 1. rings: every round, ready or not (CONTRACT 7.5); releases marked
+  #updateRings(input: RoundInput, nReq: number): void {
+    const W = this.#W;
+    const rb = this.#rowBytes;
+    const res = this.#result;
     for (let i = 0; i < nReq; i++) {
       const r = input.requests[i]!;
       const s = this.#slot(r.slot);
@@ -693,22 +735,12 @@ export class RoundCore {
         s.pendingRelease = true;
       }
     }
+  }
 
-    const client = this.client;
-    const epoch = client.connectionEpoch();
-    res.epoch = epoch;
-    if (epoch === null) {
-      const why: DraftReason = client.disabled ? "disabled" : "not_ready";
-      for (let i = 0; i < nReq; i++) res.drafts[i]!.clear(why);
-      res.outcome = why;
-      // A target-only round does no I/O. An engine that awaits round() in a tight loop would
-      // then never leave the microtask queue, starving the client's own connect-loop timers;
-      // one macrotask turn per target-only round lets the reconnect (and everything else) run.
-      await yieldToEventLoop();
-      return res;
-    }
-
-    // 2. plan: resync or new rows per request; defer whole entries past max_rows_per_step
+  // 2. plan: resync or new rows per request; defer whole entries past max_rows_per_step.
+  // Returns the entry count (RELEASE entries included); leaves the order in #order / #nOrd.
+  #plan(input: RoundInput, nReq: number, epoch: number): number {
+    const res = this.#result;
     const order = this.#order;
     let nOrd = 0;
     // requests deferred before go first, so that none starves
@@ -751,12 +783,19 @@ export class RoundCore {
       nEntries++;
     }
     for (const s of this.#slots) if (s.pendingRelease && s.seenRound !== this.#round) nEntries++;
-    if (nEntries === 0) {
-      res.outcome = "idle";
-      return res;
-    }
+    this.#nOrd = nOrd;
+    res.rowsSent = totalRows;
+    return nEntries;
+  }
 
-    // 3. entries, then rows staged straight into the send buffer (CONTRACT 7.3)
+  // 3. entries, then rows staged straight into the send buffer or as ring views (CONTRACT 7.3)
+  #buildEntries(input: RoundInput, nEntries: number): void {
+    const client = this.client;
+    const res = this.#result;
+    const rb = this.#rowBytes;
+    const order = this.#order;
+    const nOrd = this.#nOrd;
+    const plannedRows = this.#plannedRows;
     const buf = client.sendBuffer;
     let off = client.rowsOffset(nEntries);
     const parts = this.#parts;
@@ -821,35 +860,30 @@ export class RoundCore {
       e++;
     }
     if (parts.length !== np) parts.length = np;
-    res.rowsSent = totalRows;
     this.#stepId = (this.#stepId + 1) >>> 0;
     res.stepId = this.#stepId;
+  }
 
-    // 4. the STEP
-    const call = this.#call;
-    call.stepId = this.#stepId;
-    call.nEntries = nEntries;
-    call.nRows = totalRows;
-    call.epoch = epoch;
-    const outcome = await client.step(call);
-    res.outcome = outcome.reason;
-    res.rttUs = outcome.rttUs;
-
-    if (!outcome.ok || outcome.reply === null) {
-      for (let k = 0; k < nEntries; k++) {
-        const i = this.#entryReq[k]!;
-        if (outcome.unknownApply) {
-          // the worker may or may not hold these rows: resync (CONTRACT 7.5, 9.2)
-          const s = this.#slots[this.#entries[k]!.slot]!;
-          s.needResync = true;
-        }
-        if (i >= 0) res.drafts[i]!.clear(outcome.reason as DraftReason);
+  // a STEP that failed: its entries get no draft; an unknown apply resyncs them (CONTRACT 7.5, 9.2)
+  #failEntries(outcome: StepOutcome, nEntries: number): void {
+    const res = this.#result;
+    for (let k = 0; k < nEntries; k++) {
+      const i = this.#entryReq[k]!;
+      if (outcome.unknownApply) {
+        // the worker may or may not hold these rows: resync (CONTRACT 7.5, 9.2)
+        const s = this.#slots[this.#entries[k]!.slot]!;
+        s.needResync = true;
       }
-      return res;
+      if (i >= 0) res.drafts[i]!.clear(outcome.reason as DraftReason);
     }
+  }
 
+  // 5. apply the reply: windows known, drafts copied, STALE_GENERATION starts a new session
+  #applyReply(reply: StepReplyViews, nEntries: number, epoch: number): void {
+    const W = this.#W;
+    const res = this.#result;
+    const client = this.client;
     // 5. apply the reply
-    const reply = outcome.reply;
     let stale = -1;
     for (let k = 0; k < nEntries; k++) {
       const en = this.#entries[k]!;
@@ -899,7 +933,11 @@ export class RoundCore {
     if (stale >= 0) {
       client.newSession(`STALE_GENERATION for slot ${stale} (CONTRACT 7.1)`);
     }
+  }
 
+  // 6. confidence-scheduled verification
+  #allocateDepths(input: RoundInput, nReq: number): void {
+    const res = this.#result;
     // 6. confidence-scheduled verification
     const dp = this.depthPolicy;
     if (dp !== null) {
@@ -925,7 +963,6 @@ export class RoundCore {
       );
       for (let i = 0; i < nReq; i++) res.drafts[i]!.depth = out[i]!;
     }
-    return res;
   }
 
   #copyDraft(reply: StepReplyViews, k: number, nOut: number, d: DraftOut): void {

@@ -122,8 +122,8 @@ export class ScriptedWorker {
   steps: StepRequest[] = [];
   ops: number[] = [];
   session = 0;
-  private hello: Hello | null = null;
-  private buf = new Uint8Array(1 << 20);
+  #hello: Hello | null = null;
+  #buf = new Uint8Array(1 << 20);
 
   handle = (msg: Uint8Array): Uint8Array | null => {
     const { header, body } = splitFrame(msg);
@@ -148,14 +148,14 @@ export class ScriptedWorker {
         };
         const o = this.helloOverride?.(hello, reply) ?? null;
         if (o !== null) return frame({ ...echo, status: o.status }, o.body ?? new Uint8Array(0));
-        this.hello = hello;
+        this.#hello = hello;
         this.session = header.session;
         return frame({ ...echo, status: 0 }, encodeHelloReply(reply));
       }
       case Op.STEP: {
         const st = this.stepStatus.shift();
         if (st !== undefined) return frame({ ...echo, status: st });
-        const h = this.hello!;
+        const h = this.#hello!;
         const sampled = h.sampleMode === SampleMode.TOP32;
         const req = decodeStepRequest(body, {
           sampled,
@@ -172,8 +172,8 @@ export class ScriptedWorker {
         const margin = (h.helloFlags & 1) !== 0;
         const N = h.numSpec;
         const need = APP_HEADER_SIZE + stepReplyBodySize({ nReq: req.nReq, numSpec: N, margin, sampled });
-        if (need > this.buf.length) this.buf = new Uint8Array(need);
-        const v = beginStepReply(this.buf, {
+        if (need > this.#buf.length) this.#buf = new Uint8Array(need);
+        const v = beginStepReply(this.#buf, {
           seq: header.seq,
           session: header.session,
           stepId: req.stepId,
@@ -210,10 +210,10 @@ export class ScriptedWorker {
         }
         const hook = this.onStep;
         if (hook !== null) {
-          const out = hook({ header, req, views: v, buf: this.buf });
+          const out = hook({ header, req, views: v, buf: this.#buf });
           if (out !== undefined) return out;
         }
-        return this.buf.subarray(0, v.frameLength);
+        return this.#buf.subarray(0, v.frameLength);
       }
       case Op.PING:
         return frame({ ...echo, status: 0 }, Uint8Array.from(body));
@@ -236,20 +236,23 @@ export class MemoryRpcClient implements RpcClient {
   connected = false;
   connects = 0;
   failConnect: TransportError | null = null;
-  constructor(
-    readonly endpoint: string,
-    private readonly handler: (msg: Uint8Array) => Uint8Array | null,
-    private readonly onConnect?: () => void,
-  ) {}
+  readonly endpoint: string;
+  readonly #handler: (msg: Uint8Array) => Uint8Array | null;
+  readonly #onConnect: (() => void) | undefined;
+  constructor(endpoint: string, handler: (msg: Uint8Array) => Uint8Array | null, onConnect?: () => void) {
+    this.endpoint = endpoint;
+    this.#handler = handler;
+    this.#onConnect = onConnect;
+  }
   async connect(): Promise<void> {
     this.connects++;
-    this.onConnect?.();
+    this.#onConnect?.();
     if (this.failConnect !== null) throw this.failConnect;
     this.connected = true;
   }
   async request(msg: Uint8Array, replyBuf: Uint8Array): Promise<number> {
     if (!this.connected) throw new TransportError("TRANSPORT_CLOSED", "not connected");
-    const out = this.handler(Uint8Array.from(msg));
+    const out = this.#handler(Uint8Array.from(msg));
     if (out === null) {
       this.connected = false;
       throw new TransportError("TRANSPORT_CLOSED", "closed by peer");

@@ -5,8 +5,7 @@ import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { endpointFor, killAllChildren, spawnBin } from "@tapwire/testing";
 import { afterEach, expect, test } from "vitest";
-
-const WORKER_BIN = fileURLToPath(new URL("../../worker/dist/bin/worker.js", import.meta.url));
+import { WORKER_BIN } from "./worker-bin.js";
 
 afterEach(async () => {
   await killAllChildren();

@@ -1,7 +1,6 @@
 // RemoteDraftClient + RoundCore against the real worker in a child process (tapwire-worker with
 // the NullDrafter) over tcp, unix and zmq: rounds, restarts with the same or other identities,
 // real BUSY / NO_SESSION / STALE_SEQ / fatal statuses, and faults through the fault proxy.
-import { fileURLToPath } from "node:url";
 import { type ChildHandle, endpointFor, killAllChildren, spawnBin, startFaultProxy } from "@tapwire/testing";
 import { afterEach, describe, expect, test } from "vitest";
 import {
@@ -21,8 +20,7 @@ import {
   makeRows,
   until,
 } from "./helpers.js";
-
-const WORKER_BIN = fileURLToPath(new URL("../../worker/dist/bin/worker.js", import.meta.url));
+import { WORKER_BIN } from "./worker-bin.js";
 
 const open: { close(): unknown }[] = [];
 afterEach(async () => {
