@@ -10,6 +10,10 @@ export const TestingErrorCode = {
   OPENSSL: "TESTING_OPENSSL",
   /** A FakeClock run did not settle (an interval keeps rescheduling itself). */
   CLOCK_RUNAWAY: "TESTING_CLOCK_RUNAWAY",
+  /** The process asked about does not exist (or is a zombie) in /proc. */
+  NO_PROCESS: "TESTING_NO_PROCESS",
+  /** The `promtool` CLI (Debian package `prometheus`) is missing or could not run. */
+  PROMTOOL: "TESTING_PROMTOOL",
 } as const;
 
 /** One of the {@link TestingErrorCode} values. */

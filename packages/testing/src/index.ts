@@ -5,6 +5,15 @@
  * @packageDocumentation
  */
 
+export type { AttackTarget, Flood, OpenManyOptions, SlowlorisOptions, SlowlorisResult } from "./attack.js";
+export {
+  announce,
+  attackTarget,
+  MAX_ATTACK_CONNECTIONS,
+  MAX_ATTACK_MS,
+  openMany,
+  slowloris,
+} from "./attack.js";
 export type { EchoServer } from "./echo.js";
 export { startEchoServer } from "./echo.js";
 export { TestingError, TestingErrorCode } from "./errors.js";
@@ -28,7 +37,11 @@ export {
   transportSchemes,
   uniqueSocketPath,
 } from "./paths.js";
-export type { ChildHandle, ExitInfo, OutputLine, SpawnBinOptions } from "./spawn.js";
-export { killAllChildren, spawnBin } from "./spawn.js";
+export type { ProcessMemory, RssWatch, WaitUntilOptions } from "./proc.js";
+export { fdCountOf, isAlive, memoryOf, rssOf, waitUntil, watchRss } from "./proc.js";
+export type { PromFamily, PromSample, PromtoolResult } from "./prom.js";
+export { parsePrometheus, promtoolCheck, sampleValue, scrape } from "./prom.js";
+export type { ChildHandle, ExitInfo, OutputLine, ProcessLimits, SpawnBinOptions } from "./spawn.js";
+export { killAllChildren, spawnBin, withFdLimit } from "./spawn.js";
 export type { TlsCredentials } from "./tls.js";
 export { makeTlsCredentials, testTlsCredentials } from "./tls.js";

@@ -27,6 +27,49 @@ export interface SpawnBinOptions {
   nodeArgs?: string[];
   /** Data written to stdin, which is then closed (default: stdin is ignored). */
   stdin?: string | Uint8Array;
+  /** Resource limits set before node starts (see {@link ProcessLimits}). */
+  limits?: ProcessLimits;
+}
+
+/**
+ * Resource limits of a spawned process, set with `ulimit` in a `sh` that then `exec`s node (so
+ * the pid is node's): what a server meets on a small host.
+ */
+export interface ProcessLimits {
+  /** Open descriptors (`ulimit -n`, soft and hard): for idle floods at a lowered fd limit. */
+  nofile?: number;
+  /** Address space in bytes (`ulimit -v`): allocation failures surface as RangeError / OOM. */
+  addressSpaceBytes?: number;
+}
+
+/** `opts` with an open-descriptor limit of `nofile` (`ulimit -n`) for {@link spawnBin}. */
+export function withFdLimit(nofile: number, opts: SpawnBinOptions = {}): SpawnBinOptions {
+  return { ...opts, limits: { ...opts.limits, nofile } };
+}
+
+function limitedCommand(argv: string[], limits: ProcessLimits): [string, string[]] {
+  const sets: string[] = [];
+  if (limits.nofile !== undefined) {
+    if (!Number.isInteger(limits.nofile) || limits.nofile < 8 || limits.nofile > 1 << 20) {
+      throw new TestingError(
+        TestingErrorCode.BAD_OPTION,
+        `option limits.nofile ${limits.nofile} must be an integer in [8, 2^20]`,
+      );
+    }
+    sets.push(`ulimit -n ${limits.nofile}`);
+  }
+  if (limits.addressSpaceBytes !== undefined) {
+    const kib = Math.floor(limits.addressSpaceBytes / 1024);
+    if (!Number.isInteger(limits.addressSpaceBytes) || kib < 65536) {
+      throw new TestingError(
+        TestingErrorCode.BAD_OPTION,
+        `option limits.addressSpaceBytes ${limits.addressSpaceBytes} must be an integer >= 64 MiB`,
+      );
+    }
+    sets.push(`ulimit -v ${kib}`);
+  }
+  if (sets.length === 0) return [argv[0]!, argv.slice(1)];
+  return ["/bin/sh", ["-c", `${sets.join(" && ")} && exec "$@"`, "sh", ...argv]];
 }
 
 /** How a spawned process ended. */
@@ -196,7 +239,11 @@ export async function spawnBin(
     throw new TestingError(TestingErrorCode.BAD_OPTION, `option timeoutMs ${timeoutMs} must be > 0`);
   }
   installExitHook();
-  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), binPath, ...args], {
+  const [cmd, argv] = limitedCommand(
+    [process.execPath, ...(opts.nodeArgs ?? []), binPath, ...args],
+    opts.limits ?? {},
+  );
+  const child = spawn(cmd, argv, {
     stdio: [opts.stdin === undefined ? "ignore" : "pipe", "pipe", "pipe"],
     env: { ...process.env, ...opts.env },
     ...(opts.cwd === undefined ? {} : { cwd: opts.cwd }),
