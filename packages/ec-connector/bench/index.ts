@@ -97,7 +97,7 @@ class RawClient {
     this.#want = n;
     this.#got = 0;
     const req = Buffer.alloc(4);
-    req.writeUInt32BE(n, 0);
+    req.writeUInt32LE(n, 0);
     const p = new Promise<void>((r) => {
       this.#done = r;
     });

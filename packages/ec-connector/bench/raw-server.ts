@@ -1,5 +1,5 @@
 /**
- * The raw baseline's server, run as a child process by bench/index.ts: for each 4-byte big-endian
+ * The raw baseline's server, run as a child process by bench/index.ts: for each 4-byte little-endian (u32 LE, like every tapwire length)
  * request N it streams N bytes from one preallocated buffer (1 MiB writes with backpressure, like
  * the ec data server). Prints one JSON "listening" line.
  */
@@ -16,7 +16,7 @@ const server = net.createServer({ noDelay: true }, (s) => {
   s.on("data", (d: Buffer) => {
     pending = Buffer.concat([pending, d]);
     while (pending.length >= 4) {
-      const n = pending.readUInt32BE(0);
+      const n = pending.readUInt32LE(0);
       pending = pending.subarray(4);
       busy = busy.then(async () => {
         for (let off = 0; off < n; off += MiB) {

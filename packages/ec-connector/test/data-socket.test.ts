@@ -1,5 +1,4 @@
 import * as net from "node:net";
-import { encode } from "@msgpack/msgpack";
 import { Registry } from "@tapwire/stats";
 import { afterEach, describe, expect, it } from "vitest";
 import {
@@ -12,6 +11,7 @@ import {
   syntheticEmbedding,
 } from "../src/index.js";
 import { socketPath, until } from "./helpers/proc.js";
+import { handData, handNotif, handRead } from "./helpers/wire.js";
 
 const BB = 4096;
 const KINDS = [
@@ -175,14 +175,17 @@ for (const [kind, listen] of KINDS) {
       const target = server.endpoint.startsWith("unix://")
         ? { path: server.endpoint.slice(7) }
         : { host: "127.0.0.1", port: Number(server.endpoint.split(":").pop()) };
-      const frame = (b: Uint8Array) => Buffer.concat([Buffer.from([0, 0, 0, b.length]), Buffer.from(b)]);
+      const frame = (b: Uint8Array) => Buffer.concat([Buffer.from([b.length, 0, 0, 0]), Buffer.from(b)]);
+      const beRead = handRead({ key: "s:img", blocks: e.blocks, nbytes: BB, reader: "x", instance: "y" });
+      beRead.writeUInt32BE(beRead.readUInt32LE(0), 0);
       const garbage = [
         Buffer.from([0xff, 0xff, 0xff, 0xff, 1, 2, 3]),
         frame(new Uint8Array([0xc1, 0xc1])),
-        frame(encode({ op: "launch" })),
-        frame(encode({ op: "read", key: "not-bin", blocks: [0], nbytes: 1, reader: "x", instance: "y" })),
-        frame(encode({ op: "notif", msg: new Uint8Array([1]) })),
+        frame(new Uint8Array([0x09, 0, 0, 0])), // unknown op
+        handRead({ key: "", blocks: [0], nbytes: 1, reader: "x", instance: "y" }), // key_len 0
+        handNotif("s:img"), // no finished read on this connection
         Buffer.from([0, 0, 0, 0]),
+        beRead, // a 1.0-style big-endian length prefix
       ];
       for (const g of garbage) {
         const s = net.connect(target as net.NetConnectOpts);
@@ -246,15 +249,13 @@ for (const [kind, listen] of KINDS) {
       const { server, put } = await pair(listen());
       const e = put("img", 100);
       server.grant("s:img", e.blocks, Number.POSITIVE_INFINITY);
-      const body = encode({
-        op: "read",
-        key: te.encode("s:img"),
+      const frame = handRead({
+        key: "s:img",
         blocks: e.blocks,
         nbytes: 100,
         reader: "raw",
         instance: server.meta.instance,
       });
-      const frame = Buffer.concat([Buffer.from([0, 0, 0, body.length]), Buffer.from(body)]);
       const target = server.endpoint.startsWith("unix://")
         ? { path: server.endpoint.slice(7) }
         : { host: "127.0.0.1", port: Number(server.endpoint.split(":").pop()) };
@@ -268,9 +269,9 @@ for (const [kind, listen] of KINDS) {
       }
       const all = await until(() => {
         const b = Buffer.concat(got);
-        return b.length >= 4 && b.length >= 4 + b.readUInt32BE(0) + 100 ? b : undefined;
+        return b.length >= 4 && b.length >= 4 + b.readUInt32LE(0) + 100 ? b : undefined;
       });
-      const hdr = 4 + all.readUInt32BE(0);
+      const hdr = 4 + all.readUInt32LE(0);
       expect(
         Buffer.from(all.subarray(hdr, hdr + 100)).equals(Buffer.from(syntheticEmbedding("img", 100))),
       ).toBe(true);
@@ -281,9 +282,10 @@ for (const [kind, listen] of KINDS) {
       const cache = new EmbeddingCache({ numBlocks: 8, blockBytes: BB });
       const answers = [
         Buffer.from("HTTP/1.1 400 Bad Request\r\n\r\n"),
-        Buffer.concat([Buffer.from([0, 0, 0, 2]), Buffer.from([0xc1, 0xc1])]),
-        Buffer.concat([Buffer.from([0, 0, 0, 3]), Buffer.from(encode({ x: 1 }))]),
-        Buffer.concat([Buffer.from([0, 0, 0, 15]), Buffer.from(encode({ op: "data", nbytes: 5 }))]), // wrong size
+        Buffer.concat([Buffer.from([2, 0, 0, 0]), Buffer.from([0xc1, 0xc1])]),
+        Buffer.concat([Buffer.from([3, 0, 0, 0]), Buffer.from([0x09, 0, 0])]), // unknown op
+        handData(5), // wrong size
+        Buffer.concat([Buffer.from([0, 0, 0, 12]), handData(100).subarray(4)]), // big-endian length
       ];
       let i = 0;
       const fake = net.createServer((s) => {

@@ -5,7 +5,10 @@ import { crc32Info, EcError } from "../src/index.js";
 
 describe("package structure (issue 12)", () => {
   it("EcError: instanceof holds across two copies of the package (Symbol.for brand)", async () => {
-    const dist = (await import("../dist/errors.js")) as typeof import("../src/errors.js");
+    // The built copy: a second, separately loaded EcError class (what two installs would be).
+    const dist = (await import(new URL("../dist/errors.js", import.meta.url).href)) as {
+      EcError: typeof EcError;
+    };
     const other = new dist.EcError("EC_DATA", "from the built copy");
     expect(dist.EcError).not.toBe(EcError);
     expect(other instanceof EcError).toBe(true);
@@ -27,7 +30,11 @@ describe("package structure (issue 12)", () => {
   it.each(["source", "dist"])(
     "the checksum thread (%s module) computes zlib's CRC-32 with this thread's implementation",
     async (which) => {
-      const mod = (which === "dist" ? await import("../dist/data/checksum.js") : { ChecksumThread }) as {
+      const mod = (
+        which === "dist"
+          ? await import(new URL("../dist/data/checksum.js", import.meta.url).href)
+          : { ChecksumThread }
+      ) as {
         ChecksumThread: typeof ChecksumThread;
       };
       const region = new Uint8Array(new SharedArrayBuffer(16));

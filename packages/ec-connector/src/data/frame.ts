@@ -1,7 +1,6 @@
-import { EcError, isIntInRange } from "../errors.js";
-import { bin, int, packMsg, str, unpackMap } from "../protocol.js";
+import { EcError } from "../errors.js";
 
-/** Data-plane frame header: a 4-byte length of the frame body that follows. */
+/** Data-plane frame header: a u32 little-endian length of the frame body that follows. */
 export const LEN_BYTES = 4;
 /** Largest data-plane control frame (a READ with many block ids fits easily). */
 export const MAX_DATA_FRAME_BYTES = 1 << 20;
@@ -51,57 +50,179 @@ export type ToServer = ReadFrame | NotifFrame;
 /** Frames a reader receives. */
 export type ToReader = DataFrame | ErrorFrame;
 
-/** Reads a frame's length prefix at `off`. */
+/** Frame op codes (the first body byte; docs/ec-protocol.md "Data plane wire format"). */
+export const DATA_OPS = { read: 0x01, data: 0x02, error: 0x03, notif: 0x04 } as const;
+
+/** Fixed part of each frame body, bytes (the variable fields follow it). */
+const READ_FIXED = 20;
+const DATA_FIXED = 12;
+const ERROR_FIXED = 4;
+const NOTIF_FIXED = 4;
+/** Longest instance id in a READ, bytes. */
+const MAX_INSTANCE_BYTES = 256;
+/** Longest ERROR message, bytes. */
+const MAX_ERROR_MESSAGE_BYTES = 1024;
+const CODE_NAMES = Object.fromEntries(Object.entries(REFUSAL_CODES).map(([k, v]) => [v, k])) as Record<
+  number,
+  RefusalCode
+>;
+const UTF8 = new TextEncoder();
+const UTF8_FATAL = new TextDecoder("utf-8", { fatal: true });
+
+/** Reads a frame's length prefix (u32 little-endian) at `off`. */
 export function frameLength(buf: Buffer, off = 0): number {
-  return buf.readUInt32BE(off);
+  return buf.readUInt32LE(off);
 }
 
-/** One frame: length prefix and body. */
-export function encodeFrame(f: ToServer | ToReader): Buffer {
-  const body = packMsg(f);
-  const out = Buffer.allocUnsafe(LEN_BYTES + body.length);
-  out.writeUInt32BE(body.length, 0);
-  out.set(body, LEN_BYTES);
-  return out;
+function malformed(what: string): never {
+  throw new EcError("EC_MALFORMED", `data frame: ${what}`);
 }
 
-/** Decodes a frame body received by a data server; `numBlocks` bounds a READ's block list. */
-export function decodeToServer(body: Uint8Array, numBlocks: number): ToServer {
-  const m = unpackMap(body, "data frame");
-  const op = str(m, "op", "data frame");
-  if (op === "notif") return { op, msg: bin(m, "msg", "notif") };
-  if (op !== "read") throw new EcError("EC_MALFORMED", `unknown op ${op}`);
-  const key = bin(m, "key", "read");
-  if (key.length > MAX_KEY_BYTES) throw new EcError("EC_MALFORMED", "read: key too long");
-  const blocks = m["blocks"];
-  if (!Array.isArray(blocks) || blocks.length === 0 || blocks.length > numBlocks) {
-    throw new EcError("EC_MALFORMED", "read: blocks is not a non-empty array within the cache size");
+/** Writes a u64 little-endian (values up to 2^53 - 1). */
+function writeU64(b: Buffer, v: number, off: number): void {
+  b.writeUInt32LE(v % 0x1_0000_0000, off);
+  b.writeUInt32LE(Math.floor(v / 0x1_0000_0000), off + 4);
+}
+
+/** Reads a u64 little-endian; beyond 2^53 - 1 it is malformed. */
+function readU64(b: Buffer, off: number): number {
+  const hi = b.readUInt32LE(off + 4);
+  if (hi >= 0x20_0000) malformed("u64 beyond 2^53 - 1");
+  return hi * 0x1_0000_0000 + b.readUInt32LE(off);
+}
+
+function utf8(b: Buffer, start: number, len: number, what: string): string {
+  try {
+    return UTF8_FATAL.decode(b.subarray(start, start + len));
+  } catch {
+    return malformed(`${what} is not UTF-8`);
   }
-  for (const b of blocks) {
-    if (!isIntInRange(b, 0)) {
-      throw new EcError("EC_MALFORMED", "read: a block index is not a non-negative integer");
+}
+
+/** A frame's bytes: the u32 LE length prefix, then the body (all integers little-endian). */
+export function encodeFrame(f: ToServer | ToReader): Buffer {
+  switch (f.op) {
+    case "read": {
+      const reader = UTF8.encode(f.reader);
+      const instance = UTF8.encode(f.instance);
+      const body = READ_FIXED + f.key.length + reader.length + instance.length + 4 * f.blocks.length;
+      const b = Buffer.alloc(LEN_BYTES + body);
+      b.writeUInt32LE(body, 0);
+      b[4] = DATA_OPS.read;
+      b.writeUInt16LE(f.key.length, 6);
+      b.writeUInt16LE(reader.length, 8);
+      b.writeUInt16LE(instance.length, 10);
+      b.writeUInt32LE(f.blocks.length, 12);
+      writeU64(b, f.nbytes, 16);
+      let off = LEN_BYTES + READ_FIXED;
+      b.set(f.key, off);
+      off += f.key.length;
+      b.set(reader, off);
+      off += reader.length;
+      b.set(instance, off);
+      off += instance.length;
+      for (const blk of f.blocks) {
+        b.writeUInt32LE(blk, off);
+        off += 4;
+      }
+      return b;
+    }
+    case "data": {
+      const b = Buffer.alloc(LEN_BYTES + DATA_FIXED);
+      b.writeUInt32LE(DATA_FIXED, 0);
+      b[4] = DATA_OPS.data;
+      writeU64(b, f.nbytes, 8);
+      return b;
+    }
+    case "error": {
+      const msg = UTF8.encode(f.message).subarray(0, MAX_ERROR_MESSAGE_BYTES);
+      const b = Buffer.alloc(LEN_BYTES + ERROR_FIXED + msg.length);
+      b.writeUInt32LE(ERROR_FIXED + msg.length, 0);
+      b[4] = DATA_OPS.error;
+      b[5] = REFUSAL_CODES[f.code];
+      b.writeUInt16LE(msg.length, 6);
+      b.set(msg, LEN_BYTES + ERROR_FIXED);
+      return b;
+    }
+    case "notif": {
+      const b = Buffer.alloc(LEN_BYTES + NOTIF_FIXED + f.msg.length);
+      b.writeUInt32LE(NOTIF_FIXED + f.msg.length, 0);
+      b[4] = DATA_OPS.notif;
+      b.writeUInt16LE(f.msg.length, 6);
+      b.set(f.msg, LEN_BYTES + NOTIF_FIXED);
+      return b;
     }
   }
-  return {
-    op,
-    key,
-    blocks: blocks as number[],
-    nbytes: int(m, "nbytes", "read", 1),
-    reader: str(m, "reader", "read", MAX_READER_BYTES),
-    instance: str(m, "instance", "read"),
-  };
 }
 
-/** Decodes a frame body received by a reader. */
-export function decodeToReader(body: Uint8Array): ToReader {
-  const m = unpackMap(body, "data frame");
-  if (m["op"] === "data") return { op: "data", nbytes: int(m, "nbytes", "data", 0) };
-  if (m["op"] === "error") {
-    const code = str(m, "code", "error");
-    if (!Object.hasOwn(REFUSAL_CODES, code)) throw new EcError("EC_MALFORMED", `error: unknown code ${code}`);
-    return { op: "error", code: code as RefusalCode, message: str(m, "message", "error", 1024) };
+/**
+ * Decodes a frame body (the bytes after the length prefix) received by a data server. Every
+ * length is checked against the body before anything is read or copied; `numBlocks` bounds a
+ * READ's block list. Throws `EC_MALFORMED` naming the first problem.
+ */
+export function decodeToServer(body: Uint8Array, numBlocks: number): ToServer {
+  const b = Buffer.from(body.buffer, body.byteOffset, body.length);
+  if (b.length < 1) malformed("empty body");
+  const op = b[0]!;
+  if (op === DATA_OPS.notif) {
+    if (b.length < NOTIF_FIXED) malformed("NOTIF shorter than its fixed part");
+    if (b[1] !== 0) malformed("NOTIF reserved byte is not 0");
+    const keyLen = b.readUInt16LE(2);
+    if (keyLen < 1 || keyLen > MAX_KEY_BYTES)
+      malformed(`NOTIF key_len ${keyLen} outside [1, ${MAX_KEY_BYTES}]`);
+    if (b.length !== NOTIF_FIXED + keyLen) malformed("NOTIF body_len does not match key_len");
+    return { op: "notif", msg: b.subarray(NOTIF_FIXED) };
   }
-  throw new EcError("EC_MALFORMED", "unexpected data-plane answer");
+  if (op !== DATA_OPS.read) malformed(`unknown op ${op}`);
+  if (b.length < READ_FIXED) malformed("READ shorter than its fixed part");
+  if (b[1] !== 0) malformed("READ reserved byte is not 0");
+  const keyLen = b.readUInt16LE(2);
+  const readerLen = b.readUInt16LE(4);
+  const instanceLen = b.readUInt16LE(6);
+  const count = b.readUInt32LE(8);
+  if (keyLen < 1 || keyLen > MAX_KEY_BYTES) malformed(`READ key_len ${keyLen} outside [1, ${MAX_KEY_BYTES}]`);
+  if (readerLen > MAX_READER_BYTES) malformed(`READ reader_len ${readerLen} over ${MAX_READER_BYTES}`);
+  if (instanceLen < 1 || instanceLen > MAX_INSTANCE_BYTES) {
+    malformed(`READ instance_len ${instanceLen} outside [1, ${MAX_INSTANCE_BYTES}]`);
+  }
+  if (count < 1 || count > numBlocks) malformed(`READ block_count ${count} outside [1, ${numBlocks}]`);
+  if (b.length !== READ_FIXED + keyLen + readerLen + instanceLen + 4 * count) {
+    malformed("READ body_len does not match its field lengths");
+  }
+  const nbytes = readU64(b, 12);
+  if (nbytes < 1) malformed("READ nbytes is 0");
+  let off = READ_FIXED;
+  const key = b.subarray(off, off + keyLen);
+  off += keyLen;
+  const reader = utf8(b, off, readerLen, "READ reader");
+  off += readerLen;
+  const instance = utf8(b, off, instanceLen, "READ instance");
+  off += instanceLen;
+  const blocks = new Array<number>(count);
+  for (let i = 0; i < count; i++) blocks[i] = b.readUInt32LE(off + 4 * i);
+  return { op: "read", key, blocks, nbytes, reader, instance };
+}
+
+/** Decodes a frame body received by a reader (DATA or ERROR); throws `EC_MALFORMED`. */
+export function decodeToReader(body: Uint8Array): ToReader {
+  const b = Buffer.from(body.buffer, body.byteOffset, body.length);
+  if (b.length < 1) malformed("empty body");
+  if (b[0] === DATA_OPS.data) {
+    if (b.length !== DATA_FIXED) malformed(`DATA body_len ${b.length} is not ${DATA_FIXED}`);
+    if (b[1] !== 0 || b[2] !== 0 || b[3] !== 0) malformed("DATA reserved bytes are not 0");
+    return { op: "data", nbytes: readU64(b, 4) };
+  }
+  if (b[0] === DATA_OPS.error) {
+    if (b.length < ERROR_FIXED) malformed("ERROR shorter than its fixed part");
+    const code = CODE_NAMES[b[1]!];
+    if (code === undefined) malformed(`ERROR unknown code ${b[1]}`);
+    const len = b.readUInt16LE(2);
+    if (len > MAX_ERROR_MESSAGE_BYTES || b.length !== ERROR_FIXED + len) {
+      malformed("ERROR body_len does not match message_len");
+    }
+    return { op: "error", code, message: utf8(b, ERROR_FIXED, len, "ERROR message") };
+  }
+  return malformed("unexpected data-plane answer");
 }
 
 /** Runs of consecutive block ids as region byte ranges covering the first `nbytes` bytes. */
