@@ -172,6 +172,7 @@ export class RemoteDraftClient {
     disconnects: Counter;
     disabled: Counter;
     newSessions: Counter;
+    newSessionsStaleSeq: Counter;
     bytesSent: Counter;
     bytesReceived: Counter;
     steps: Counter;
@@ -253,6 +254,10 @@ export class RemoteDraftClient {
       disconnects: r.counter("disconnects", "connections dropped"),
       disabled: r.counter("remote_disabled", "times the client was disabled"),
       newSessions: r.counter("new_sessions", "new session ids taken"),
+      newSessionsStaleSeq: r.counter(
+        "new_sessions_stale_seq",
+        "new sessions taken because a HELLO of the session was answered STALE_SEQ (CONTRACT 6.2)",
+      ),
       bytesSent: r.counter("bytes_sent", "STEP bytes sent"),
       bytesReceived: r.counter("bytes_received", "STEP reply bytes received"),
       steps: r.counter("steps", "STEP calls"),
@@ -403,14 +408,14 @@ export class RemoteDraftClient {
         break;
       case "IDLE":
         this.#conn = null;
+        old?.close();
         if (prev === "READY") {
-          old?.close();
           this.#c.disconnects.inc();
-        } else {
-          // a failed attempt: its connection (if any) is the attempt's to close
-          old?.close();
+          this.#c.ready.set(0);
         }
-        break;
+        // nobody waits for IDLE: waitReady resolves on READY, DISABLED and CLOSED only
+        this.#loop.wake();
+        return true;
       case "DISABLED": {
         const reason = args.reason ?? "disabled";
         this.#conn = null;
@@ -531,7 +536,8 @@ export class RemoteDraftClient {
     return attempt;
   }
 
-  async #connectOnce(): Promise<boolean> {
+  // staleRetry: this attempt already left a session for STALE_SEQ (at most once per attempt)
+  async #connectOnce(staleRetry = false): Promise<boolean> {
     if (this.#seq >= SEQ_MAX) {
       // no connection to drop: just take a fresh session before the seq wraps (CONTRACT 6.2)
       this.#takeSession();
@@ -562,9 +568,24 @@ export class RemoteDraftClient {
         return false;
       }
       if (res.kind === "stale_seq") {
-        throw new ClientError("CLIENT_REFUSED", "HELLO refused: STALE_SEQ", {
-          status: FrameStatus.STALE_SEQ,
-        });
+        // The worker holds a newer seq for this session than we do (another peer advanced it):
+        // retrying the session can never succeed, so leave it at once (CONTRACT 6.2, 1.1). A
+        // fresh session answered STALE_SEQ again is a plain failure (backoff), so a hostile
+        // worker cannot spin the loop.
+        if (staleRetry || this.#state !== "CONNECTING") {
+          throw new ClientError("CLIENT_REFUSED", "HELLO refused: STALE_SEQ", {
+            status: FrameStatus.STALE_SEQ,
+          });
+        }
+        const old = this.#session;
+        this.#takeSession();
+        this.#c.newSessionsStaleSeq.inc();
+        this.#log.warn(
+          { session: this.#session, previous: old, reason: "stale_seq" },
+          `tapwire client: HELLO of session 0x${old.toString(16).padStart(8, "0")} answered STALE_SEQ; new session 0x${this.#session.toString(16).padStart(8, "0")} (CONTRACT 6.2)`,
+        );
+        this.#transition(["CONNECTING"], "IDLE");
+        return this.#connectOnce(true);
       }
       if (this.#state !== "CONNECTING") {
         cli.close();

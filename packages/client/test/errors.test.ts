@@ -16,7 +16,7 @@ test("instanceof ClientError follows the Symbol.for brand, not the prototype", (
   }
   expect(new OtherCopy() instanceof ClientError).toBe(true);
   expect(new Error("plain") instanceof ClientError).toBe(false);
-  expect(null instanceof ClientError).toBe(false);
+  expect((null as unknown) instanceof ClientError).toBe(false);
 });
 
 test("the connection state table: CLOSED is terminal, DISABLED only closes, READY comes from CONNECTING", () => {

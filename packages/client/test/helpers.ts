@@ -116,6 +116,8 @@ export class ScriptedWorker {
     | null = null;
   /** Called with the valid reply in place; may edit it, or return a whole different message (or null to close). */
   onStep: ((h: StepHook) => Uint8Array | null | undefined) | null = null;
+  /** Called first with every request's header; a message (or null to close) answers instead. */
+  onFrame: ((h: { op: number; seq: number; session: number }) => Uint8Array | null | undefined) | null = null;
   /** Frame status answered to the next STEPs instead of OK (one-shot per entry). */
   stepStatus: number[] = [];
   hellos: Hello[] = [];
@@ -129,6 +131,10 @@ export class ScriptedWorker {
     const { header, body } = splitFrame(msg);
     this.ops.push(header.op);
     const echo = { op: header.op, seq: header.seq, session: header.session };
+    if (this.onFrame !== null) {
+      const out = this.onFrame(echo);
+      if (out !== undefined) return out;
+    }
     switch (header.op) {
       case Op.HELLO: {
         const hello = decodeHello(body);

@@ -296,6 +296,44 @@ describe.each(SCHEMES)("scripted worker over %s", (scheme) => {
     }
   });
 
+  test("a HELLO answered STALE_SEQ starts a new session at once, counted (CONTRACT 6.2, 1.1)", async () => {
+    const { worker, client, clock } = await rig(scheme, { backoffMs: 60_000, backoffMaxMs: 60_000 }, true);
+    const first = client.sessionId;
+    // another peer advanced the session's seq far ahead (a RESET with seq + 2^30 elsewhere)
+    const highest = new Map<number, number>([[first, 2 ** 30]]);
+    const sessions: number[] = [];
+    worker.onFrame = (h) => {
+      if (h.op !== 1) return undefined;
+      sessions.push(h.session);
+      const top = highest.get(h.session);
+      if (top !== undefined && h.seq <= top) return frame({ ...h, status: FrameStatus.STALE_SEQ });
+      highest.set(h.session, h.seq);
+      return undefined;
+    };
+    worker.stepStatus.push(FrameStatus.STALE_SEQ);
+    expect((await client.step(staged(client, [entry(0, 4, 4)]))).reason).toBe("frame_stale_seq");
+    // no backoff anywhere: the fake clock never moves
+    await until(() => client.ready, 10_000, "ready on a new session");
+    expect(client.sessionId).not.toBe(first);
+    expect(sessions).toEqual([first, client.sessionId]);
+    const c = client.snapshot().counters;
+    expect(c.new_sessions_stale_seq).toBe(1);
+    expect(c.new_sessions).toBe(1);
+    expect(c.connect_failures).toBe(0);
+    expect(client.epoch).toBe(2);
+    expect((await client.step(staged(client, [entry(0, 4, 4)]))).reason).toBe("ok");
+
+    // a worker that answers STALE_SEQ to the fresh session too cannot spin the loop: backoff
+    worker.onFrame = (h) => (h.op === 1 ? frame({ ...h, status: FrameStatus.STALE_SEQ }) : undefined);
+    client.markFailed("test", { backoff: false });
+    await until(() => client.snapshot().counters.connect_failures === 1, 10_000, "a failure");
+    expect(client.snapshot().counters.new_sessions_stale_seq).toBe(2);
+    const hellosBefore = sessions.length;
+    await clock!.advanceAsync(30_000);
+    expect(sessions.length).toBe(hellosBefore);
+    expect(client.ready).toBe(false);
+  });
+
   test("timeout and transport error: unknown apply, drop and reconnect", async () => {
     const { worker, client, stall } = await rig(scheme, { requestTimeoutMs: 150 });
     stall.on = true;

@@ -201,6 +201,32 @@ describe("real worker statuses (tcp)", () => {
     expect(a.disabled).toBe(false);
   });
 
+  test("a peer that advanced the session's seq far ahead cannot lock the client out (CONTRACT 6.2, 1.1)", async () => {
+    const { endpoint } = await spawnWorker(endpointFor("tcp"));
+    const a = client(endpoint, { backoffMs: 60_000, backoffMaxMs: 60_000 });
+    const core = new RoundCore({ client: a });
+    expect(await a.waitReady(10_000)).toBe(true);
+    const eng = new Engine();
+    eng.start(0, 5);
+    expect((await core.round({ requests: eng.input() })).outcome).toBe("ok");
+    const first = a.sessionId;
+    // another connection says HELLO for A's session with a seq 2^30 ahead, then goes away
+    const peer = client(endpoint, { sessionId: first, initialSeq: a.lastSeq + 2 ** 30 });
+    expect(await peer.waitReady(10_000)).toBe(true);
+    await peer.close();
+    eng.advance(1);
+    expect((await core.round({ requests: eng.input() })).outcome).toMatch(/^frame_(stale_seq|no_session)$/);
+    // the HELLO of A's session is now STALE_SEQ forever: A leaves it at once (backoff is 60 s)
+    await until(() => a.ready, 10_000, "ready on a new session");
+    expect(a.sessionId).not.toBe(first);
+    expect(a.snapshot().counters.new_sessions_stale_seq).toBe(1);
+    expect(a.snapshot().counters.connect_failures).toBe(0);
+    eng.advance(1);
+    const r = await core.round({ requests: eng.input() });
+    expect(r.outcome).toBe("ok");
+    expect(r.resynced).toBe(1);
+  });
+
   test("takeover refuse: BUSY on HELLO is a connect failure, not fatal", async () => {
     const { endpoint } = await spawnWorker(endpointFor("tcp"), ["--takeover", "refuse"]);
     const a = client(endpoint);
