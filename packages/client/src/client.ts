@@ -193,7 +193,8 @@ export class RemoteDraftClient {
     this.options = o;
     this.#factory = options.transportFactory ?? makeClient;
     this.#clock = options.clock ?? systemClock;
-    this.#log = options.logger ?? pino({ name: "tapwire-client" }, pino.destination(2));
+    // silent unless the caller passes a logger, like every package of the project (issue 15)
+    this.#log = options.logger ?? pino({ level: "silent" });
     this.registry = options.registry ?? new Registry({ prefix: "tapwire_client_" });
     this.#backoff = new Backoff({ initialMs: o.backoffMs, maxMs: o.backoffMaxMs });
     this.#loop = new ConnectLoop(this.#clock);
@@ -338,7 +339,8 @@ export class RemoteDraftClient {
 
   /**
    * Resolves true once a connection is ready, false when `timeoutMs` passes or the client is
-   * disabled or closed first. For tools and tests; the engine path never waits.
+   * disabled or closed first. Its timer keeps the process alive while it waits (every other
+   * timer of the client is unref'd). For tools and tests; the engine path never waits.
    */
   waitReady(timeoutMs: number): Promise<boolean> {
     if (this.ready) return Promise.resolve(true);
@@ -350,6 +352,10 @@ export class RemoteDraftClient {
         resolve(this.ready);
       };
       const timer = this.#clock.setTimeout(done, clampDelay(timeoutMs));
+      // The clock unrefs its timers so that the client never keeps a process alive; a caller
+      // awaiting waitReady is waiting on purpose, so this one timer holds the event loop until it
+      // fires: a script with nothing else to do gets its `false` instead of exiting unsettled.
+      (timer as { ref?: () => unknown } | null)?.ref?.();
       this.#readyWaiters.add(done);
     });
   }

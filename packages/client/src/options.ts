@@ -81,7 +81,7 @@ export interface RemoteDraftClientOptions {
   transportOptions?: ClientOptions;
   /** Time source (default the real clock with unref'd timers). */
   clock?: Clock;
-  /** pino logger (default: a pino logger named "tapwire-client" on stderr). */
+  /** pino logger (default: none, the client is silent; pass one to see connect failures and the like). */
   logger?: Logger;
   /** Stats registry (default a new one with prefix "tapwire_client_"). */
   registry?: Registry;

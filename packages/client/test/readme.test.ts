@@ -34,3 +34,23 @@ test("the README example runs against a real worker and prints drafts", async ()
     rmSync(file, { force: true });
   }
 });
+
+test("the README example without a worker ends by itself: waitReady gives false, rounds are target-only (issue 15)", async () => {
+  const readme = readFileSync(new URL("../README.md", import.meta.url), "utf8");
+  const cmd = /`tapwire-worker ([^`]+)`/.exec(readme.replace(/\n/g, " "))![1]!.split(/\s+/);
+  const readmeEndpoint = cmd[cmd.indexOf("--listen") + 1]!;
+  // a unix socket nobody listens on: every connect fails at once
+  const code = /```ts\n([\s\S]*?)```/.exec(readme)![1]!.replaceAll(readmeEndpoint, endpointFor("unix"));
+  const file = fileURLToPath(new URL("../readme-example-noworker.tmp.mts", import.meta.url));
+  writeFileSync(file, code);
+  try {
+    const r = spawnSync(process.execPath, ["--import", "tsx", file], { encoding: "utf8", timeout: 60_000 });
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/^not_ready not_ready \[\] Float32Array\(0\)/);
+    expect(r.stdout).toMatch(/\nnot_ready 0 not_ready\n/);
+    // silent without a logger
+    expect(r.stderr).toBe("");
+  } finally {
+    rmSync(file, { force: true });
+  }
+});
