@@ -21,6 +21,7 @@ export {
   argmax,
   DYADIC_ONE,
   dyadicQuantize,
+  expNonPositive,
   rejectionSample,
   sampleDyadic,
   sampleIndex,

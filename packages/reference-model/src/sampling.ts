@@ -247,8 +247,8 @@ const C6 = LN2 ** 6 / 720;
 
 /**
  * `exp(x)` for `x <= 0` with relative error below 2e-7, from + and * only (deterministic on
- * every machine and several times faster than `Math.exp` in V8). Returns 0 below -745.
- * @internal
+ * every machine and several times faster than `Math.exp` in V8). Returns 0 below -745. The draft
+ * head's probabilities use it, so a drafter that must give the same q (CONTRACT 8) uses it too.
  */
 export function expNonPositive(x: number): number {
   const y = x * LOG2E;

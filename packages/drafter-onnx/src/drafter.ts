@@ -1,0 +1,584 @@
+import { readFile } from "node:fs/promises";
+import {
+  dyadicQuantize,
+  expNonPositive,
+  mix32,
+  sampleDyadic,
+  TOP_K_MAX,
+  topK,
+  Xoshiro128,
+} from "@tapwire/reference-model";
+import { Capability } from "@tapwire/wire";
+import type { DraftBatchEntry, Drafter, DraftOutput } from "@tapwire/worker";
+import { checkDrafter } from "@tapwire/worker";
+import * as ort from "onnxruntime-node";
+import { OnnxDrafterError } from "./errors.js";
+import { exportReferenceHead } from "./export.js";
+import { decodeModel, inspectModel, type ModelInfo } from "./model.js";
+import { Input, Output, TOP32 } from "./signature.js";
+
+/** Execution providers {@link OnnxDrafter} can run on. */
+export const ExecutionProvider = { CPU: "cpu", CUDA: "cuda" } as const;
+/** One of {@link ExecutionProvider}. */
+export type ExecutionProvider = (typeof ExecutionProvider)[keyof typeof ExecutionProvider];
+
+/** ONNX Runtime graph optimisation levels. */
+export const GraphOptimization = {
+  DISABLED: "disabled",
+  BASIC: "basic",
+  EXTENDED: "extended",
+  ALL: "all",
+} as const;
+/** One of {@link GraphOptimization}. */
+export type GraphOptimization = (typeof GraphOptimization)[keyof typeof GraphOptimization];
+
+/** Options of {@link OnnxDrafter.create}. */
+export interface OnnxDrafterOptions {
+  /** Window `W` announced in the HelloReply (1..4096, at least the rows the model reads; default `tapwire.window`). */
+  window?: number;
+  /** `N` (1..32; default `tapwire.num_spec`). */
+  numSpec?: number;
+  /** ONNX Runtime intra-op threads (1..64; default 1: the worker's thread drafts). */
+  intraOpThreads?: number;
+  /** ONNX Runtime inter-op threads (1..64; default 1). */
+  interOpThreads?: number;
+  /** `cpu` (default) or `cuda` (needs onnxruntime-node's CUDA binaries and a GPU). */
+  executionProvider?: ExecutionProvider;
+  /** CUDA device id (0..255; default 0), with `executionProvider: "cuda"`. */
+  cudaDeviceId?: number;
+  /** Graph optimisation level (default `all`). */
+  graphOptimization?: GraphOptimization;
+}
+
+interface Resolved {
+  window: number | undefined;
+  numSpec: number | undefined;
+  intraOpThreads: number;
+  interOpThreads: number;
+  executionProvider: ExecutionProvider;
+  cudaDeviceId: number;
+  graphOptimization: GraphOptimization;
+}
+
+function bad(message: string): never {
+  throw new OnnxDrafterError("ONNX_DRAFTER_BAD_OPTION", message);
+}
+
+function intOpt(
+  name: string,
+  v: unknown,
+  dflt: number | undefined,
+  lo: number,
+  hi: number,
+): number | undefined {
+  if (v === undefined) return dflt;
+  if (typeof v !== "number" || !Number.isInteger(v) || v < lo || v > hi)
+    bad(`${name} ${String(v)} outside ${lo}..${hi}`);
+  return v;
+}
+
+/** Validates {@link OnnxDrafterOptions}, naming the first bad option. */
+function resolveOptions(o: OnnxDrafterOptions): Resolved {
+  if (o === null || typeof o !== "object") bad("options must be an object");
+  const known = new Set([
+    "window",
+    "numSpec",
+    "intraOpThreads",
+    "interOpThreads",
+    "executionProvider",
+    "cudaDeviceId",
+    "graphOptimization",
+  ]);
+  for (const k of Object.keys(o)) if (!known.has(k)) bad(`unknown option ${k}`);
+  const ep = o.executionProvider ?? "cpu";
+  if (!Object.values(ExecutionProvider).includes(ep))
+    bad(`executionProvider ${String(ep)} is not cpu or cuda`);
+  const go = o.graphOptimization ?? "all";
+  if (!Object.values(GraphOptimization).includes(go)) {
+    bad(`graphOptimization ${String(go)} is not one of ${Object.values(GraphOptimization).join(", ")}`);
+  }
+  if (o.cudaDeviceId !== undefined && ep !== "cuda") bad("cudaDeviceId needs executionProvider cuda");
+  return {
+    window: intOpt("window", o.window, undefined, 1, 4096),
+    numSpec: intOpt("numSpec", o.numSpec, undefined, 1, 32),
+    intraOpThreads: intOpt("intraOpThreads", o.intraOpThreads, 1, 1, 64)!,
+    interOpThreads: intOpt("interOpThreads", o.interOpThreads, 1, 1, 64)!,
+    executionProvider: ep,
+    cudaDeviceId: intOpt("cudaDeviceId", o.cudaDeviceId, 0, 0, 255)!,
+    graphOptimization: go,
+  };
+}
+
+/** The top outputs of one bucket for one K. */
+interface TopOut {
+  logits: ort.Tensor;
+  ids: ort.Tensor;
+  logitsData: Float32Array;
+  ids32: Int32Array;
+}
+
+/** Tensors of one batch size, made once and reused by every STEP of that size. */
+interface Bucket {
+  size: number;
+  rowsU8: Uint8Array;
+  rowCount32: Int32Array;
+  anchor32: Int32Array;
+  prev32: Int32Array;
+  feeds: Record<string, ort.Tensor>;
+  zeroState: ort.Tensor | null;
+  states: [ort.Tensor, ort.Tensor] | null;
+  fetches: Record<string, ort.Tensor>;
+  /** Per K (2 or 32, or the model's fixed K): the top outputs. */
+  top: Map<number, TopOut>;
+  logits: ort.Tensor | null;
+  logitRows: Float32Array[];
+  confidence: ort.Tensor;
+  confData: Float32Array;
+}
+
+/** Bucket size for a batch: exact up to 8, then the next multiple of 8 (bounded number of tensor sets). */
+function bucketSize(n: number): number {
+  return n <= 8 ? n : Math.ceil(n / 8) * 8;
+}
+
+/**
+ * A {@link Drafter} on ONNX Runtime for a head that follows the signature of
+ * docs/onnx-drafter.md. Every STEP runs the model once per draft position for the whole batch
+ * (the position's input token is the previous position's draft, for Markov-style heads);
+ * greedy ids are the top-1 logit, TOP32 entries get their dyadic q (CONTRACT 8) computed in
+ * JavaScript from the model's top logits exactly as `ReferenceDrafter` does; confidences come
+ * from the model, margins are top-1 minus top-2 logit (6.3). An entry whose outputs are not
+ * finite, or whose anchor token or drafted id is outside the vocabulary, is DRAFT_FAILED alone;
+ * a run that throws fails the STEP's batch. Build with {@link OnnxDrafter.create}.
+ */
+export class OnnxDrafter implements Drafter {
+  readonly drafterIdentity: Uint8Array;
+  readonly markovIdentity: Uint8Array;
+  readonly window: number;
+  readonly numSpec: number;
+  readonly vocabSize: number;
+  readonly numTaps: number;
+  readonly hidden: number;
+  readonly capabilities: number;
+  /** What the model declares (signature, geometry, identities). */
+  readonly info: Readonly<ModelInfo>;
+  /** The options in force. */
+  readonly options: Readonly<Required<Omit<OnnxDrafterOptions, "window" | "numSpec">>>;
+  /** `session.run` calls so far (tests and benchmarks read it). */
+  runs = 0;
+
+  readonly #session: ort.InferenceSession;
+  readonly #buckets = new Map<number, Bucket>();
+  readonly #rowBytes: number;
+  readonly #position = new BigInt64Array(1);
+  readonly #position32 = new Int32Array(this.#position.buffer);
+  readonly #positionT: ort.Tensor;
+  readonly #topKTensors = new Map<number, ort.Tensor>();
+  // Scratch of one sampled position (CONTRACT 8), sized once.
+  readonly #probs = new Float64Array(TOP32);
+  readonly #kept = new Float64Array(TOP32);
+  readonly #selIds = new Int32Array(TOP32);
+  readonly #taken = new Uint8Array(TOP32);
+  readonly #candIds = new Int32Array(TOP32);
+  readonly #candLogits = new Float32Array(TOP32);
+  readonly #rng = new Xoshiro128(0);
+  #failedLocal = new Uint8Array(0);
+  #tail: Promise<void> = Promise.resolve();
+
+  private constructor(session: ort.InferenceSession, info: ModelInfo, o: Resolved) {
+    this.#session = session;
+    this.info = info;
+    this.options = Object.freeze({
+      intraOpThreads: o.intraOpThreads,
+      interOpThreads: o.interOpThreads,
+      executionProvider: o.executionProvider,
+      cudaDeviceId: o.cudaDeviceId,
+      graphOptimization: o.graphOptimization,
+    });
+    this.drafterIdentity = info.drafterIdentity;
+    this.markovIdentity = info.markovIdentity;
+    this.window = o.window ?? info.window;
+    if (this.window < info.windowRows) {
+      bad(`window ${this.window} is below the ${info.windowRows} rows the model reads`);
+    }
+    this.numSpec = o.numSpec ?? info.numSpec;
+    this.vocabSize = info.vocabSize;
+    this.numTaps = info.numTaps;
+    this.hidden = info.hidden;
+    this.capabilities = Capability.TAPS_BF16 | Capability.MARGIN | (info.top32 ? Capability.TOP32 : 0);
+    this.#rowBytes = info.numTaps * info.hidden * 2;
+    this.#positionT = new ort.Tensor("int64", this.#position, [1]);
+    checkDrafter(this);
+  }
+
+  /**
+   * Loads a model: ONNX bytes, a path to an `.onnx` file, or a reference head's
+   * `.safetensors` (exported in memory with {@link exportReferenceHead}). The options are
+   * validated first, then the model against the signature, then ONNX Runtime creates the session.
+   * @throws OnnxDrafterError `ONNX_DRAFTER_BAD_OPTION`, `ONNX_DRAFTER_BAD_MODEL`,
+   *   `ONNX_DRAFTER_BAD_SIGNATURE`, `ONNX_DRAFTER_IDENTITY_MISMATCH`, `ONNX_DRAFTER_SESSION`.
+   */
+  static async create(model: Uint8Array | string, options: OnnxDrafterOptions = {}): Promise<OnnxDrafter> {
+    const o = resolveOptions(options);
+    let bytes: Uint8Array;
+    if (typeof model === "string") {
+      try {
+        bytes = await readFile(model);
+      } catch (cause) {
+        throw new OnnxDrafterError(
+          "ONNX_DRAFTER_BAD_MODEL",
+          `cannot read ${model}: ${(cause as Error).message}`,
+          {
+            cause,
+          },
+        );
+      }
+      if (model.endsWith(".safetensors")) bytes = exportReferenceHead(bytes);
+    } else if (model instanceof Uint8Array) {
+      bytes = model;
+    } else {
+      bad("model must be ONNX bytes or a file path");
+    }
+    const info = inspectModel(decodeModel(bytes));
+    const so: ort.InferenceSession.SessionOptions = {
+      intraOpNumThreads: o.intraOpThreads,
+      interOpNumThreads: o.interOpThreads,
+      graphOptimizationLevel: o.graphOptimization,
+      executionMode: "sequential",
+      executionProviders:
+        o.executionProvider === "cuda" ? [{ name: "cuda", deviceId: o.cudaDeviceId }] : [{ name: "cpu" }],
+      logSeverityLevel: 3,
+    };
+    let session: ort.InferenceSession;
+    try {
+      session = await ort.InferenceSession.create(bytes, so);
+    } catch (cause) {
+      const msg = (cause as Error).message;
+      const hint =
+        o.executionProvider === "cuda"
+          ? " (the CUDA provider needs a GPU and onnxruntime-node's CUDA binaries, which its install script fetches: see docs/onnx-drafter.md)"
+          : "";
+      throw new OnnxDrafterError("ONNX_DRAFTER_SESSION", `ONNX Runtime refused the model: ${msg}${hint}`, {
+        cause,
+      });
+    }
+    try {
+      return new OnnxDrafter(session, info, o);
+    } catch (e) {
+      await session.release();
+      throw e;
+    }
+  }
+
+  /** Releases the ONNX Runtime session. */
+  async release(): Promise<void> {
+    await this.#session.release();
+  }
+
+  #topK(k: number): ort.Tensor {
+    let t = this.#topKTensors.get(k);
+    if (t === undefined) {
+      t = new ort.Tensor("int64", BigInt64Array.from([BigInt(k)]), [1]);
+      this.#topKTensors.set(k, t);
+    }
+    return t;
+  }
+
+  #bucket(n: number): Bucket {
+    const size = bucketSize(n);
+    let b = this.#buckets.get(size);
+    if (b !== undefined) return b;
+    const info = this.info;
+    const rows = new Uint16Array(size * info.windowRows * info.numTaps * info.hidden);
+    const i64 = () => new BigInt64Array(size);
+    const rowCount = i64();
+    const anchor = i64();
+    const prev = i64();
+    const feeds: Record<string, ort.Tensor> = {
+      [Input.ROWS]: new ort.Tensor("uint16", rows, [size, info.windowRows, info.numTaps, info.hidden]),
+      [Input.ROW_COUNT]: new ort.Tensor("int64", rowCount, [size]),
+      [Input.ANCHOR_TOKEN]: new ort.Tensor("int64", anchor, [size]),
+      [Input.PREV_TOKEN]: new ort.Tensor("int64", prev, [size]),
+      [Input.POSITION]: this.#positionT,
+    };
+    const confData = new Float32Array(size);
+    const confidence = new ort.Tensor("float32", confData, [size]);
+    const fetches: Record<string, ort.Tensor> = { [Output.CONFIDENCE]: confidence };
+    let zeroState: ort.Tensor | null = null;
+    let states: [ort.Tensor, ort.Tensor] | null = null;
+    if (info.stateSize > 0) {
+      const s = info.stateSize;
+      zeroState = new ort.Tensor("float32", new Float32Array(size * s), [size, s]);
+      states = [
+        new ort.Tensor("float32", new Float32Array(size * s), [size, s]),
+        new ort.Tensor("float32", new Float32Array(size * s), [size, s]),
+      ];
+    }
+    let logits: ort.Tensor | null = null;
+    const logitRows: Float32Array[] = [];
+    if (info.output === "logits") {
+      const data = new Float32Array(size * info.vocabSize);
+      logits = new ort.Tensor("float32", data, [size, info.vocabSize]);
+      for (let i = 0; i < size; i++)
+        logitRows.push(data.subarray(i * info.vocabSize, (i + 1) * info.vocabSize));
+      fetches[Output.LOGITS] = logits;
+    }
+    b = {
+      size,
+      rowsU8: new Uint8Array(rows.buffer),
+      rowCount32: new Int32Array(rowCount.buffer),
+      anchor32: new Int32Array(anchor.buffer),
+      prev32: new Int32Array(prev.buffer),
+      feeds,
+      zeroState,
+      states,
+      fetches,
+      top: new Map(),
+      logits,
+      logitRows,
+      confidence,
+      confData,
+    };
+    this.#buckets.set(size, b);
+    return b;
+  }
+
+  #topOutputs(b: Bucket, k: number): TopOut {
+    let t = b.top.get(k);
+    if (t === undefined) {
+      const logitsData = new Float32Array(b.size * k);
+      const ids = new BigInt64Array(b.size * k);
+      t = {
+        logits: new ort.Tensor("float32", logitsData, [b.size, k]),
+        ids: new ort.Tensor("int64", ids, [b.size, k]),
+        logitsData,
+        ids32: new Int32Array(ids.buffer),
+      };
+      b.top.set(k, t);
+    }
+    return t;
+  }
+
+  /** Drafts every entry of the batch into `out` (see the class description). */
+  async draft(batch: readonly DraftBatchEntry[], out: DraftOutput): Promise<void> {
+    if (batch.length === 0) return;
+    // The tensors are shared by every STEP: one draft at a time.
+    const run = this.#tail.then(() => this.#draft(batch, out));
+    this.#tail = run.catch(() => {});
+    await run;
+  }
+
+  async #draft(batch: readonly DraftBatchEntry[], out: DraftOutput): Promise<void> {
+    const n = batch.length;
+    const info = this.info;
+    const V = this.vocabSize;
+    const N = out.numSpec;
+    const sampledSession = out.supportIds !== null && out.proposalQ !== null && out.sampledMask !== null;
+    let failed = out.failed;
+    if (failed === undefined) {
+      let top = 0;
+      for (const e of batch) if (e.index >= top) top = e.index + 1;
+      if (this.#failedLocal.length < top) this.#failedLocal = new Uint8Array(top);
+      failed = this.#failedLocal;
+      failed.fill(0);
+    }
+    const b = this.#bucket(n);
+    let anySampled = false;
+    let maxK = 0;
+    const wr = info.windowRows;
+    const rb = this.#rowBytes;
+    for (let i = 0; i < n; i++) {
+      const e = batch[i]!;
+      if (e.k > maxK) maxK = e.k;
+      if (sampledSession && e.sample !== null && e.sample.tempMilli > 0) anySampled = true;
+      const ok = Number.isInteger(e.anchorToken) && e.anchorToken >= 0 && e.anchorToken < V;
+      if (!ok) failed[e.index] = 1;
+      const tok = ok ? e.anchorToken : 0;
+      b.anchor32[2 * i] = tok;
+      b.prev32[2 * i] = tok;
+      b.rowCount32[2 * i] = e.nRows;
+      // Right-aligned: the last held row is always at index wr - 1; missing rows are zeros.
+      const have = Math.min(e.nRows, wr);
+      const base = i * wr * rb;
+      const pad = (wr - have) * rb;
+      if (pad > 0) b.rowsU8.fill(0, base, base + pad);
+      if (have > 0) {
+        const end = e.nRows * rb;
+        Buffer.prototype.copy.call(e.rows, b.rowsU8, base + pad, end - have * rb, end);
+      }
+    }
+    for (let i = n; i < b.size; i++) {
+      b.anchor32[2 * i] = 0;
+      b.prev32[2 * i] = 0;
+      b.rowCount32[2 * i] = 0;
+    }
+    if (maxK > N) maxK = N;
+    const K =
+      info.output === "logits"
+        ? anySampled
+          ? TOP32
+          : 2
+        : info.hasTopKInput
+          ? anySampled
+            ? TOP32
+            : 2
+          : info.fixedK;
+    const candidates = Math.min(K, anySampled ? TOP32 : 2);
+    let top: TopOut | null = null;
+    if (info.output === "top") {
+      top = this.#topOutputs(b, K);
+      b.fetches[Output.TOP_LOGITS] = top.logits;
+      b.fetches[Output.TOP_IDS] = top.ids;
+      if (info.hasTopKInput) b.feeds[Input.TOP_K] = this.#topK(K);
+    }
+    const cIds = this.#candIds;
+    const cLog = this.#candLogits;
+    for (let j = 0; j < maxK; j++) {
+      this.#position32[0] = j;
+      this.#position32[1] = 0;
+      if (b.states !== null) {
+        b.feeds[Input.STATE] = j === 0 ? b.zeroState! : b.states[(j + 1) & 1]!;
+        b.fetches[Output.NEXT_STATE] = b.states[j & 1]!;
+      }
+      this.runs++;
+      await this.#session.run(b.feeds, b.fetches);
+      for (let i = 0; i < n; i++) {
+        const e = batch[i]!;
+        const fi = e.index;
+        if (j >= e.k || failed[fi] === 1) continue;
+        // Candidates of this position: the model's top logits, or the top of its full logits.
+        if (top !== null) {
+          const o = i * K;
+          for (let t = 0; t < candidates; t++) {
+            const lo = top.ids32[2 * (o + t)]!;
+            const hi = top.ids32[2 * (o + t) + 1]!;
+            cIds[t] = hi === 0 && lo >= 0 && lo < V ? lo : -1;
+            cLog[t] = top.logitsData[o + t]!;
+          }
+        } else {
+          const row = b.logitRows[i]!;
+          let finite = true;
+          for (let t = 0; t < V; t++) {
+            if (!Number.isFinite(row[t]!)) {
+              finite = false;
+              break;
+            }
+          }
+          topK(row, candidates, cIds);
+          for (let t = 0; t < candidates; t++) cLog[t] = finite ? row[cIds[t]!]! : Number.NaN;
+        }
+        let good = true;
+        for (let t = 0; t < candidates; t++) {
+          if (cIds[t]! < 0 || !Number.isFinite(cLog[t]!) || (t > 0 && cLog[t]! > cLog[t - 1]!)) {
+            good = false;
+            break;
+          }
+        }
+        const conf = b.confData[i]!;
+        if (!good || !(conf >= 0 && conf <= 1)) {
+          failed[fi] = 1;
+          continue;
+        }
+        const p = e.index * N + j;
+        const l1 = cLog[0]!;
+        const margin = l1 - cLog[1]!;
+        let id = cIds[0]!;
+        const meta = e.sample;
+        if (sampledSession && meta !== null && meta.tempMilli > 0) {
+          if (candidates < TOP32) {
+            failed[fi] = 1;
+            continue;
+          }
+          id = this.#sample(meta.seed, meta.topK, meta.tempMilli, e.anchorPos, j, p * TOP_K_MAX, out);
+          if (id < 0) {
+            failed[fi] = 1;
+            continue;
+          }
+          out.sampledMask![p] = 1;
+        }
+        out.draftIds[p] = id;
+        out.confidence[p] = conf;
+        if (out.margin !== null) out.margin[p] = Math.max(margin, 0);
+        b.prev32[2 * i] = id;
+      }
+    }
+    if (out.failed === undefined) {
+      for (const e of batch) {
+        if (failed[e.index] === 1) {
+          throw new OnnxDrafterError(
+            "ONNX_DRAFTER_BAD_MODEL",
+            `slot ${e.slot}: the model gave no usable draft`,
+          );
+        }
+      }
+    }
+  }
+
+  /**
+   * One sampled position (CONTRACT 8), equal to the reference head's: probabilities
+   * `exp((logit - max) / T)` of the candidates, the `topK` most likely (ties: lower id; when
+   * fewer than `topK` are non-zero, the lowest ids of probability zero, as a top-k over the
+   * whole vocabulary picks them), dyadic q, and the draw seeded by (seed, anchor position, j).
+   * Returns the drafted id, or -1 when the support cannot be formed.
+   */
+  #sample(
+    seed: number,
+    k: number,
+    tempMilli: number,
+    anchorPos: number,
+    j: number,
+    so: number,
+    out: DraftOutput,
+  ): number {
+    const cIds = this.#candIds;
+    const cLog = this.#candLogits;
+    const probs = this.#probs;
+    const taken = this.#taken;
+    const sel = this.#selIds;
+    const kept = this.#kept;
+    const inv = 1 / (tempMilli / 1000);
+    const max = cLog[0]!;
+    let nonZero = 0;
+    for (let t = 0; t < TOP32; t++) {
+      probs[t] = expNonPositive((cLog[t]! - max) * inv);
+      taken[t] = 0;
+      if (probs[t]! > 0) nonZero++;
+    }
+    const kk = Math.min(k, TOP32);
+    let m = 0;
+    for (; m < kk && m < nonZero; m++) {
+      let best = -1;
+      for (let t = 0; t < TOP32; t++) {
+        if (taken[t] === 1 || !(probs[t]! > 0)) continue;
+        if (best < 0 || probs[t]! > probs[best]! || (probs[t] === probs[best] && cIds[t]! < cIds[best]!))
+          best = t;
+      }
+      taken[best] = 1;
+      sel[m] = cIds[best]!;
+      kept[m] = probs[best]!;
+    }
+    if (m < kk) {
+      if (nonZero === TOP32) return -1;
+      // Zero-probability ids fill the support from the lowest id, skipping the non-zero ones.
+      for (let id = 0; m < kk && id < this.vocabSize; id++) {
+        let used = false;
+        for (let t = 0; t < TOP32; t++) {
+          if (probs[t]! > 0 && cIds[t] === id) {
+            used = true;
+            break;
+          }
+        }
+        if (used) continue;
+        sel[m] = id;
+        kept[m] = 0;
+        m++;
+      }
+    }
+    const q = out.proposalQ!;
+    const ids = out.supportIds!;
+    dyadicQuantize(kept, kk, q, so);
+    for (let i = 0; i < kk; i++) ids[so + i] = sel[i]!;
+    this.#rng.reseed(mix32(mix32(mix32(seed >>> 0) ^ (anchorPos >>> 0)) ^ j));
+    return sel[sampleDyadic(q, kk, this.#rng, so)]!;
+  }
+}

@@ -1,0 +1,238 @@
+/**
+ * `exportReferenceHead`: the reference draft head of `@tapwire/reference-model` as an ONNX model
+ * of the head signature (docs/onnx-drafter.md), built with onnx-proto.
+ *
+ * The graph reproduces the JavaScript head's arithmetic exactly: its weights stay float32
+ * initializers under their safetensors names (so the identities are the same bytes), are cast
+ * to float64 inside the graph (folded once at session creation), every sum runs in float64 and
+ * is rounded to float32 wherever the JavaScript head stores into a Float32Array, and the
+ * read-out of the last row, which the JavaScript head accumulates in float32 one row value at a
+ * time, is unrolled in the same order. The logits are then equal to the head's up to float64
+ * reassociation, which changes a float32 result in about one value in 10^8.
+ */
+import { DraftHead, type SafetensorsTensor } from "@tapwire/reference-model";
+import { OnnxDrafterError } from "./errors.js";
+import { modelIdentities } from "./identity.js";
+import { DataType, GraphBuilder, type OnnxNs, onnx, valueInfo } from "./onnx.js";
+import { Input, Meta, Output, SIGNATURE_VERSION } from "./signature.js";
+
+/** Domain tags of the reference head's identities (`@tapwire/reference-model` draft.ts). */
+const REFERENCE_DRAFTER_DOMAIN = "tapwire/reference-drafter/v1";
+const REFERENCE_MARKOV_DOMAIN = "tapwire/reference-markov/v1";
+const OPSET = 17;
+const IR_VERSION = 8;
+
+/** Options of {@link exportReferenceHead}. */
+export interface ExportOptions {
+  /** `tapwire.window` (default the head's `config.window`). */
+  window?: number;
+  /** `tapwire.num_spec` (default the head's `config.numSpec`). */
+  numSpec?: number;
+}
+
+function bf16Table(): Uint8Array {
+  const out = new Uint8Array(65536 * 4);
+  const v = new DataView(out.buffer);
+  for (let i = 0; i < 65536; i++) v.setUint32(i * 4, i << 16, true);
+  return out;
+}
+
+function intOpt(name: string, v: number | undefined, dflt: number, lo: number, hi: number): number {
+  const x = v ?? dflt;
+  if (!Number.isInteger(x) || x < lo || x > hi) {
+    throw new OnnxDrafterError("ONNX_DRAFTER_BAD_OPTION", `${name} ${x} outside ${lo}..${hi}`);
+  }
+  return x;
+}
+
+/**
+ * Exports a reference head (a `DraftHead`, or its safetensors bytes) as ONNX model bytes with
+ * the head signature; its identities equal the head's (checked before returning).
+ * @throws OnnxDrafterError `ONNX_DRAFTER_BAD_HEAD` for unreadable safetensors,
+ *   `ONNX_DRAFTER_BAD_OPTION` for a bad window or num_spec.
+ */
+export function exportReferenceHead(head: DraftHead | Uint8Array, options: ExportOptions = {}): Uint8Array {
+  let h: DraftHead;
+  if (head instanceof Uint8Array) {
+    try {
+      h = DraftHead.fromSafetensors(head);
+    } catch (cause) {
+      throw new OnnxDrafterError(
+        "ONNX_DRAFTER_BAD_HEAD",
+        `not a reference draft head: ${(cause as Error).message}`,
+        { cause },
+      );
+    }
+  } else {
+    h = head;
+  }
+  const window = intOpt("window", options.window, h.config.window, 1, 4096);
+  const numSpec = intOpt("numSpec", options.numSpec, h.config.numSpec, 1, 32);
+  const w = h.weights as Map<string, SafetensorsTensor>;
+  const d = h.stateDim;
+  const dc = d - 2;
+  const v = h.vocabSize;
+  const rd = w.get("backbone.read_index")!.shape[0]!;
+  const g = new GraphBuilder("t/");
+  for (const [name, t] of w) {
+    g.init(name, t.dtype === "I32" ? DataType.INT32 : DataType.FLOAT, t.shape, t.data);
+  }
+  const table = g.init("tapwire.bf16_table", DataType.FLOAT, [65536], bf16Table());
+  const zeroI = g.i64("tapwire.zero", [0]);
+  const one = g.f64("tapwire.one", [1], []);
+  const zeroD = g.f64("tapwire.zero_f64", [0], []);
+  const rowShape = g.i64("tapwire.row_shape", [0, -1]);
+  const stateShape = g.i64("tapwire.state_shape", [-1, d]);
+  const axis1 = g.i64("tapwire.axis1", [1]);
+  const splitState = g.i64("tapwire.split_state", [dc, 1, 1]);
+  const split11 = g.i64("tapwire.split_11", [1, 1]);
+  const D = (x: string) => g.op1("Cast", [x], { to: DataType.DOUBLE });
+  const F = (x: string) => g.op1("Cast", [x], { to: DataType.FLOAT });
+  const T = (x: string) => g.op1("Transpose", [x], { perm: [1, 0] });
+
+  // Position 0 reads the state from the last row; later positions take the carried state.
+  const is0 = g.op1("Equal", [Input.POSITION, zeroI]);
+  // The read-out's weight rows, cast and split in the main graph (folded once at load).
+  const readRows = g.op("Split", [D("backbone.read")], { axis: 0 }, rd);
+  const rb = new GraphBuilder("r/");
+  {
+    const D2 = (x: string) => rb.op1("Cast", [x], { to: DataType.DOUBLE });
+    const F2 = (x: string) => rb.op1("Cast", [x], { to: DataType.FLOAT });
+    const flat = rb.op1("Reshape", [Input.ROWS, rowShape]);
+    const sel = rb.op1("Gather", [flat, "backbone.read_index"], { axis: 1 });
+    const x = rb.op1("Gather", [table, rb.op1("Cast", [sel], { to: DataType.INT32 })], { axis: 0 });
+    const xs = rb.op("Split", [D2(x)], { axis: 1 }, rd); // [B, 1] each
+    // f32 accumulation in row order, each product exact in f64 (as the JavaScript head does).
+    let s = F2(rb.op1("Add", [zeroD, rb.op1("Mul", [xs[0]!, readRows[0]!])])); // +0 + -0 = +0, as in JS
+    for (let i = 1; i < rd; i++) s = F2(rb.op1("Add", [D2(s), rb.op1("Mul", [xs[i]!, readRows[i]!])]));
+    const readout = rb.op1("Reshape", [s, stateShape]);
+    const empty = rb.op1("Unsqueeze", [rb.op1("Equal", [Input.ROW_COUNT, zeroI]), axis1]);
+    rb.op1("Where", [empty, "backbone.init_state", readout], {}, "r/state0");
+  }
+  const thenBranch: OnnxNs.IGraphProto = {
+    name: "from_rows",
+    node: rb.nodes,
+    output: [valueInfo("r/state0", DataType.FLOAT, ["batch", d])],
+  };
+  const elseBranch: OnnxNs.IGraphProto = {
+    name: "carried",
+    node: [{ opType: "Identity", input: [Input.STATE], output: ["c/state0"], name: "c/state0" }],
+    output: [valueInfo("c/state0", DataType.FLOAT, ["batch", d])],
+  };
+  const state0 = g.op1("If", [is0], { then_branch: thenBranch, else_branch: elseBranch });
+
+  // Backbone step j -> j + 1 (rank-r recurrence, clock rotation, anchor or mean embedding).
+  const [content, c0, c1] = g.op("Split", [D(state0), splitState], { axis: 1 }, 3) as [
+    string,
+    string,
+    string,
+  ];
+  const [rot0, rot1] = g.op("Split", [D("backbone.clock_rotation"), split11], { axis: 0 }, 2) as [
+    string,
+    string,
+  ];
+  const [cc0, cc1] = g.op("Split", [T(D("backbone.clock_coupling")), split11], { axis: 0 }, 2) as [
+    string,
+    string,
+  ];
+  const n0 = g.op1("Sub", [g.op1("Mul", [rot0, c0]), g.op1("Mul", [rot1, c1])]);
+  const n1 = g.op1("Add", [g.op1("Mul", [rot1, c0]), g.op1("Mul", [rot0, c1])]);
+  const emb = g.op1("Where", [
+    is0,
+    g.op1("Gather", [D("backbone.embed"), Input.ANCHOR_TOKEN], { axis: 0 }),
+    D("backbone.embed_mean"),
+  ]);
+  let acc = g.op1("Add", [D("backbone.bias"), g.op1("Mul", [cc0, n0])]);
+  acc = g.op1("Add", [acc, g.op1("Mul", [cc1, n1])]);
+  acc = g.op1("Add", [acc, emb]);
+  const low = D(F(g.op1("MatMul", [content, T(D("backbone.dyn_v"))])));
+  acc = g.op1("Add", [acc, g.op1("MatMul", [low, T(D("backbone.dyn_u"))])]);
+  const preF = F(acc);
+  const newC = F(g.op1("Tanh", [acc]));
+  const n0F = F(n0);
+  const n1F = F(n1);
+  g.op1("Concat", [newC, n0F, n1F], { axis: 1 }, Output.NEXT_STATE);
+
+  // Markov head (positions >= 1): the previous draft's low-rank embedding offset.
+  const mv = g.op1("Gather", [D("markov.in"), Input.PREV_TOKEN], { axis: 0 });
+  const corr = F(g.op1("Tanh", [g.op1("Add", [D(preF), g.op1("MatMul", [mv, T(D("markov.out"))])])]));
+  const src = g.op1("Concat", [g.op1("Where", [is0, newC, corr]), n0F, n1F], { axis: 1 });
+
+  // LM head (rank 16) and confidence (calibrated temperature of this position).
+  const hv = D(F(g.op1("MatMul", [D(src), T(D("backbone.lm_m"))])));
+  const logits = F(g.op1("Add", [g.op1("MatMul", [hv, T(D("backbone.lm_u"))]), D("backbone.lm_bias")]));
+  g.op("TopK", [logits, Input.TOP_K], { axis: -1, largest: 1, sorted: 1 }, [
+    Output.TOP_LOGITS,
+    Output.TOP_IDS,
+  ]);
+  const l1 = g.op1("ReduceMax", [logits], { axes: [1], keepdims: 1 });
+  const invT = g.op1("Div", [
+    one,
+    D(g.op1("Gather", ["confidence.temperature", Input.POSITION], { axis: 0 })),
+  ]);
+  const z = g.op1(
+    "ReduceSum",
+    [g.op1("Exp", [g.op1("Mul", [g.op1("Sub", [D(logits), D(l1)]), invT])]), axis1],
+    {
+      keepdims: 0,
+    },
+  );
+  g.op1("Cast", [g.op1("Min", [g.op1("Div", [one, z]), one])], { to: DataType.FLOAT }, Output.CONFIDENCE);
+
+  const tensors = new Map(w);
+  const ids = modelIdentities(tensors, {
+    drafterDomain: REFERENCE_DRAFTER_DOMAIN,
+    markovDomain: REFERENCE_MARKOV_DOMAIN,
+    markovPrefix: "markov.",
+  });
+  const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");
+  if (
+    hex(ids.drafterIdentity) !== hex(h.drafterIdentity) ||
+    hex(ids.markovIdentity) !== hex(h.markovIdentity)
+  ) {
+    throw new OnnxDrafterError("ONNX_DRAFTER_BAD_HEAD", "exported identities differ from the head's");
+  }
+  const meta: Record<string, string> = {
+    [Meta.SIGNATURE]: SIGNATURE_VERSION,
+    [Meta.WINDOW]: String(window),
+    [Meta.NUM_SPEC]: String(numSpec),
+    [Meta.VOCAB_SIZE]: String(v),
+    [Meta.NUM_TAPS]: String(h.numTaps),
+    [Meta.HIDDEN]: String(h.hidden),
+    [Meta.DRAFTER_DOMAIN]: REFERENCE_DRAFTER_DOMAIN,
+    [Meta.MARKOV_DOMAIN]: REFERENCE_MARKOV_DOMAIN,
+    [Meta.MARKOV_PREFIX]: "markov.",
+    [Meta.DRAFTER_IDENTITY]: hex(ids.drafterIdentity),
+    [Meta.MARKOV_IDENTITY]: hex(ids.markovIdentity),
+  };
+  const graph: OnnxNs.IGraphProto = {
+    name: "tapwire_reference_head",
+    node: g.nodes,
+    initializer: g.initializers,
+    input: [
+      valueInfo(Input.ROWS, DataType.UINT16, ["batch", 1, h.numTaps, h.hidden]),
+      valueInfo(Input.ROW_COUNT, DataType.INT64, ["batch"]),
+      valueInfo(Input.ANCHOR_TOKEN, DataType.INT64, ["batch"]),
+      valueInfo(Input.PREV_TOKEN, DataType.INT64, ["batch"]),
+      valueInfo(Input.POSITION, DataType.INT64, [1]),
+      valueInfo(Input.STATE, DataType.FLOAT, ["batch", d]),
+      valueInfo(Input.TOP_K, DataType.INT64, [1]),
+    ],
+    output: [
+      valueInfo(Output.TOP_LOGITS, DataType.FLOAT, ["batch", "k"]),
+      valueInfo(Output.TOP_IDS, DataType.INT64, ["batch", "k"]),
+      valueInfo(Output.CONFIDENCE, DataType.FLOAT, ["batch"]),
+      valueInfo(Output.NEXT_STATE, DataType.FLOAT, ["batch", d]),
+    ],
+  };
+  const model: OnnxNs.IModelProto = {
+    irVersion: IR_VERSION,
+    opsetImport: [{ domain: "", version: OPSET }],
+    producerName: "tapwire-onnx-export",
+    producerVersion: SIGNATURE_VERSION,
+    docString: "tapwire reference draft head (DSpark-style: backbone + Markov head + confidence)",
+    graph,
+    metadataProps: Object.entries(meta).map(([key, value]) => ({ key, value })),
+  };
+  return onnx.ModelProto.encode(onnx.ModelProto.create(model)).finish();
+}
