@@ -48,24 +48,32 @@ export interface RandomStepOptions {
   sampled: boolean;
 }
 
-/**
- * A random STEP batch: 1..maxBatch entries, each with 0..W rows of random bf16 values (N(0, s)
- * with a random scale, a few exact zeros), a random anchor, k in 1..N and, in sampled sessions,
- * sample meta mixing greedy entries, ordinary temperatures and very low ones (zero probabilities).
- */
-export function randomStep(rng: Xoshiro128, o: RandomStepOptions): DraftBatchEntry[] {
-  const n = 1 + rng.nextInt(o.maxBatch);
-  const elems = o.rowBytes / 2;
+/** `count` rows of random bf16 values: N(0, s) with a random scale per row, 2% exact zeros. */
+export function rowPool(rng: Xoshiro128, rowBytes: number, count: number): Uint8Array {
+  const elems = rowBytes / 2;
   const f = new Float32Array(elems);
+  const pool = new Uint8Array(count * rowBytes);
+  for (let r = 0; r < count; r++) {
+    const scale = 0.1 + rng.nextFloat() * 3;
+    for (let t = 0; t < elems; t++) f[t] = rng.nextFloat() < 0.02 ? 0 : rng.nextGaussian() * scale;
+    encodeBf16(f, pool, r * rowBytes);
+  }
+  return pool;
+}
+
+/**
+ * A random STEP batch: 1..maxBatch entries, each with 0..W contiguous rows of `pool` (from a
+ * random start), a random anchor, k in 1..N and, in sampled sessions, sample meta mixing
+ * greedy entries, ordinary temperatures and very low ones (probabilities that underflow to 0).
+ */
+export function randomStep(rng: Xoshiro128, o: RandomStepOptions, pool: Uint8Array): DraftBatchEntry[] {
+  const n = 1 + rng.nextInt(o.maxBatch);
+  const poolRows = pool.length / o.rowBytes;
   const batch: DraftBatchEntry[] = [];
   for (let i = 0; i < n; i++) {
-    const nRows = rng.nextInt(o.window + 1);
-    const rows = new Uint8Array(nRows * o.rowBytes);
-    const scale = 0.1 + rng.nextFloat() * 3;
-    for (let r = 0; r < nRows; r++) {
-      for (let t = 0; t < elems; t++) f[t] = rng.nextFloat() < 0.02 ? 0 : rng.nextGaussian() * scale;
-      encodeBf16(f, rows, r * o.rowBytes);
-    }
+    const nRows = rng.nextInt(Math.min(o.window, poolRows) + 1);
+    const start = rng.nextInt(poolRows - nRows + 1);
+    const rows = pool.subarray(start * o.rowBytes, (start + nRows) * o.rowBytes);
     let sample = null;
     if (o.sampled) {
       const kind = rng.nextInt(4);

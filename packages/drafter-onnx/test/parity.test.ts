@@ -8,9 +8,9 @@ import { Xoshiro128 } from "@tapwire/reference-model";
 import { ReferenceDrafter } from "@tapwire/worker";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { exportReferenceHead, OnnxDrafter } from "../src/index.js";
-import { defaultPair, makeOutput, randomStep } from "./helpers.js";
+import { defaultPair, makeOutput, randomStep, rowPool } from "./helpers.js";
 
-const STEPS = Number(process.env["TAPWIRE_PARITY_STEPS"] ?? 1500);
+const STEPS = Number(process.env["TAPWIRE_PARITY_STEPS"] ?? 2000);
 
 function close(a: number, b: number): boolean {
   return a === b || Math.abs(a - b) <= 1e-5 * Math.max(Math.abs(a), Math.abs(b));
@@ -51,11 +51,12 @@ describe("parity with ReferenceDrafter", () => {
         rowBytes: ref.numTaps * ref.hidden * 2,
         sampled,
       };
+      const pool = rowPool(rng, geo.rowBytes, 96);
       let positions = 0;
       let sampledPositions = 0;
       let maxConfErr = 0;
       for (let s = 0; s < STEPS; s++) {
-        const batch = randomStep(rng, geo);
+        const batch = randomStep(rng, geo, pool);
         const a = makeOutput(batch.length, ref.numSpec, sampled);
         const b = makeOutput(batch.length, ref.numSpec, sampled);
         ref.draft(batch, a);
