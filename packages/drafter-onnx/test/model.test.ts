@@ -143,7 +143,12 @@ describe("models that do not fit the signature are refused at load, naming the p
   const cases: [string, () => Uint8Array, RegExp, string][] = [
     [
       "a wrong input name",
-      () => toyModel({ edit: (m) => void (m.graph!.input![3]!.name = "previous_token") }),
+      () =>
+        toyModel({
+          edit: (m) => {
+            m.graph!.input![3]!.name = "previous_token";
+          },
+        }),
       /unknown input "previous_token"/,
       "ONNX_DRAFTER_BAD_SIGNATURE",
     ],
@@ -155,7 +160,12 @@ describe("models that do not fit the signature are refused at load, naming the p
     ],
     [
       "rows as float32",
-      () => toyModel({ edit: (m) => void (m.graph!.input![0]!.type!.tensorType!.elemType = 1) }),
+      () =>
+        toyModel({
+          edit: (m) => {
+            m.graph!.input![0]!.type!.tensorType!.elemType = 1;
+          },
+        }),
       /input rows is float32, the signature needs uint16/,
       "ONNX_DRAFTER_BAD_SIGNATURE",
     ],
@@ -198,7 +208,12 @@ describe("models that do not fit the signature are refused at load, naming the p
     ["garbage bytes", () => new Uint8Array(1000).fill(0xff), /not an ONNX model/, "ONNX_DRAFTER_BAD_MODEL"],
     [
       "a graph ONNX Runtime cannot run (unknown operator)",
-      () => toyModel({ edit: (m) => void (m.graph!.node![0]!.opType = "NoSuchOp") }),
+      () =>
+        toyModel({
+          edit: (m) => {
+            m.graph!.node![0]!.opType = "NoSuchOp";
+          },
+        }),
       /ONNX Runtime refused the model/,
       "ONNX_DRAFTER_SESSION",
     ],
