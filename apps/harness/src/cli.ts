@@ -1,3 +1,5 @@
+import { closeSync, existsSync, openSync, statSync, unlinkSync } from "node:fs";
+import { parseMetricsListen, StatsError } from "@tapwire/stats";
 import { HarnessError, HarnessErrorCode } from "./errors.js";
 
 /** Transports of the drafter link (CONTRACT 3). */
@@ -63,8 +65,10 @@ export interface HarnessConfig {
   seed: number;
   /** Inject faults during the run. */
   faults: boolean;
-  /** Serve Prometheus metrics on this port while running (null: off). */
+  /** Serve Prometheus metrics on 127.0.0.1 at this port while running (null: off); `--metrics-listen` wins. */
   metricsPort: number | null;
+  /** Serve /metrics, /healthz and /readyz at this `tcp://HOST:PORT` while running (null: off). */
+  metricsListen: string | null;
   /** Write the report as JSON to this file (null: off). */
   json: string | null;
   /** Fixed verification budget in draft tokens per round (null: from the load curve). */
@@ -107,6 +111,7 @@ export const DEFAULTS: Readonly<HarnessConfig> = Object.freeze({
   seed: 1,
   faults: false,
   metricsPort: null,
+  metricsListen: null,
   json: null,
   budget: null,
   loadCurve: [
@@ -146,6 +151,7 @@ type Kind =
   | { t: "enum"; values: readonly string[] }
   | { t: "str" }
   | { t: "port" }
+  | { t: "listen" }
   | { t: "budget" }
   | { t: "curve" }
   | { t: "row" };
@@ -301,11 +307,17 @@ const FLAGS: Record<string, FlagSpec> = {
     kind: { t: "bool" },
     help: "inject faults (worker kill, link stall, encoder restart, corrupt reply)",
   },
+  "--metrics-listen": {
+    key: "metricsListen",
+    kind: { t: "listen" },
+    arg: "tcp://H:P",
+    help: "serve /metrics (harness + worker), /healthz, /readyz while running, e.g. tcp://127.0.0.1:9464",
+  },
   "--metrics-port": {
     key: "metricsPort",
     kind: { t: "port" },
     arg: "P",
-    help: "serve Prometheus metrics on this port while running",
+    help: "same as --metrics-listen tcp://127.0.0.1:P",
   },
   "--json": { key: "json", kind: { t: "str" }, arg: "FILE", help: "also write the report as JSON to FILE" },
   "--budget": {
@@ -374,6 +386,14 @@ function parseValue(flag: string, kind: Kind, raw: string): unknown {
         throw usage(`${flag}: expected a port 0..65535, got "${raw}"`);
       return Number(raw);
     }
+    case "listen":
+      try {
+        parseMetricsListen(raw);
+      } catch (e) {
+        if (e instanceof StatsError) throw usage(`${flag}: ${e.message}`);
+        throw e;
+      }
+      return raw;
     case "budget": {
       if (raw === "auto") return null;
       if (!/^\d+$/.test(raw) || Number(raw) < 1)
@@ -490,6 +510,45 @@ export function validate(cfg: HarnessConfig): void {
   }
 }
 
+/**
+ * Checks, before the run, that the `--json` report can be written to `path`: an existing file is
+ * opened for writing (not truncated), a new one is created and removed again. A missing folder, a
+ * directory, a read-only file system or no permission is a usage error (exit 2) naming the path,
+ * instead of a failure after the whole run.
+ */
+export function checkJsonPath(path: string): void {
+  const fail = (why: string) => usage(`--json ${path}: ${why}`);
+  try {
+    if (existsSync(path)) {
+      if (statSync(path).isDirectory()) throw fail("is a directory");
+      closeSync(openSync(path, "r+"));
+    } else {
+      closeSync(openSync(path, "wx"));
+      unlinkSync(path);
+    }
+  } catch (e) {
+    if (e instanceof HarnessError) throw e;
+    const code = (e as NodeJS.ErrnoException).code;
+    const why =
+      code === "ENOENT"
+        ? "its folder does not exist"
+        : code === "EACCES" || code === "EPERM"
+          ? "permission denied"
+          : code === "EROFS"
+            ? "read-only file system"
+            : code === "ENOTDIR"
+              ? "a parent is not a folder"
+              : `cannot be written (${code ?? String(e)})`;
+    throw fail(why);
+  }
+}
+
+/** The effective `--metrics-listen` address (`--metrics-port P` is `tcp://127.0.0.1:P`), or null. */
+export function metricsListenOf(cfg: Pick<HarnessConfig, "metricsListen" | "metricsPort">): string | null {
+  if (cfg.metricsListen !== null) return cfg.metricsListen;
+  return cfg.metricsPort === null ? null : `tcp://127.0.0.1:${cfg.metricsPort}`;
+}
+
 /** Row bytes of a configuration (CONTRACT 2: `num_taps * hidden * 2`). */
 export function rowBytesOf(cfg: Pick<HarnessConfig, "numTaps" | "hidden">): number {
   return cfg.numTaps * cfg.hidden * 2;
@@ -545,8 +604,9 @@ export function helpText(): string {
     "",
     `--faults changes the defaults of flags not given: ${flagList(FAULT_DEFAULTS)}.`,
     "",
-    "Exit status: 0 lossless, 1 output differs from target-only (or the sampled test rejects), 2 usage error,",
-    "3 a child process or package failed.",
+    "Exit status: 0 lossless, 1 output differs from target-only (or the sampled test rejects, or a leak),",
+    "2 usage error (also an unwritable --json path, checked before the run), 3 a child process died or a",
+    "package failed, 130 SIGINT, 143 SIGTERM (children stopped first).",
   );
   return `${lines.join("\n")}\n`;
 }

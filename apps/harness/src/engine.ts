@@ -4,7 +4,7 @@
  * the encoder only through {@link MediaSource}, so it runs the same over any transport.
  */
 import type { TargetModel } from "@tapwire/reference-model";
-import type { Counter, Histogram, Registry } from "@tapwire/stats";
+import { BUCKETS, type Counter, type Histogram, type Registry } from "@tapwire/stats";
 import type { HarnessConfig } from "./cli.js";
 import { HarnessError, HarnessErrorCode } from "./errors.js";
 import { deriveSeed, Rng } from "./prng.js";
@@ -177,7 +177,9 @@ export class EngineMetrics {
     this.budgetSum = c("budget_sum", "sum of per-round verification budgets");
     this.resyncs = c("resync_entries", "STEP entries sent with RESYNC (CONTRACT 7.5)");
     this.deferred = c("deferred_entries", "STEP entries deferred past max_rows_per_step");
-    const h = (n: string, help: string) => registry.histogram(n, { help, unit: "seconds" });
+    // round and STEP times share the drafter link's buckets (20 µs … 1 s, @tapwire/stats BUCKETS)
+    const h = (n: string, help: string) =>
+      registry.histogram(n, { help, unit: "seconds", buckets: BUCKETS.STEP_RTT_SECONDS });
     this.roundTime = h("round_seconds", "wall time of a decode round");
     this.linkTime = h("draft_link_seconds", "time a round waits for the drafter link");
     this.verifyTime = h("verify_seconds", "time a round spends in target verification");

@@ -81,6 +81,12 @@ interface Active {
   injectedAt: number;
 }
 
+/** How the process `pid` of `svc` ended, from its exit records (null if not seen). */
+function lastExit(svc: ChildService, pid: number | null): FaultRecord["killedExit"] {
+  const e = [...svc.exits].reverse().find((x) => x.pid === pid);
+  return e ? { code: e.code, signal: e.signal } : null;
+}
+
 /** Drives {@link FAULT_PLAN} from the engine's round hook. */
 export class FaultDriver {
   private next = 0;
@@ -191,7 +197,16 @@ export class FaultDriver {
   private inject(kind: Kind, nowMs: number): void {
     const t = this.t;
     if (this.open) this.close(this.open);
-    const rec: FaultRecord = { kind, atMs: nowMs, detail: "", recovery: {}, recoveredAfterMs: null };
+    const rec: FaultRecord = {
+      kind,
+      atMs: nowMs,
+      detail: "",
+      recovery: {},
+      recoveredAfterMs: null,
+      killedPid: null,
+      killedExit: null,
+      newPid: null,
+    };
     const a: Active = {
       rec,
       before: t.counters(),
@@ -229,12 +244,15 @@ export class FaultDriver {
       }
       case "worker_kill": {
         const pid = t.worker.pid;
+        rec.killedPid = pid;
         rec.detail = `SIGKILL worker pid ${pid}, restarted on the same endpoint`;
         run(
           (async () => {
             await t.worker.kill("SIGKILL");
+            rec.killedExit = lastExit(t.worker, pid);
             await new Promise((r) => setTimeout(r, 50));
             await t.worker.start();
+            rec.newPid = t.worker.pid;
             rec.detail += ` (new pid ${t.worker.pid})`;
             a.cleared = true;
           })(),
@@ -243,13 +261,17 @@ export class FaultDriver {
       }
       case "encoder_restart": {
         const enc = t.encoder!;
-        rec.detail = `SIGKILL encoder pid ${enc.pid} with ${t.ecInFlight()} transfer(s) in flight, restarted on the same control endpoint`;
+        const pid = enc.pid;
+        rec.killedPid = pid;
+        rec.detail = `SIGKILL encoder pid ${pid} with ${t.ecInFlight()} transfer(s) in flight, restarted on the same control endpoint`;
         run(
           (async () => {
             a.baseline = t.ecOk();
             await enc.kill("SIGKILL");
+            rec.killedExit = lastExit(enc, pid);
             await new Promise((r) => setTimeout(r, 100));
             await enc.start();
+            rec.newPid = enc.pid;
             rec.detail += ` (new pid ${enc.pid}); a probe transfer checks it serves again`;
             a.baseline = t.ecOk();
             a.cleared = true;

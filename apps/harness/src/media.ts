@@ -6,7 +6,7 @@
 import { createHash } from "node:crypto";
 import type { ConsumerConnector } from "@tapwire/ec-connector";
 import { syntheticEmbedding } from "@tapwire/ec-connector";
-import type { Counter, Histogram, Registry } from "@tapwire/stats";
+import { BUCKETS, type Counter, type Histogram, type Registry } from "@tapwire/stats";
 import type { MediaReady, MediaSource } from "./engine.js";
 import { embeddingDigest } from "./sequence.js";
 import type { RequestSpec } from "./workload.js";
@@ -79,6 +79,7 @@ export class EcMediaMetrics {
     this.wait = r.histogram("ec_wait_seconds", {
       help: "arrival until all media of a request are loaded",
       unit: "seconds",
+      buckets: BUCKETS.EC_TRANSFER_SECONDS,
     });
   }
 }

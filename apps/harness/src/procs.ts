@@ -12,11 +12,59 @@ import { HarnessError, HarnessErrorCode } from "./errors.js";
 
 const require = createRequire(import.meta.url);
 
-// Children never outlive the harness, whatever ends it.
+// Children never outlive the harness, whatever ends it (except SIGKILL of the harness itself).
 const live = new Set<ChildProcess>();
 process.once("exit", () => {
   for (const c of live) c.kill("SIGKILL");
 });
+
+/** Set by {@link stopAllChildren}: the exits that follow were asked for. */
+let stoppingAll = false;
+
+/** Child processes running now (for the harness's signal handler). */
+export function liveChildren(): number {
+  return live.size;
+}
+
+/**
+ * Stops every running child: SIGTERM, then SIGKILL for those still running after `graceMs`, and
+ * resolves once each has exited (been reaped), so none outlives the caller. Bounded: gives up
+ * waiting `graceMs + 2000` ms after the SIGKILL.
+ */
+export async function stopAllChildren(graceMs = 2000): Promise<void> {
+  stoppingAll = true;
+  const children = [...live];
+  if (children.length === 0) return;
+  const exited = children.map(
+    (c) =>
+      new Promise<void>((resolve) => {
+        if (c.exitCode !== null || c.signalCode !== null) resolve();
+        else c.once("exit", () => resolve());
+      }),
+  );
+  for (const c of children) c.kill(graceMs > 0 ? "SIGTERM" : "SIGKILL");
+  const all = Promise.all(exited);
+  const timeout = (ms: number) => new Promise<"timeout">((r) => setTimeout(() => r("timeout"), ms).unref());
+  if (graceMs > 0 && (await Promise.race([all, timeout(graceMs)])) === "timeout") {
+    for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
+  }
+  await Promise.race([all, timeout(2000)]);
+}
+
+/** How a child process ended. */
+export interface ChildExit {
+  /** The service ("worker", "encoder"). */
+  name: string;
+  pid: number;
+  /** Exit code, null when a signal ended it. */
+  code: number | null;
+  /** The signal that ended it, null when it exited. */
+  signal: NodeJS.Signals | null;
+  /** When, ms since the epoch (the report turns it into ms since the run started). */
+  atEpochMs: number;
+  /** False when nobody asked for it: no kill() of the harness (not a `--faults` action, not the end). */
+  expected: boolean;
+}
 
 /** Absolute path of bin `name` of workspace package `pkg` (from its package.json `bin`). */
 export function binPath(pkg: string, name: string): string {
@@ -63,6 +111,12 @@ export class ChildService {
   starts = 0;
   /** Exits nobody asked for. */
   unexpectedExits = 0;
+  /** Every exit of the service's processes so far, in order. */
+  readonly exits: ChildExit[] = [];
+  /** Pids of every process started so far, in order. */
+  readonly pids: number[] = [];
+  /** Called on each exit nobody asked for (a crash, an outside kill). */
+  onUnexpectedExit: ((e: ChildExit) => void) | null = null;
   /** Last listening line. */
   listening: LogLine | null = null;
   /** Called with each JSON line the child prints (after the listening one too). */
@@ -73,6 +127,11 @@ export class ChildService {
   /** Replaces the arguments used by the next start (e.g. to pin a port chosen by the first start). */
   setArgs(args: string[]): void {
     this.opts = { ...this.opts, args };
+  }
+
+  /** The JS file the service runs. */
+  get script(): string {
+    return this.opts.script;
   }
 
   /** The arguments of the next start. */
@@ -100,6 +159,7 @@ export class ChildService {
     live.add(child);
     this.expectedExit = false;
     this.starts++;
+    if (child.pid !== undefined) this.pids.push(child.pid);
     const log = this.opts.log;
     const tail: string[] = [];
     const remember = (line: string) => {
@@ -114,9 +174,19 @@ export class ChildService {
       child.once("exit", (code, signal) => {
         live.delete(child);
         if (this.child === child) this.child = null;
-        if (!this.expectedExit) {
+        const exit: ChildExit = {
+          name,
+          pid: child.pid ?? -1,
+          code,
+          signal,
+          atEpochMs: Date.now(),
+          expected: this.expectedExit || stoppingAll,
+        };
+        this.exits.push(exit);
+        if (!exit.expected) {
           this.unexpectedExits++;
           log?.(`[${name}] exited unexpectedly (code ${code}, signal ${signal})`);
+          this.onUnexpectedExit?.(exit);
         }
         resolve(code);
       });

@@ -16,6 +16,32 @@ export interface ProgressState {
   faults: number;
 }
 
+/** Bar width in characters when the terminal has room for it. */
+const BAR_WIDTH = 24;
+/** Narrowest bar drawn; below this the bar is left out. */
+const MIN_BAR_WIDTH = 8;
+
+/**
+ * One bar line that fits in `columns - 1` characters (a line as wide as the terminal would wrap
+ * on some terminals, and `\r` only returns to the start of the last visual line: the bar would
+ * stack instead of redrawing). The bar shrinks first, then the tail is cut with "…".
+ */
+export function barLine(s: ProgressState, tail: string, columns: number | undefined): string {
+  const max = Math.max(10, (columns !== undefined && columns > 0 ? columns : 80) - 1);
+  const count = `${s.done}/${s.total}`;
+  const frac = s.total > 0 ? Math.min(1, s.done / s.total) : 0;
+  const fixed = `${s.phase} [] ${count}  ${tail}`.length;
+  const width = Math.min(BAR_WIDTH, max - fixed);
+  let line: string;
+  if (width >= MIN_BAR_WIDTH) {
+    const fill = Math.round(frac * width);
+    line = `${s.phase} [${"#".repeat(fill)}${"-".repeat(width - fill)}] ${count}  ${tail}`;
+  } else {
+    line = `${s.phase} ${count} ${Math.round(frac * 100)}%  ${tail}`;
+  }
+  return line.length <= max ? line : `${line.slice(0, max - 1)}…`;
+}
+
 /** Writes progress to a stream in the chosen mode. */
 export class Progress {
   private readonly mode: "bar" | "lines" | "off";
@@ -44,11 +70,7 @@ export class Progress {
     const secs = ((now - this.startMs) / 1000).toFixed(1);
     const tail = `${s.tokens} tok  ${s.rounds} rounds  acc ${s.meanAccepted.toFixed(2)}  ec ${s.ecLoaded}${s.faults > 0 ? `  faults ${s.faults}` : ""}  ${secs}s`;
     if (this.mode === "bar") {
-      const width = 24;
-      const frac = s.total > 0 ? Math.min(1, s.done / s.total) : 0;
-      const fill = Math.round(frac * width);
-      const bar = `${"#".repeat(fill)}${"-".repeat(width - fill)}`;
-      this.out.write(`\r\x1b[2K${s.phase} [${bar}] ${s.done}/${s.total}  ${tail}`);
+      this.out.write(`\r\x1b[2K${barLine(s, tail, this.out.columns)}`);
       this.drewBar = true;
     } else {
       this.out.write(`[harness] ${s.phase}: ${s.done}/${s.total} requests, ${tail}\n`);

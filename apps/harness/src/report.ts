@@ -25,6 +25,25 @@ export interface FaultRecord {
    * epoch); for the encoder a completed transfer after the restart. Null when not observed.
    */
   recoveredAfterMs: number | null;
+  /** worker_kill, encoder_restart: the pid the fault killed (null for the link faults). */
+  killedPid: number | null;
+  /** How the killed process ended, as observed (its exit was awaited before the restart). */
+  killedExit: { code: number | null; signal: string | null } | null;
+  /** The pid of the process started in its place (null until it listened, or for link faults). */
+  newPid: number | null;
+}
+
+/** A child process that died without being asked to (not by `--faults`, not at the end). */
+export interface ChildDeath {
+  /** "worker" or "encoder". */
+  name: string;
+  pid: number;
+  /** ms after decoding started (the clock of {@link FaultRecord.atMs}); negative: before it. */
+  atMs: number;
+  /** Exit code, null when a signal ended it. */
+  code: number | null;
+  /** The signal that ended it (`SIGKILL`, `SIGSEGV`, …), null when it exited. */
+  signal: string | null;
 }
 
 /** The result of the lossless check. */
@@ -118,13 +137,24 @@ export interface Report {
   faults: { enabled: boolean; injected: FaultRecord[] };
   /** Things worth knowing about the run: local fallbacks and why, faults skipped or not injected. */
   notes: string[];
+  /** The child processes: every pid each service ran as, and deaths nobody asked for. */
+  processes: {
+    worker: { pids: number[]; starts: number };
+    encoder: { pids: number[]; starts: number } | null;
+    unexpectedExits: ChildDeath[];
+  };
   leaks: {
     ok: boolean;
-    consumerPinnedBlocks: number;
-    consumerInFlightBlocks: number;
-    consumerRetiredBlocks: number;
-    producerPinnedBlocks: number;
-    producerGrants: number;
+    /**
+     * none: both sides measured, nothing held; leaked; unknown: a side could not be measured (its
+     * figures are null, never invented zeros); not_applicable: the run used no encoder cache.
+     */
+    status: "none" | "leaked" | "unknown" | "not_applicable";
+    consumerPinnedBlocks: number | null;
+    consumerInFlightBlocks: number | null;
+    consumerRetiredBlocks: number | null;
+    producerPinnedBlocks: number | null;
+    producerGrants: number | null;
     notes: string[];
   };
 }
@@ -247,10 +277,30 @@ export function formatReport(r: Report): string {
     }
   }
   sec("");
+  sec("processes");
+  const pids = (p: { pids: number[] }) => p.pids.join(" -> ");
+  row("  worker pids", pids(r.processes.worker));
+  if (r.processes.encoder) row("  encoder pids", pids(r.processes.encoder));
+  for (const d of r.processes.unexpectedExits) {
+    row(
+      `  DIED: ${d.name} pid ${d.pid}`,
+      `${d.signal !== null ? `signal ${d.signal}` : `exit code ${d.code}`} at ${num(d.atMs / 1000, 1)} s into decoding, not by --faults`,
+    );
+  }
+  sec("");
   sec("end state");
+  const v = (n: number | null) => (n === null ? "unknown" : String(n));
+  const leakWord = {
+    none: "none",
+    leaked: "LEAKED",
+    unknown: "UNKNOWN",
+    not_applicable: "n/a (no encoder cache)",
+  }[r.leaks.status];
   row(
     "  leaks",
-    `${r.leaks.ok ? "none" : "LEAKED"}: consumer pinned ${r.leaks.consumerPinnedBlocks}, in flight ${r.leaks.consumerInFlightBlocks}, retired ${r.leaks.consumerRetiredBlocks}; producer pinned ${r.leaks.producerPinnedBlocks}, grants ${r.leaks.producerGrants}`,
+    r.leaks.status === "not_applicable"
+      ? leakWord
+      : `${leakWord}: consumer pinned ${v(r.leaks.consumerPinnedBlocks)}, in flight ${v(r.leaks.consumerInFlightBlocks)}, retired ${v(r.leaks.consumerRetiredBlocks)}; producer pinned ${v(r.leaks.producerPinnedBlocks)}, grants ${v(r.leaks.producerGrants)}`,
   );
   for (const n of r.leaks.notes) row("  note", n);
   if (r.notes.length > 0) {

@@ -9,21 +9,21 @@ import { join } from "node:path";
 import { DepthPolicy, piecewiseLinearBudget, RemoteDraftClient, RoundCore } from "@tapwire/client";
 import { ConsumerConnector, EC_METRICS_PREFIX, EcAdminClient } from "@tapwire/ec-connector";
 import { DEFAULT_DRAFT_CONFIG, DraftHead, TargetModel } from "@tapwire/reference-model";
-import { Registry, serveMetrics } from "@tapwire/stats";
-import { type FaultProxy, makeTlsCredentials, startFaultProxy } from "@tapwire/testing";
-import { pino } from "pino";
-import { budgetFromCurve, type HarnessConfig } from "./cli.js";
+import { createLogger, parseMetricsListen, Registry, serveMetrics } from "@tapwire/stats";
+import { type FaultProxy, freePort, makeTlsCredentials, startFaultProxy } from "@tapwire/testing";
+import { budgetFromCurve, type HarnessConfig, metricsListenOf } from "./cli.js";
 import { Engine, EngineMetrics, type MediaSource } from "./engine.js";
 import { HarnessError, HarnessErrorCode } from "./errors.js";
 import { FaultDriver } from "./faults.js";
 import { RoundCoreLink } from "./link.js";
 import { checkGreedy, checkSampled } from "./lossless.js";
 import { EcMedia, EcMediaMetrics, LocalMedia, localEmbedding } from "./media.js";
-import { binPath, ChildService } from "./procs.js";
+import { binPath, type ChildExit, ChildService } from "./procs.js";
 import { Progress } from "./progress.js";
-import type { LatencySummary, Report } from "./report.js";
+import type { ChildDeath, LatencySummary, Report } from "./report.js";
 import { decodeTargetOnly, mediaConditioning } from "./sequence.js";
 import { SampleScratch } from "./verify.js";
+import { binHasFlag, scrapeUpText, statsToPrometheus, workerHasMetricsListen } from "./worker-metrics.js";
 import { makeWorkload } from "./workload.js";
 
 /** Result of {@link runHarness}. */
@@ -35,8 +35,13 @@ export interface RunResult {
 
 /** Hooks for the bin (and tests) to observe a run. */
 export interface RunHooks {
-  /** Called once the metrics endpoint listens (with `--metrics-port`). */
-  onMetrics?: (port: number) => void;
+  /**
+   * Called (and awaited) once the metrics endpoint listens (with `--metrics-listen` /
+   * `--metrics-port`), before anything else starts.
+   */
+  onMetrics?: (port: number) => void | Promise<void>;
+  /** Called (and awaited) when decoding starts: the link is up, `/readyz` answers 200. */
+  onDecoding?: () => void | Promise<void>;
   /** Log lines for humans (stderr). */
   log?: (msg: string) => void;
 }
@@ -111,11 +116,14 @@ function ecStatusCounts(c: Record<string, number>): Record<string, number> {
 
 interface EndState {
   ok: boolean;
-  consumerPinnedBlocks: number;
-  consumerInFlightBlocks: number;
-  consumerRetiredBlocks: number;
-  producerPinnedBlocks: number;
-  producerGrants: number;
+  /** none: both sides measured clean; leaked; unknown: a side could not be measured; not_applicable: no EC. */
+  status: "none" | "leaked" | "unknown" | "not_applicable";
+  /** null: not measured (never an invented 0). */
+  consumerPinnedBlocks: number | null;
+  consumerInFlightBlocks: number | null;
+  consumerRetiredBlocks: number | null;
+  producerPinnedBlocks: number | null;
+  producerGrants: number | null;
   producerCounters: Record<string, number>;
   notes: string[];
 }
@@ -133,15 +141,17 @@ async function endState(
 ): Promise<EndState> {
   const st: EndState = {
     ok: true,
-    consumerPinnedBlocks: 0,
-    consumerInFlightBlocks: 0,
-    consumerRetiredBlocks: 0,
-    producerPinnedBlocks: 0,
-    producerGrants: 0,
+    status: "not_applicable",
+    consumerPinnedBlocks: null,
+    consumerInFlightBlocks: null,
+    consumerRetiredBlocks: null,
+    producerPinnedBlocks: null,
+    producerGrants: null,
     producerCounters: {},
     notes: [],
   };
   if (!connector || !admin) return st;
+  st.status = "none";
   if (!drained) st.notes.push("transfers still in flight 10 s after the run");
   const cache = connector.cache;
   for (const k of cache.keys()) if (cache.isReady(k)) connector.free(k);
@@ -164,15 +174,28 @@ async function endState(
   for (;;) {
     try {
       const s = await admin.stats(2000);
-      const c = s["cache"] as Record<string, number>;
-      st.producerGrants = Number(s["grants"] ?? 0);
-      st.producerPinnedBlocks = Number(c["pinnedBlocks"] ?? 0);
+      const c = s["cache"] as Record<string, unknown> | undefined;
+      const grants = Number(s["grants"]);
+      const pinned = Number(c?.["pinnedBlocks"]);
+      if (!Number.isFinite(grants) || !Number.isFinite(pinned)) {
+        throw new Error(
+          `stats reply without grants / cache.pinnedBlocks: ${JSON.stringify(s).slice(0, 200)}`,
+        );
+      }
+      st.producerGrants = grants;
+      st.producerPinnedBlocks = pinned;
       const m = s["metrics"] as { counters?: Record<string, number> } | undefined;
       st.producerCounters = m?.counters ?? {};
-      if ((st.producerGrants === 0 && st.producerPinnedBlocks === 0) || performance.now() > end) break;
+      if ((grants === 0 && pinned === 0) || performance.now() > end) break;
     } catch (e) {
-      st.notes.push(`producer stats unavailable: ${e instanceof Error ? e.message : String(e)}`);
+      // the producer side could not be measured: say so, never report zeros it did not see
+      st.producerGrants = null;
+      st.producerPinnedBlocks = null;
+      st.notes.push(
+        `producer side not measured: stats unavailable: ${e instanceof Error ? e.message : String(e)}`,
+      );
       st.ok = false;
+      st.status = "unknown";
       return st;
     }
     await new Promise((r) => setTimeout(r, 50));
@@ -182,8 +205,42 @@ async function endState(
     st.ok = false;
     st.notes.push(`producer cache check failed: ${problem}`);
   }
-  if (st.producerGrants > 0 || st.producerPinnedBlocks > 0) st.ok = false;
+  if ((st.producerGrants ?? 0) > 0 || (st.producerPinnedBlocks ?? 0) > 0) st.ok = false;
+  if (!st.ok) st.status = "leaked";
   return st;
+}
+
+function toDeath(e: ChildExit, decodeStartEpoch: number): ChildDeath {
+  return { name: e.name, pid: e.pid, atMs: e.atEpochMs - decodeStartEpoch, code: e.code, signal: e.signal };
+}
+
+/**
+ * The worker's metrics for our /metrics: its own endpoint's text when it has one (re-served as
+ * is), else, outside `--faults`, its STATS snapshot over the drafter link (counters, gauges and
+ * HDR quantiles as summaries), and `tapwire_harness_worker_scrape_up` saying whether it answered.
+ */
+async function workerMetrics(url: string | null, client: RemoteDraftClient | null): Promise<string> {
+  if (url !== null) {
+    try {
+      const res = await fetch(url, { signal: AbortSignal.timeout(1000) });
+      if (res.ok) return `${scrapeUpText(1, "endpoint")}${await res.text()}`;
+    } catch {
+      // a worker being restarted by --faults does not answer; up 0 says so
+    }
+    return scrapeUpText(0, "endpoint");
+  }
+  if (client?.ready) {
+    try {
+      const snap = await Promise.race([
+        client.stats(),
+        new Promise<never>((_, reject) => setTimeout(() => reject(new Error("timeout")), 1000).unref()),
+      ]);
+      return `${scrapeUpText(1, "stats")}${statsToPrometheus(snap, "tapwire_worker_")}`;
+    } catch {
+      // link down or busy: up 0
+    }
+  }
+  return scrapeUpText(0, url === null && client === null ? "none" : "stats");
 }
 
 /** Runs the harness with `cfg`. Never leaves child processes behind. */
@@ -202,7 +259,41 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
     },
   ];
   const childLog = cfg.verbose ? (l: string) => process.stderr.write(`${l}\n`) : undefined;
+  // exits of child processes nobody asked for (not --faults, not the end of the run)
+  const deaths: ChildExit[] = [];
+  const services: ChildService[] = [];
+  const watch = (svc: ChildService) => {
+    services.push(svc);
+    svc.onUnexpectedExit = (e) => {
+      deaths.push(e);
+      note(`${e.name} pid ${e.pid} died (code ${e.code}, signal ${e.signal}) outside --faults`);
+    };
+  };
+  let decodeStartEpoch = Date.now();
+  const deathText = () =>
+    deaths.map((d) => `${d.name} pid ${d.pid} died (code ${d.code}, signal ${d.signal})`).join("; ");
+  // what /readyz answers: ready while decoding
+  let phase = "starting";
+  let decoding = false;
+  const engineRegistry = new Registry({ prefix: "tapwire_harness_" });
+  const ecRegistry = new Registry({ prefix: EC_METRICS_PREFIX });
+  const clientRegistry = new Registry({ prefix: "tapwire_client_" });
+  let metricsClient: RemoteDraftClient | null = null;
+  let workerMetricsUrl: string | null = null;
+  const metricsAt = metricsListenOf(cfg);
   try {
+    // 0. metrics and health endpoint first, so that /healthz answers while the run starts
+    if (metricsAt !== null) {
+      const { host, port } = parseMetricsListen(metricsAt);
+      const srv = await serveMetrics([engineRegistry, clientRegistry, ecRegistry], port, host, {
+        ready: () => (decoding ? true : phase),
+        extra: () => workerMetrics(workerMetricsUrl, cfg.faults ? null : metricsClient),
+      });
+      cleanups.push(() => srv.close());
+      const shown = host.includes(":") ? `[${host}]` : host;
+      note(`Prometheus metrics on http://${shown}:${srv.port}/metrics (also /healthz, /readyz)`);
+      await hooks.onMetrics?.(srv.port);
+    }
     // 1. models: the target, and the draft head the worker will serve (same seed, same weights)
     const target = TargetModel.create({
       vocabSize: cfg.vocab,
@@ -220,6 +311,7 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
       markovRank: Math.min(DEFAULT_DRAFT_CONFIG.markovRank, maxRank),
       noise: cfg.draftNoise >= 0 ? cfg.draftNoise : DEFAULT_DRAFT_CONFIG.noise,
     };
+    phase = "starting: distilling the draft head";
     note(
       `distilling the draft head (rows ${cfg.numTaps}x${cfg.hidden}, vocab ${cfg.vocab}, N=${cfg.numSpec}, W=${cfg.window})`,
     );
@@ -263,13 +355,22 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
       workerArgs.push("--tls-cert", join(dir, "worker.crt"), "--tls-key", join(dir, "worker.key"));
       tls = { ca: creds.ca };
     }
+    const workerScript = binPath("@tapwire/worker", "tapwire-worker");
+    // the worker's own metrics endpoint, re-served by ours (when this worker build has one)
+    if (metricsAt !== null && workerHasMetricsListen(workerScript)) {
+      const port = await freePort();
+      workerArgs.push("--metrics-listen", `tcp://127.0.0.1:${port}`);
+      workerMetricsUrl = `http://127.0.0.1:${port}/metrics`;
+    }
     const worker = new ChildService({
       name: "worker",
-      script: binPath("@tapwire/worker", "tapwire-worker"),
+      script: workerScript,
       args: [...workerArgs, "--listen", listen],
       ...(childLog ? { log: childLog } : {}),
     });
+    watch(worker);
     cleanups.push(() => worker.kill("SIGTERM"));
+    phase = "starting: the drafter worker";
     note(`starting the drafter worker (${cfg.draftTransport})`);
     const wl = await worker.start();
     const endpoints = wl["endpoints"];
@@ -279,6 +380,7 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
         HarnessErrorCode.PROCESS,
         `worker listening line has no endpoints: ${JSON.stringify(wl)}`,
       );
+    note(`worker pid ${worker.pid} listening on ${workerEndpoint}`);
     // a restart (faults) must come back on the same endpoint
     worker.setArgs([...workerArgs, "--listen", workerEndpoint]);
 
@@ -293,8 +395,6 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
     }
 
     // 4. the encoder (EC producer), the consumer connector and the media source
-    const engineRegistry = new Registry({ prefix: "tapwire_harness_" });
-    const ecRegistry = new Registry({ prefix: EC_METRICS_PREFIX });
     const ecMetrics = new EcMediaMetrics(engineRegistry);
     const blockBytes = EC_BLOCK_BYTES;
     const blocksPerItem = Math.ceil(cfg.embeddingBytes / blockBytes);
@@ -357,7 +457,9 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
         ...(childLog ? { log: childLog } : {}),
       });
       const enc = encoder;
+      watch(enc);
       cleanups.push(() => enc.kill("SIGTERM"));
+      phase = "starting: the encoder";
       note(`starting the encoder (EC producer, data plane ${cfg.ecData})`);
       const el = await encoder.start();
       producerEndpoint = String(el["control"] ?? "");
@@ -367,12 +469,18 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
           `encoder listening line has no control endpoint: ${JSON.stringify(el)}`,
         );
       }
-      // a restart (faults) must come back on the same control endpoint
-      encoder.setArgs(encoderArgs(producerEndpoint));
-      const ecLogger = pino(
-        { name: "tapwire-ec", level: cfg.verbose ? "info" : "error" },
-        pino.destination(2),
-      );
+      note(`encoder pid ${encoder.pid} listening on ${producerEndpoint}`);
+      // a restart (faults) must come back on the same control (and admin) endpoint
+      const pinAdmin =
+        typeof el["admin"] === "string" && binHasFlag(encoder.script, "--admin")
+          ? ["--admin", el["admin"]]
+          : [];
+      encoder.setArgs([...encoderArgs(producerEndpoint), ...pinAdmin]);
+      const ecLogger = createLogger({
+        name: "tapwire-ec",
+        level: cfg.verbose ? "info" : "error",
+        destination: 2,
+      });
       connector = await ConsumerConnector.create({
         numBlocks: cacheBlocks,
         blockBytes,
@@ -388,7 +496,9 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
       });
       const conn = connector;
       cleanups.push(() => conn.close());
-      admin = new EcAdminClient(producerEndpoint);
+      // EC-CONTRACT 9: admin has its own loopback socket when the producer reports one
+      const adminEndpoint = typeof el["admin"] === "string" ? el["admin"] : producerEndpoint;
+      admin = new EcAdminClient(adminEndpoint);
       const adm = admin;
       cleanups.push(() => adm.close());
       ecMedia = new EcMedia({
@@ -408,11 +518,11 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
     }
 
     // 5. the rank-0 client, RoundCore and the depth policy
-    const clientRegistry = new Registry({ prefix: "tapwire_client_" });
-    const logger = pino(
-      { name: "tapwire-client", level: cfg.verbose ? "info" : "error" },
-      pino.destination(2),
-    );
+    const logger = createLogger({
+      name: "tapwire-client",
+      level: cfg.verbose ? "info" : "error",
+      destination: 2,
+    });
     const client = new RemoteDraftClient({
       endpoint: clientEndpoint,
       window: cfg.window,
@@ -434,7 +544,9 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
       registry: clientRegistry,
       ...(tls ? { transportOptions: { tls: { ca: tls.ca, servername: "localhost" } } } : {}),
     });
+    metricsClient = client;
     cleanups.push(() => client.close());
+    phase = "starting: connecting to the worker";
     note(`connecting to the worker at ${clientEndpoint}`);
     if (!(await client.waitReady(15_000))) {
       throw new HarnessError(
@@ -448,14 +560,6 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
     const policy = new DepthPolicy({ budget });
     const core = new RoundCore({ client, depthPolicy: policy });
     const link = new RoundCoreLink(core);
-
-    // 6. metrics endpoint
-    if (cfg.metricsPort !== null) {
-      const srv = await serveMetrics([engineRegistry, clientRegistry, ecRegistry], cfg.metricsPort);
-      cleanups.push(() => srv.close());
-      note(`Prometheus metrics on http://127.0.0.1:${srv.port}/metrics`);
-      hooks.onMetrics?.(srv.port);
-    }
 
     // 7. the run
     const { requests } = makeWorkload(cfg);
@@ -523,7 +627,13 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
     note(
       `decoding ${requests.length} requests (S=${cfg.slots}, N=${cfg.numSpec}, ${cfg.sample ? "sampled" : "greedy"})`,
     );
+    phase = "decoding";
+    decoding = true;
+    await hooks.onDecoding?.();
+    decodeStartEpoch = Date.now();
     const res = await engine.run();
+    decoding = false;
+    phase = "finished decoding: checking the output";
     await faults?.settle();
     progress.finish();
     const drained = ecMedia ? await ecMedia.drain(10_000) : true;
@@ -635,8 +745,14 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
       worker: workerStats,
       faults: { enabled: cfg.faults, injected: faults ? [...faults.injected] : [] },
       notes,
+      processes: {
+        worker: { pids: [...worker.pids], starts: worker.starts },
+        encoder: encoder ? { pids: [...encoder.pids], starts: encoder.starts } : null,
+        unexpectedExits: deaths.map((d) => toDeath(d, decodeStartEpoch)),
+      },
       leaks: {
         ok: leaks.ok,
+        status: leaks.status,
         consumerPinnedBlocks: leaks.consumerPinnedBlocks,
         consumerInFlightBlocks: leaks.consumerInFlightBlocks,
         consumerRetiredBlocks: leaks.consumerRetiredBlocks,
@@ -650,8 +766,21 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
       for (const e of faults.errors) report.notes.push(`fault action failed: ${e}`);
       for (const k of faults.skipped) report.notes.push(k);
     }
-    report.ok = lossless.ok && report.leaks.ok && report.requests.completed === report.requests.total;
-    return { report, exitCode: report.ok ? 0 : 1 };
+    for (const d of report.processes.unexpectedExits) {
+      report.notes.push(
+        `${d.name} pid ${d.pid} died ${(d.atMs / 1000).toFixed(1)} s into decoding (${d.signal !== null ? `signal ${d.signal}` : `exit code ${d.code}`}), not by --faults`,
+      );
+    }
+    report.ok =
+      lossless.ok &&
+      report.leaks.ok &&
+      report.requests.completed === report.requests.total &&
+      deaths.length === 0;
+    // a child that died on its own is a process failure (3), even when the output stayed lossless
+    return { report, exitCode: report.ok ? 0 : deaths.length > 0 ? 3 : 1 };
+  } catch (e) {
+    if (deaths.length > 0 && e instanceof Error) e.message += ` (${deathText()})`;
+    throw e;
   } finally {
     progress.finish();
     for (const c of cleanups.reverse()) {

@@ -4,6 +4,7 @@ import {
   DEFAULTS,
   FAULT_DEFAULTS,
   helpText,
+  metricsListenOf,
   parseArgs,
   SAMPLE_DEFAULTS,
 } from "../src/cli.js";
@@ -55,6 +56,12 @@ describe("flags", () => {
       { batch: 8, tokens: 16 },
     ]);
     expect(cfg(["--metrics-port", "9464"]).metricsPort).toBe(9464);
+    expect(metricsListenOf(cfg(["--metrics-port", "9464"]))).toBe("tcp://127.0.0.1:9464");
+    expect(cfg(["--metrics-listen", "tcp://[::1]:0"]).metricsListen).toBe("tcp://[::1]:0");
+    expect(metricsListenOf(cfg(["--metrics-listen", "tcp://0.0.0.0:1", "--metrics-port", "2"]))).toBe(
+      "tcp://0.0.0.0:1",
+    );
+    expect(metricsListenOf(cfg([]))).toBeNull();
   });
 
   test("--sample changes only the defaults that were not given", () => {
@@ -91,6 +98,10 @@ describe("flags", () => {
     expect(usageError(["--rate", "abc"])).toMatch(/--rate: expected a number/);
     expect(usageError(["--row", "3by4"])).toMatch(/--row: expected TAPSxHIDDEN/);
     expect(usageError(["--metrics-port", "70000"])).toMatch(/--metrics-port/);
+    expect(usageError(["--metrics-listen", "tcp://127.0.0.1"])).toMatch(
+      /--metrics-listen: .*tcp:\/\/HOST:PORT/,
+    );
+    expect(usageError(["--metrics-listen", "http://x:1"])).toMatch(/--metrics-listen: .*no tcp:\/\/ scheme/);
     expect(usageError(["--budget", "0"])).toMatch(/--budget/);
     expect(usageError(["--load-curve", "8:1,4:2"])).toMatch(/batch 4 not above the previous 8/);
     expect(usageError(["--load-curve", "x"])).toMatch(/not BATCH:TOKENS/);
@@ -120,6 +131,7 @@ describe("flags", () => {
       "--seed",
       "--faults",
       "--metrics-port",
+      "--metrics-listen",
       "--json",
       "--budget",
       "--load-curve",

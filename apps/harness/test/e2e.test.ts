@@ -6,6 +6,7 @@ import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { isAlive } from "@tapwire/testing";
 import { afterAll, describe, expect, test } from "vitest";
 import type { Report } from "../src/report.js";
 
@@ -83,6 +84,8 @@ function expectClean(r: Run): Report {
   expect(rep.ec.bytes).toBeGreaterThan(0);
   // zero leaked blocks or pins on either side (EC-CONTRACT 8)
   expect(rep.leaks.ok).toBe(true);
+  expect(rep.leaks.status).toBe("none");
+  expect(rep.processes.unexpectedExits).toEqual([]);
   expect(rep.leaks.consumerPinnedBlocks).toBe(0);
   expect(rep.leaks.consumerInFlightBlocks).toBe(0);
   expect(rep.leaks.consumerRetiredBlocks).toBe(0);
@@ -119,9 +122,11 @@ describe("tapwire-harness end to end", () => {
     expect(rep.requests.completed).toBe(24);
     expect(rep.leaks.ok).toBe(true);
     expect(rep.leaks.producerGrants).toBe(0);
-    expect(
-      rep.leaks.consumerPinnedBlocks + rep.leaks.consumerInFlightBlocks + rep.leaks.consumerRetiredBlocks,
-    ).toBe(0);
+    expect([
+      rep.leaks.consumerPinnedBlocks,
+      rep.leaks.consumerInFlightBlocks,
+      rep.leaks.consumerRetiredBlocks,
+    ]).toEqual([0, 0, 0]);
     const kinds = rep.faults.injected.map((f) => f.kind);
     expect(kinds).toContain("link_stall");
     expect(kinds).toContain("worker_kill");
@@ -141,7 +146,23 @@ describe("tapwire-harness end to end", () => {
     const kill = rep.faults.injected.find((f) => f.kind === "worker_kill")!;
     expect(kill.recoveredAfterMs).not.toBeNull();
     expect(kill.recovery["hellos"]).toBeGreaterThanOrEqual(1);
+    // the pid it killed, how that process ended, and the pid that replaced it (issue 13 item 5)
+    expect(rep.processes.worker.pids).toHaveLength(2);
+    expect(kill.killedPid).toBe(rep.processes.worker.pids[0]);
+    expect(kill.killedExit).toEqual({ code: null, signal: "SIGKILL" });
+    expect(kill.newPid).toBe(rep.processes.worker.pids[1]);
+    expect(isAlive(kill.killedPid!)).toBe(false);
+    // deaths by --faults are not reported as deaths
+    expect(rep.processes.unexpectedExits).toEqual([]);
     const enc = rep.faults.injected.find((f) => f.kind === "encoder_restart")!;
+    expect(enc.killedPid).toBe(rep.processes.encoder!.pids[0]);
+    expect(enc.killedExit).toEqual({ code: null, signal: "SIGKILL" });
+    expect(enc.newPid).toBe(rep.processes.encoder!.pids[1]);
+    for (const f of rep.faults.injected.filter(
+      (x) => x.kind === "link_stall" || x.kind === "corrupt_reply",
+    )) {
+      expect([f.killedPid, f.newPid]).toEqual([null, null]);
+    }
     expect(
       (enc.recovery["ec_retries"] ?? 0) +
         (enc.recovery["ec_fallbacks"] ?? 0) +

@@ -1,12 +1,14 @@
 #!/usr/bin/env node
 /**
  * `tapwire-harness` (`pnpm start`): runs speculative decoding across processes and prints the
- * report. Exit status: 0 lossless, 1 output differs from target-only (or leaks), 2 usage error,
- * 3 a child process or package failed.
+ * report. Exit status: 0 lossless, 1 output differs from target-only (or leaks), 2 usage error
+ * (an unwritable `--json` path included, checked before the run), 3 a child process died or a
+ * package failed, 130 on SIGINT and 143 on SIGTERM once every child process has exited.
  */
 import { writeFileSync } from "node:fs";
-import { helpText, parseArgs } from "../cli.js";
+import { checkJsonPath, helpText, parseArgs } from "../cli.js";
 import { HarnessError, HarnessErrorCode } from "../errors.js";
+import { stopAllChildren } from "../procs.js";
 import { formatReport } from "../report.js";
 import { runHarness } from "../run.js";
 
@@ -14,6 +16,7 @@ async function main(): Promise<number> {
   let parsed: ReturnType<typeof parseArgs>;
   try {
     parsed = parseArgs(process.argv.slice(2));
+    if (!parsed.help && parsed.config.json !== null) checkJsonPath(parsed.config.json);
   } catch (e) {
     if (e instanceof HarnessError && e.code === HarnessErrorCode.USAGE) {
       process.stderr.write(`tapwire-harness: ${e.message}\n`);
@@ -32,21 +35,29 @@ async function main(): Promise<number> {
   return exitCode;
 }
 
+/** 128 + signal number, the shell's convention for "ended by this signal". */
+const SIGNAL_EXIT = { SIGINT: 130, SIGTERM: 143 } as const;
 let stopping = false;
 for (const sig of ["SIGINT", "SIGTERM"] as const) {
   process.on(sig, () => {
-    if (stopping) process.exit(130);
+    if (stopping) {
+      // a second signal: no more grace for the children
+      void stopAllChildren(0).finally(() => process.exit(SIGNAL_EXIT[sig]));
+      return;
+    }
     stopping = true;
-    process.stderr.write(`\ntapwire-harness: ${sig}, stopping\n`);
-    process.exit(130);
+    process.stderr.write(`\ntapwire-harness: ${sig}, stopping the child processes\n`);
+    void stopAllChildren(2000).finally(() => process.exit(SIGNAL_EXIT[sig]));
   });
 }
 
 main().then(
   (code) => {
-    process.exitCode = code;
+    if (!stopping) process.exitCode = code;
   },
   (e: unknown) => {
+    // after a signal the run breaks as its children stop: the signal's exit status tells the story
+    if (stopping) return;
     process.stderr.write(`tapwire-harness: ${e instanceof Error ? e.message : String(e)}\n`);
     if (process.env["TAPWIRE_DEBUG"] && e instanceof Error && e.stack) process.stderr.write(`${e.stack}\n`);
     process.exitCode = 3;
