@@ -1,3 +1,4 @@
+import type { ConfidenceCalibrator } from "./calibration.js";
 import { intInRange } from "./check.js";
 import { ClientError } from "./errors.js";
 
@@ -56,10 +57,36 @@ export interface DepthCandidate {
   readonly margin?: ArrayLike<number> | null;
 }
 
+/**
+ * What the goodput mode divides by: the expected seconds of a round of `batch` requests that
+ * verifies `verified` draft tokens in all, fixed costs included (`T(n, M) + fixed`). A
+ * {@link VerifyCostModel} is one.
+ */
+export interface VerifyCost {
+  /** Seconds of a round with `batch` requests verifying `verified` draft tokens in all. */
+  roundSeconds(batch: number, verified: number): number;
+}
+
 /** Options of {@link DepthPolicy}. */
 export interface DepthPolicyOptions {
-  /** Draft tokens verified per round: a constant or a load curve of the batch size (see {@link piecewiseLinearBudget}). */
-  budget: number | LoadCurve;
+  /**
+   * Draft tokens verified per round: a constant or a load curve of the batch size (see
+   * {@link piecewiseLinearBudget}). Required in budget mode; in goodput mode it is only what
+   * {@link DepthPolicy.budgetFor} reports.
+   */
+  budget?: number | LoadCurve;
+  /**
+   * The verify-cost model of goodput mode ({@link VerifyCostModel}): with it the policy chooses
+   * per round how many tokens to verify so that expected tokens per expected second is maximal.
+   */
+  cost?: VerifyCost;
+  /** `"goodput"` (default when `cost` is given) or `"budget"` (default otherwise). */
+  mode?: "budget" | "goodput";
+  /**
+   * Per-position calibration of the drafter's confidences ({@link ConfidenceCalibrator}): the
+   * gains are computed from calibrated confidences. The engine feeds it the verification outcomes.
+   */
+  calibrator?: ConfidenceCalibrator;
   /**
    * Margin gate: a position whose margin is below this ends the request's candidate prefix (it
    * and everything after it are not verified). Default 0 (off). Ignored without margins.
@@ -97,6 +124,11 @@ export function expectedAccepted(conf: ArrayLike<number>, k: number): number {
  * concave functions and greedy selection of the largest available gain (a max-heap over requests)
  * is optimal. O((n + budget) log n), or O(n * N) without the heap when every position fits the
  * budget; no allocation after warm-up.
+ *
+ * Goodput mode (with a `cost`): the same greedy order, and the number of tokens M chosen per
+ * round to maximise `(n + sum of the top-M gains) / T(n, M)`, expected tokens per expected
+ * second; optimal over every allocation for the model (proof in docs/depth-policy.md).
+ * O((n + P) log n) for P positions with a positive gain.
  */
 export class DepthPolicy {
   /** Positions with a margin below this end the verifiable prefix (0: no gate). */
@@ -105,7 +137,21 @@ export class DepthPolicy {
   readonly minGain: number;
   /** How equal gains are ordered: by larger margin, or by request index. */
   readonly tieBreak: "margin" | "index";
+  /** `"budget"`: verify a budget of tokens; `"goodput"`: choose the tokens per round by the cost model. */
+  readonly mode: "budget" | "goodput";
+  /** The verify-cost model of goodput mode, or null. */
+  readonly cost: VerifyCost | null;
+  /** The confidence calibration applied to the gains, or null. */
+  readonly calibrator: ConfidenceCalibrator | null;
+  /** Draft tokens the last allocation chose to verify in all. */
+  lastVerified = 0;
+  /** Goodput mode: expected tokens per second of the last allocation's choice (0 in budget mode). */
+  lastGoodput = 0;
+  /** Goodput mode: the cost model's seconds for the last allocation's choice (0 in budget mode). */
+  lastSeconds = 0;
   readonly #budget: number | LoadCurve;
+  // goodput mode: request index of the m-th greedy pick, and the running sum of gains
+  #picks: Int32Array;
   // heap of request indices keyed by (gain, margin) of their next position
   #heap: Int32Array;
   #gain: Float64Array;
@@ -113,8 +159,31 @@ export class DepthPolicy {
   #limit: Int32Array;
 
   constructor(options: DepthPolicyOptions) {
-    const b = options.budget;
-    if (typeof b === "number") {
+    if (options === null || typeof options !== "object") {
+      throw new ClientError("CLIENT_BAD_OPTION", "depth policy options must be an object");
+    }
+    const cost = options.cost ?? null;
+    if (cost !== null && (typeof cost !== "object" || typeof cost.roundSeconds !== "function")) {
+      throw new ClientError(
+        "CLIENT_BAD_OPTION",
+        "cost must be a VerifyCostModel (an object with roundSeconds)",
+      );
+    }
+    const mode = options.mode ?? (cost !== null ? "goodput" : "budget");
+    if (mode !== "budget" && mode !== "goodput") {
+      throw new ClientError("CLIENT_BAD_OPTION", `mode must be "budget" or "goodput", got ${String(mode)}`);
+    }
+    if (mode === "goodput" && cost === null) {
+      throw new ClientError("CLIENT_BAD_OPTION", 'mode "goodput" needs a cost model (cost)');
+    }
+    const cal = options.calibrator ?? null;
+    if (cal !== null && (typeof cal !== "object" || typeof cal.calibrate !== "function")) {
+      throw new ClientError("CLIENT_BAD_OPTION", "calibrator must be a ConfidenceCalibrator");
+    }
+    const b = options.budget ?? (mode === "goodput" ? Number.POSITIVE_INFINITY : undefined);
+    if (typeof b === "number" && b === Number.POSITIVE_INFINITY && mode === "goodput") {
+      // goodput mode reports an unbounded budget: the cost model decides
+    } else if (typeof b === "number") {
       if (!Number.isFinite(b) || b < 0) {
         throw new ClientError(
           "CLIENT_BAD_OPTION",
@@ -138,7 +207,10 @@ export class DepthPolicy {
     }
     const cap = options.capacity ?? 64;
     intInRange("capacity", cap, 1, 0x7fffffff);
-    this.#budget = b;
+    this.#budget = b as number | LoadCurve;
+    this.mode = mode;
+    this.cost = cost;
+    this.calibrator = cal;
     this.marginGate = gate;
     this.minGain = minGain;
     this.tieBreak = tie;
@@ -146,6 +218,7 @@ export class DepthPolicy {
     this.#gain = new Float64Array(cap);
     this.#tie = new Float64Array(cap);
     this.#limit = new Int32Array(cap);
+    this.#picks = new Int32Array(cap * 4);
   }
 
   /** The verification budget (draft tokens) at this batch size: the constant, or the load curve's value (floored, >= 0). */
@@ -159,6 +232,126 @@ export class DepthPolicy {
    * total expected accepted tokens is maximal; returns that total.
    */
   allocate(cands: readonly DepthCandidate[], budget: number, outDepth: Int32Array | number[]): number {
+    const size0 = this.#init(cands, outDepth);
+    const positions = this.#positions;
+    const heap = this.#heap;
+    const gain = this.#gain;
+    const limit = this.#limit;
+    const minGain = this.minGain;
+    const cal = this.calibrator;
+    let size = size0;
+    let left = Number.isFinite(budget) && budget > 0 ? Math.floor(budget) : 0;
+    let total = 0;
+    let used = 0;
+    if (positions <= left) {
+      // everything fits: every position whose gain stays above minGain (gains only decrease)
+      for (let h = 0; h < size; h++) {
+        const i = heap[h]!;
+        const conf = cands[i]!.conf;
+        const k = limit[i]!;
+        let g = gain[i]!;
+        let d = 0;
+        while (d < k && g > minGain) {
+          total += g;
+          d++;
+          if (d < k) g *= confAt(cal, conf, d);
+        }
+        outDepth[i] = d;
+        used += d;
+      }
+      this.#done(used, 0, 0);
+      return total;
+    }
+    for (let s = (size >> 1) - 1; s >= 0; s--) siftDown(heap, gain, this.#tie, s, size);
+    while (left > 0 && size > 0) {
+      const i = heap[0]!;
+      outDepth[i] = (outDepth[i] as number) + 1;
+      total += gain[i]!;
+      left--;
+      used++;
+      size = this.#advance(cands, i, outDepth[i] as number, size);
+    }
+    this.#done(used, 0, 0);
+    return total;
+  }
+
+  /**
+   * Goodput mode (docs/depth-policy.md): takes the gains in the same greedy order and verifies
+   * the M of them that maximise `(batchSize + sum of the top-M gains) / cost.roundSeconds(batchSize, M)`,
+   * expected tokens per expected second (ties: the smaller M). Fills `outDepth`, returns the
+   * expected accepted drafts of the choice; `lastVerified`, `lastGoodput` and `lastSeconds` say
+   * what it chose.
+   *
+   * @param batchSize requests in the target's batch this round (each emits one token besides its drafts)
+   */
+  allocateGoodput(
+    cands: readonly DepthCandidate[],
+    batchSize: number,
+    outDepth: Int32Array | number[],
+    cost: VerifyCost | null = this.cost,
+  ): number {
+    if (cost === null) throw new ClientError("CLIENT_BAD_ARGUMENT", "allocateGoodput needs a cost model");
+    const n = cands.length;
+    let size = this.#init(cands, outDepth);
+    if (this.#picks.length < this.#positions)
+      this.#picks = new Int32Array(Math.max(this.#positions, this.#picks.length * 2));
+    const picks = this.#picks;
+    const heap = this.#heap;
+    const gain = this.#gain;
+    const batch = Math.max(batchSize, 0) || 0;
+    let bestSec = Math.max(cost.roundSeconds(batch, 0), 1e-12);
+    let bestRate = batch / bestSec;
+    let bestM = 0;
+    let bestSum = 0;
+    let sum = 0;
+    let m = 0;
+    for (let s = (size >> 1) - 1; s >= 0; s--) siftDown(heap, gain, this.#tie, s, size);
+    while (size > 0) {
+      const i = heap[0]!;
+      sum += gain[i]!;
+      picks[m++] = i;
+      const sec = Math.max(cost.roundSeconds(batch, m), 1e-12);
+      const rate = (batch + sum) / sec;
+      if (rate > bestRate) {
+        bestRate = rate;
+        bestSec = sec;
+        bestM = m;
+        bestSum = sum;
+      }
+      outDepth[i] = (outDepth[i] as number) + 1;
+      size = this.#advance(cands, i, outDepth[i] as number, size);
+    }
+    for (let i = 0; i < n; i++) outDepth[i] = 0;
+    for (let k = 0; k < bestM; k++) {
+      const i = picks[k]!;
+      outDepth[i] = (outDepth[i] as number) + 1;
+    }
+    this.#done(bestM, bestRate, bestSec);
+    return bestSum;
+  }
+
+  /**
+   * The policy's allocation for a round of `batchSize` requests: {@link allocateGoodput} in
+   * goodput mode, else {@link allocate} with {@link budgetFor}(batchSize). Returns the expected
+   * accepted drafts.
+   */
+  allocateFor(cands: readonly DepthCandidate[], batchSize: number, outDepth: Int32Array | number[]): number {
+    return this.mode === "goodput"
+      ? this.allocateGoodput(cands, batchSize, outDepth)
+      : this.allocate(cands, this.budgetFor(batchSize), outDepth);
+  }
+
+  #done(verified: number, rate: number, seconds: number): void {
+    this.lastVerified = verified;
+    this.lastGoodput = rate;
+    this.lastSeconds = seconds;
+  }
+
+  #positions = 0;
+
+  // zeroes outDepth, fills limits and first gains, puts every request with a first gain above
+  // minGain in the heap array (not yet heapified); returns its size, #positions the positions
+  #init(cands: readonly DepthCandidate[], outDepth: Int32Array | number[]): number {
     const n = cands.length;
     this.#ensure(n);
     const heap = this.#heap;
@@ -168,6 +361,7 @@ export class DepthPolicy {
     const gate = this.marginGate;
     const minGain = this.minGain;
     const byMargin = this.tieBreak === "margin";
+    const cal = this.calibrator;
     let size = 0;
     let positions = 0;
     for (let i = 0; i < n; i++) {
@@ -185,7 +379,7 @@ export class DepthPolicy {
       }
       limit[i] = k;
       if (k === 0) continue;
-      const g = c.conf[0]!;
+      const g = confAt(cal, c.conf, 0);
       gain[i] = g;
       tie[i] = byMargin ? tieValue(m, 0) : 0;
       if (g > minGain) {
@@ -193,46 +387,28 @@ export class DepthPolicy {
         positions += k;
       }
     }
-    let left = Number.isFinite(budget) && budget > 0 ? Math.floor(budget) : 0;
-    let total = 0;
-    if (positions <= left) {
-      // everything fits: every position whose gain stays above minGain (gains only decrease)
-      for (let h = 0; h < size; h++) {
-        const i = heap[h]!;
-        const conf = cands[i]!.conf;
-        const k = limit[i]!;
-        let g = gain[i]!;
-        let d = 0;
-        while (d < k && g > minGain) {
-          total += g;
-          d++;
-          if (d < k) g *= conf[d]!;
-        }
-        outDepth[i] = d;
+    this.#positions = positions;
+    return size;
+  }
+
+  // request i (the heap's top) just took position d - 1: its next gain, or out of the heap
+  #advance(cands: readonly DepthCandidate[], i: number, d: number, size: number): number {
+    const heap = this.#heap;
+    const gain = this.#gain;
+    const tie = this.#tie;
+    if (d < this.#limit[i]!) {
+      const c = cands[i]!;
+      const g = gain[i]! * confAt(this.calibrator, c.conf, d);
+      gain[i] = g;
+      if (this.tieBreak === "margin") tie[i] = tieValue(c.margin ?? null, d);
+      if (g > this.minGain) {
+        siftDown(heap, gain, tie, 0, size);
+        return size;
       }
-      return total;
     }
-    for (let s = (size >> 1) - 1; s >= 0; s--) siftDown(heap, gain, tie, s, size);
-    while (left > 0 && size > 0) {
-      const i = heap[0]!;
-      const d = (outDepth[i] as number) + 1;
-      outDepth[i] = d;
-      total += gain[i]!;
-      left--;
-      if (d < limit[i]!) {
-        const c = cands[i]!;
-        const g = gain[i]! * c.conf[d]!;
-        gain[i] = g;
-        if (byMargin) tie[i] = tieValue(c.margin ?? null, d);
-        if (g > minGain) {
-          siftDown(heap, gain, tie, 0, size);
-          continue;
-        }
-      }
-      heap[0] = heap[--size]!;
-      siftDown(heap, gain, tie, 0, size);
-    }
-    return total;
+    heap[0] = heap[--size]!;
+    siftDown(heap, gain, tie, 0, size);
+    return size;
   }
 
   #ensure(n: number): void {
@@ -243,6 +419,11 @@ export class DepthPolicy {
     this.#tie = new Float64Array(cap);
     this.#limit = new Int32Array(cap);
   }
+}
+
+// confidence of position j, through the calibration when there is one
+function confAt(cal: ConfidenceCalibrator | null, conf: ArrayLike<number>, j: number): number {
+  return cal === null ? conf[j]! : cal.calibrate(j, conf[j]!);
 }
 
 // the tie value of position j: its margin when finite, else 0

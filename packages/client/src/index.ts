@@ -1,17 +1,28 @@
 /**
  * `@tapwire/client`: the rank-0 side of the tapwire remote drafter link (CONTRACT 6, 7.5, 9):
  * {@link RemoteDraftClient}, the per-round {@link RoundCore}, and confidence-scheduled
- * verification ({@link DepthPolicy}).
+ * verification ({@link DepthPolicy}: for a budget, or for goodput with a
+ * {@link VerifyCostModel} and an online {@link ConfidenceCalibrator}).
  * @packageDocumentation
  */
 
 export type { BackoffOptions } from "./backoff.js";
 export { BACKOFF_DEFAULTS, Backoff } from "./backoff.js";
+export type { CalibrationReport, ConfidenceCalibratorOptions } from "./calibration.js";
+export { ConfidenceCalibrator } from "./calibration.js";
 export type { ConnState, StepCall, WorkerInfo } from "./client.js";
 export { CONN_STATES, RemoteDraftClient } from "./client.js";
 export type { Clock } from "./clock.js";
 export { clampDelay, MAX_TIMER_DELAY_MS, systemClock } from "./clock.js";
-export type { DepthCandidate, DepthPolicyOptions, LoadCurve, LoadCurvePoint } from "./depth-policy.js";
+export type { VerifyCostModelOptions, VerifyCostParams } from "./cost-model.js";
+export { H100_8B_COST, VerifyCostModel } from "./cost-model.js";
+export type {
+  DepthCandidate,
+  DepthPolicyOptions,
+  LoadCurve,
+  LoadCurvePoint,
+  VerifyCost,
+} from "./depth-policy.js";
 export { DepthPolicy, expectedAccepted, piecewiseLinearBudget } from "./depth-policy.js";
 export type { ClientErrorCode } from "./errors.js";
 export { CLIENT_ERROR_CODES, ClientError } from "./errors.js";

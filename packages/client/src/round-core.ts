@@ -956,11 +956,7 @@ export class RoundCore {
       }
       if (this.#depthOut.length < nReq) this.#depthOut = new Int32Array(nReq);
       const out = this.#depthOut;
-      res.expectedAccepted = dp.allocate(
-        cands as readonly DepthCandidate[],
-        dp.budgetFor(input.batchSize ?? nReq),
-        out,
-      );
+      res.expectedAccepted = dp.allocateFor(cands as readonly DepthCandidate[], input.batchSize ?? nReq, out);
       for (let i = 0; i < nReq; i++) res.drafts[i]!.depth = out[i]!;
     }
   }
