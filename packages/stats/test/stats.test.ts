@@ -316,7 +316,9 @@ describe("allocation", () => {
     const ops = 2_000_000;
     let best = Number.POSITIVE_INFINITY;
     let attempts = 0;
-    for (; attempts < 3 && best > 0.5; attempts++) {
+    // on a busy machine the optimising compiler (a background thread) may finish late: the
+    // first attempts can still run unoptimised code, which boxes doubles; the best attempt counts
+    for (; attempts < 10 && best > 0.5; attempts++) {
       gc();
       const before = process.memoryUsage().heapUsed;
       loop(ops);
@@ -324,7 +326,7 @@ describe("allocation", () => {
       best = Math.min(best, (after - before) / ops);
     }
     // an allocation of even one 16-byte heap number per op would show as >= 16 bytes/op
-    // (2M ops = 32 MB, far more than a scavenge could hide within one run of three attempts)
+    // (2M ops = 32 MB, far more than a scavenge could hide within one attempt)
     expect(best).toBeLessThan(0.5);
     expect(c.value).toBe(200_000 + attempts * ops);
     expect(h.count).toBe(c.value);
