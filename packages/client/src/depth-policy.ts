@@ -80,8 +80,13 @@ export interface DepthPolicyOptions {
    * per round how many tokens to verify so that expected tokens per expected second is maximal.
    */
   cost?: VerifyCost;
-  /** `"goodput"` (default when `cost` is given) or `"budget"` (default otherwise). */
-  mode?: "budget" | "goodput";
+  /**
+   * `"goodput"` (default when `cost` is given), `"budget"` (default otherwise), or `"fixed"`:
+   * every request verifies `min(depth, k)` drafts (the baseline the others are measured against).
+   */
+  mode?: "budget" | "goodput" | "fixed";
+  /** Drafts verified per request in `"fixed"` mode (0..32). */
+  depth?: number;
   /**
    * Per-position calibration of the drafter's confidences ({@link ConfidenceCalibrator}): the
    * gains are computed from calibrated confidences. The engine feeds it the verification outcomes.
@@ -137,8 +142,13 @@ export class DepthPolicy {
   readonly minGain: number;
   /** How equal gains are ordered: by larger margin, or by request index. */
   readonly tieBreak: "margin" | "index";
-  /** `"budget"`: verify a budget of tokens; `"goodput"`: choose the tokens per round by the cost model. */
-  readonly mode: "budget" | "goodput";
+  /**
+   * `"budget"`: verify a budget of tokens; `"goodput"`: choose the tokens per round by the cost
+   * model; `"fixed"`: a fixed depth per request.
+   */
+  readonly mode: "budget" | "goodput" | "fixed";
+  /** The depth of `"fixed"` mode (0 otherwise). */
+  readonly fixedDepth: number;
   /** The verify-cost model of goodput mode, or null. */
   readonly cost: VerifyCost | null;
   /** The confidence calibration applied to the gains, or null. */
@@ -170,9 +180,13 @@ export class DepthPolicy {
       );
     }
     const mode = options.mode ?? (cost !== null ? "goodput" : "budget");
-    if (mode !== "budget" && mode !== "goodput") {
-      throw new ClientError("CLIENT_BAD_OPTION", `mode must be "budget" or "goodput", got ${String(mode)}`);
+    if (mode !== "budget" && mode !== "goodput" && mode !== "fixed") {
+      throw new ClientError(
+        "CLIENT_BAD_OPTION",
+        `mode must be "budget", "goodput" or "fixed", got ${String(mode)}`,
+      );
     }
+    this.fixedDepth = mode === "fixed" ? intInRange("depth", options.depth, 0, 32) : 0;
     if (mode === "goodput" && cost === null) {
       throw new ClientError("CLIENT_BAD_OPTION", 'mode "goodput" needs a cost model (cost)');
     }
@@ -180,9 +194,9 @@ export class DepthPolicy {
     if (cal !== null && (typeof cal !== "object" || typeof cal.calibrate !== "function")) {
       throw new ClientError("CLIENT_BAD_OPTION", "calibrator must be a ConfidenceCalibrator");
     }
-    const b = options.budget ?? (mode === "goodput" ? Number.POSITIVE_INFINITY : undefined);
-    if (typeof b === "number" && b === Number.POSITIVE_INFINITY && mode === "goodput") {
-      // goodput mode reports an unbounded budget: the cost model decides
+    const b = options.budget ?? (mode !== "budget" ? Number.POSITIVE_INFINITY : undefined);
+    if (typeof b === "number" && b === Number.POSITIVE_INFINITY && mode !== "budget") {
+      // goodput and fixed modes report an unbounded budget: the cost model or the depth decides
     } else if (typeof b === "number") {
       if (!Number.isFinite(b) || b < 0) {
         throw new ClientError(
@@ -336,9 +350,42 @@ export class DepthPolicy {
    * accepted drafts.
    */
   allocateFor(cands: readonly DepthCandidate[], batchSize: number, outDepth: Int32Array | number[]): number {
-    return this.mode === "goodput"
-      ? this.allocateGoodput(cands, batchSize, outDepth)
-      : this.allocate(cands, this.budgetFor(batchSize), outDepth);
+    if (this.mode === "goodput") return this.allocateGoodput(cands, batchSize, outDepth);
+    if (this.mode === "fixed") return this.allocateFixed(cands, this.fixedDepth, outDepth);
+    return this.allocate(cands, this.budgetFor(batchSize), outDepth);
+  }
+
+  /**
+   * A fixed depth: `outDepth[i] = min(depth, k_i)` (after the margin gate), whatever the gains.
+   * Returns the expected accepted drafts (through the calibration when there is one).
+   */
+  allocateFixed(cands: readonly DepthCandidate[], depth: number, outDepth: Int32Array | number[]): number {
+    const cal = this.calibrator;
+    const gate = this.marginGate;
+    let total = 0;
+    let used = 0;
+    for (let i = 0; i < cands.length; i++) {
+      const c = cands[i]!;
+      let d = Math.min(depth, c.k);
+      const m = c.margin ?? null;
+      if (m !== null && gate > 0) {
+        for (let j = 0; j < d; j++) {
+          if (!(m[j]! >= gate)) {
+            d = j;
+            break;
+          }
+        }
+      }
+      let g = 1;
+      for (let j = 0; j < d; j++) {
+        g *= confAt(cal, c.conf, j);
+        total += g;
+      }
+      outDepth[i] = d;
+      used += d;
+    }
+    this.#done(used, 0, 0);
+    return total;
   }
 
   #done(verified: number, rate: number, seconds: number): void {

@@ -172,6 +172,25 @@ describe("DepthPolicy goodput mode", () => {
       expect(() => new DepthPolicy(o as never)).toThrow(name);
     }
     expect(new DepthPolicy({ budget: 8, cost: new VerifyCostModel(), mode: "budget" }).mode).toBe("budget");
+    expect(() => new DepthPolicy({ mode: "fixed" })).toThrow("depth");
+    expect(() => new DepthPolicy({ mode: "fixed", depth: 33 })).toThrow("depth");
+  });
+
+  test("fixed mode: min(depth, k) per request, whatever the gains", () => {
+    const p = new DepthPolicy({ mode: "fixed", depth: 2 });
+    const out = new Int32Array(3);
+    const e = p.allocateFor(
+      [
+        { k: 4, conf: [0.5, 0.5, 0.5, 0.5] },
+        { k: 1, conf: [0.9] },
+        { k: 3, conf: [0, 1, 1] },
+      ],
+      3,
+      out,
+    );
+    expect(Array.from(out)).toEqual([2, 1, 2]);
+    expect(e).toBeCloseTo(0.5 + 0.25 + 0.9, 12);
+    expect(p.lastVerified).toBe(5);
   });
 });
 
