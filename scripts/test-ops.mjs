@@ -1,10 +1,13 @@
 #!/usr/bin/env node
-// `pnpm test:certs`: scripts/make-certs.sh makes certificates that work for the setup of
+// `pnpm test:ops`: the operator guide's artefacts work.
+// - docs/systemd/*.service pass `systemd-analyze verify` (with the bins of this workspace in
+//   ExecStart) and every flag in their ExecStart is one the bin's `--help` lists;
+// - scripts/make-certs.sh makes certificates that work for the setup of
 // docs/operations.md "A worker on another host": a real `tapwire-worker` on tls:// with
 // --tls-cert/--tls-key/--tls-ca (client certificates required) and --token, and a real
 // RemoteDraftClient that verifies the worker by the private CA and the server name. Also checks
 // the refusals: a client without a certificate, a client trusting another CA, a wrong server
-// name, a wrong token. Needs the workspace built. Writes .ci/results/test-certs.json.
+// name, a wrong token. Needs the workspace built. Writes .ci/results/test-ops.json.
 import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
@@ -27,6 +30,7 @@ const TOKEN = "s3cret-token-for-the-test";
 let worker = null;
 
 try {
+  checkUnits();
   const mk = spawnSync("bash", [path.join(root, "scripts/make-certs.sh"), certs, "localhost", "127.0.0.1"], {
     encoding: "utf8",
   });
@@ -181,12 +185,51 @@ try {
   fs.rmSync(tmp, { recursive: true, force: true });
 }
 
+/** docs/systemd units: systemd-analyze verify, and their flags against the bins' --help. */
+function checkUnits() {
+  const bins = {
+    "tapwire-worker": path.join(root, "packages/worker/dist/bin/worker.js"),
+    "tapwire-ec-producer": path.join(root, "packages/ec-connector/dist/bin/producer.js"),
+  };
+  const dir = path.join(root, "docs/systemd");
+  const units = fs.readdirSync(dir).filter((f) => f.endsWith(".service"));
+  record("docs/systemd has the worker and producer units", units.length >= 2 ? null : units.join(", "));
+  const scratch = path.join(tmp, "units");
+  fs.mkdirSync(scratch);
+  for (const unit of units) {
+    const text = fs.readFileSync(path.join(dir, unit), "utf8");
+    const exec = /^ExecStart=((?:.*\\\n)*.*)$/m.exec(text)?.[1].replace(/\\\n/g, " ") ?? "";
+    const [cmd, ...args] = exec.trim().split(/\s+/);
+    const name = path.basename(cmd ?? "");
+    if (!bins[name]) {
+      record(`${unit} ExecStart`, `runs ${cmd}, not a tapwire bin`);
+      continue;
+    }
+    const help = spawnSync(process.execPath, [bins[name], "--help"], { encoding: "utf8" });
+    const listed = new Set(`${help.stdout}${help.stderr}`.match(/--[a-z][a-z0-9-]*/g) ?? []);
+    const unknown = args.filter((a) => a.startsWith("--") && !listed.has(a));
+    record(
+      `${unit}: every ExecStart flag is in ${name} --help`,
+      unknown.length === 0 ? null : unknown.join(", "),
+    );
+    // verify wants ExecStart to exist and an EnvironmentFile it can read: point both here.
+    const local = text.replace(cmd, bins[name]).replace(/^EnvironmentFile=(?!-)/m, "EnvironmentFile=-");
+    fs.writeFileSync(path.join(scratch, unit), local);
+    const v = spawnSync("systemd-analyze", ["verify", path.join(scratch, unit)], { encoding: "utf8" });
+    const said = `${v.stdout}${v.stderr}`.trim();
+    record(
+      `${unit}: systemd-analyze verify`,
+      v.error ? v.error.message : v.status === 0 && said === "" ? null : said || `exit ${v.status}`,
+    );
+  }
+}
+
 const passed = results.filter((r) => r.ok).length;
 const failed = results.length - passed;
 fs.mkdirSync(path.join(root, ".ci/results"), { recursive: true });
 fs.writeFileSync(
-  path.join(root, ".ci/results/test-certs.json"),
-  `${JSON.stringify({ name: "test:certs", passed, failed, results }, null, 2)}\n`,
+  path.join(root, ".ci/results/test-ops.json"),
+  `${JSON.stringify({ name: "test:ops", passed, failed, results }, null, 2)}\n`,
 );
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed === 0 ? 0 : 1);
