@@ -209,6 +209,12 @@ export class HistogramImpl implements Histogram {
   readonly bounds: Float64Array;
   /** Non-cumulative counts per bound; the last slot counts values above every bound. */
   readonly bucketCounts: Float64Array;
+  /**
+   * Prometheus bucket of every HDR counts index whose whole value range (with the half-unit of
+   * rounding) lies inside one bucket; {@link STRADDLES} where a bound cuts the range, and then
+   * observe() compares against the bounds. Saves a binary search on nearly every observation.
+   */
+  private readonly bucketOfIndex: Uint8Array;
 
   constructor(
     readonly name: string,
@@ -285,6 +291,7 @@ export class HistogramImpl implements Histogram {
     this.subBucketHalfCountMagnitude = hdr.subBucketHalfCountMagnitude;
     this.subBucketHalfCount = hdr.subBucketHalfCount;
     this.unitMagnitude = hdr.unitMagnitude;
+    this.bucketOfIndex = bucketTable(hdr, this.bounds, scale);
   }
 
   /** @internal HDR counts-array index of an internal integer value (same result as HDR's own). */
@@ -302,22 +309,31 @@ export class HistogramImpl implements Histogram {
       v = 0;
     }
     let i = Math.round(v * this.scale);
-    if (i > this.highestInt) i = this.highestInt;
+    let clamped = false;
+    if (i > this.highestInt) {
+      i = this.highestInt;
+      clamped = true;
+    }
     const hdr = this.hdr;
-    hdr.incrementCountAtIndex(this.indexOf(i));
+    const idx = this.indexOf(i);
+    hdr.incrementCountAtIndex(idx);
     hdr.updateMinAndMax(i);
     hdr.incrementTotalCount();
-    // first bound >= v (Prometheus buckets are `le`); binary search, no allocation
-    const bounds = this.bounds;
-    let lo = 0;
-    let hi = bounds.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if ((bounds[mid] as number) < v) lo = mid + 1;
-      else hi = mid;
+    // the Prometheus bucket (first bound >= v, `le`): from the table, or searched near a bound
+    let k = clamped ? STRADDLES : (this.bucketOfIndex[idx] as number);
+    if (k === STRADDLES) {
+      const bounds = this.bounds;
+      let lo = 0;
+      let hi = bounds.length;
+      while (lo < hi) {
+        const mid = (lo + hi) >>> 1;
+        if ((bounds[mid] as number) < v) lo = mid + 1;
+        else hi = mid;
+      }
+      k = lo;
     }
     const counts = this.bucketCounts;
-    counts[lo] = (counts[lo] as number) + 1;
+    counts[k] = (counts[k] as number) + 1;
     this.count++;
     this.sum += v;
     if (v > this.max) this.max = v;
@@ -389,6 +405,47 @@ export class HistogramImpl implements Histogram {
     this.max = 0;
     this.minSeen = Number.POSITIVE_INFINITY;
   }
+}
+
+/** Marks an HDR index whose values fall in more than one Prometheus bucket. */
+const STRADDLES = 255;
+
+/**
+ * For each HDR counts index: the Prometheus bucket every value rounding into it falls in, or
+ * {@link STRADDLES}. A value `v` lands at integer `round(v * scale)`, so the index's integers
+ * `[lo, hi]` hold the reals `[lo - 0.5, hi + 0.5) / scale`; the index maps to bucket `k` only when
+ * that whole interval is above bound `k - 1` and below bound `k`, with a margin so that float
+ * rounding of `v * scale` cannot cross a bound.
+ */
+function bucketTable(hdr: JsHistogram, bounds: Float64Array, scale: number): Uint8Array {
+  const n = hdr.countsArrayLength;
+  const table = new Uint8Array(n).fill(STRADDLES);
+  const scaled = Array.from(bounds, (b) => b * scale);
+  // HDR's index geometry (valueFromIndex and the equivalent range, without its log2 calls)
+  const halfMag = hdr.subBucketHalfCountMagnitude;
+  const halfCount = hdr.subBucketHalfCount;
+  const unitMag = hdr.unitMagnitude;
+  let k = 0;
+  for (let idx = 0; idx < n; idx++) {
+    let bucket = (idx >> halfMag) - 1;
+    let sub = (idx & (halfCount - 1)) + halfCount;
+    if (bucket < 0) {
+      sub -= halfCount;
+      bucket = 0;
+    }
+    const size = 2 ** (bucket + unitMag);
+    const lo = sub * size;
+    const hi = lo + size - 1;
+    const low = lo - 0.5;
+    const high = hi + 0.5;
+    const margin = 1e-9 * Math.max(1, Math.abs(high));
+    while (k < scaled.length && (scaled[k] as number) < low - margin) k++;
+    // every bound below k is under the interval; bound k (if any) must be above it
+    const inside = k === scaled.length || (scaled[k] as number) > high + margin;
+    const aboveFloor = k === 0 || (scaled[k - 1] as number) < low - margin;
+    if (inside && aboveFloor) table[idx] = k;
+  }
+  return table;
 }
 
 /** HDR's rank rule: the smallest count reaching `p`% of `total`, guarding against 1-ulp float error. */

@@ -2,6 +2,7 @@ import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { Writable } from "node:stream";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import fc from "fast-check";
 import { describe, expect, test } from "vitest";
 import {
   BUCKETS,
@@ -150,6 +151,44 @@ describe("histogram buckets", () => {
     }
     expect([BUCKETS.STEP_RTT_SECONDS[0], BUCKETS.STEP_RTT_SECONDS.at(-1)]).toEqual([20e-6, 1]);
     expect([BUCKETS.EC_TRANSFER_SECONDS[0], BUCKETS.EC_TRANSFER_SECONDS.at(-1)]).toEqual([100e-6, 30]);
+  });
+
+  test("property: bucket counts equal an exact count of values <= le, bounds and clamping included", async () => {
+    const configs = [
+      { unit: "seconds" as const, buckets: BUCKETS.STEP_RTT_SECONDS },
+      { unit: "seconds" as const, buckets: BUCKETS.EC_TRANSFER_SECONDS, highest: 20 },
+      { unit: "bytes" as const, buckets: BUCKETS.SIZE_BYTES },
+      { unit: "none" as const, scale: 1000, buckets: BUCKETS.RATIO },
+      { unit: "seconds" as const, significantDigits: 1, buckets: [1e-6, 1.5e-6, 3e-5, 0.0333, 7] },
+    ];
+    await fc.assert(
+      fc.asyncProperty(
+        fc.integer({ min: 0, max: configs.length - 1 }),
+        fc.array(fc.oneof(fc.double({ min: 0, max: 40, noNaN: true }), fc.integer({ min: 0, max: 30 })), {
+          maxLength: 200,
+        }),
+        async (ci, raw) => {
+          const cfg = configs[ci]!;
+          const bounds = [...cfg.buckets];
+          // mix in values exactly on, and just around, every bound
+          const values = raw.map((x, j) => {
+            const b = bounds[Math.floor(x) % bounds.length]!;
+            return j % 3 === 0 ? b : j % 3 === 1 ? b * (1 + 1e-12) : x * (bounds.at(-1)! / 10);
+          });
+          const r = new Registry();
+          const h = r.histogram("h", cfg);
+          for (const v of values) h.observe(v);
+          const text = await r.prometheus();
+          for (const le of bounds) {
+            const m = new RegExp(
+              `h(?:_seconds|_bytes)?_bucket\\{le="${String(le).replace(".", "\\.")}"\\} (\\d+)`,
+            ).exec(text);
+            expect(Number(m![1]), `le=${le}`).toBe(values.filter((v) => v <= le).length);
+          }
+        },
+      ),
+      { numRuns: 200 },
+    );
   });
 
   test("exponentialBuckets", () => {

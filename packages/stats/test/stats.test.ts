@@ -285,6 +285,37 @@ describe("fast bucket index", () => {
     }
   });
 
+  test("the bucket table's index geometry equals hdr-histogram-js's valueFromIndex / highestEquivalentValue", () => {
+    for (const cfg of configs) {
+      const h = new HistogramImpl("x", cfg);
+      const hdr = (
+        h as unknown as {
+          hdr: {
+            countsArrayLength: number;
+            valueFromIndex(i: number): number;
+            highestEquivalentValue(v: number): number;
+            subBucketHalfCountMagnitude: number;
+            subBucketHalfCount: number;
+            unitMagnitude: number;
+          };
+        }
+      ).hdr;
+      for (let idx = 0; idx < hdr.countsArrayLength; idx += 7) {
+        let bucket = (idx >> hdr.subBucketHalfCountMagnitude) - 1;
+        let sub = (idx & (hdr.subBucketHalfCount - 1)) + hdr.subBucketHalfCount;
+        if (bucket < 0) {
+          sub -= hdr.subBucketHalfCount;
+          bucket = 0;
+        }
+        const size = 2 ** (bucket + hdr.unitMagnitude);
+        expect(sub * size, `index ${idx}`).toBe(hdr.valueFromIndex(idx));
+        expect(sub * size + size - 1, `index ${idx}`).toBe(
+          hdr.highestEquivalentValue(hdr.valueFromIndex(idx)),
+        );
+      }
+    }
+  });
+
   test("the one-pass percentiles equal percentile() for every p", () => {
     const rand = mulberry32(9);
     const h = new HistogramImpl("x", {});
