@@ -1,5 +1,5 @@
 import { EcError } from "./errors.js";
-import { packMsg, unpackMap } from "./protocol.js";
+import { packMsg, unpackReply } from "./protocol.js";
 import { ZmqDealerClient } from "./zmq.js";
 
 /**
@@ -25,7 +25,7 @@ export class EcAdminClient {
         if (w === undefined) continue;
         clearTimeout(w.timer);
         try {
-          w.resolve(unpackMap(raw, "admin reply"));
+          w.resolve(unpackReply(raw, "admin reply"));
         } catch (err) {
           w.reject(err as Error);
         }

@@ -38,6 +38,10 @@ export interface ProducerMetrics {
   leaseExpiries: Counter;
   malformed: Counter;
   adminRequests: Counter;
+  adminRefused: Counter;
+  grantsRefusedQuota: Counter;
+  controlDisconnects: Counter;
+  curveRefused: Counter;
   activeGrants: Gauge;
   pinnedBlocks: Gauge;
   freeBlocks: Gauge;
@@ -63,7 +67,26 @@ export function producerMetrics(r: Registry): ProducerMetrics {
     unknownNotifs: r.counter("producer_unknown_notifications", "notifications for no live grant (4.3)"),
     leaseExpiries: r.counter("producer_lease_expiries", "grants revoked and unpinned past their lease (4.4)"),
     malformed: r.counter("producer_malformed_messages", "control messages dropped as malformed (3)"),
-    adminRequests: r.counter("producer_admin_requests", "admin control messages (stats/encode/check)"),
+    adminRequests: r.counter(
+      "producer_admin_requests",
+      "admin requests served on the admin socket (EC-CONTRACT 9.3)",
+    ),
+    adminRefused: r.counter(
+      "producer_admin_refused",
+      "admin requests that arrived on the control socket, dropped (EC-CONTRACT 9.3)",
+    ),
+    grantsRefusedQuota: r.counter(
+      "producer_grants_refused_quota",
+      "requests answered NACK_NOT_READY for a pin quota: per peer, per session, pinned fraction (EC-CONTRACT 9.2)",
+    ),
+    controlDisconnects: r.counter(
+      "producer_control_disconnects",
+      "control connections the ROUTER dropped: an over-64-KiB message (EC-CONTRACT 9.1), a heartbeat timeout or a peer gone",
+    ),
+    curveRefused: r.counter(
+      "producer_curve_handshakes_refused",
+      "CURVE handshakes the ZAP handler refused: client key not allowed (EC-CONTRACT 9.4)",
+    ),
     activeGrants: r.gauge("producer_active_grants", "grants currently held"),
     pinnedBlocks: r.gauge("producer_pinned_blocks", "cache blocks pinned by grants"),
     freeBlocks: r.gauge("producer_free_blocks", "free cache blocks"),
@@ -145,6 +168,10 @@ export interface DataMetrics {
   readErrors: Counter;
   bytesReceived: Counter;
   staleNotifications: Counter;
+  connectionsRefused: Counter;
+  idleClosed: Counter;
+  allocFailures: Counter;
+  tlsRefused: Counter;
 }
 
 /** Registers (idempotently) and returns the data-plane metrics. */
@@ -161,6 +188,19 @@ export function dataMetrics(r: Registry): DataMetrics {
     staleNotifications: r.counter(
       "data_stale_notifications",
       "notifications dropped because their grant was replaced or revoked meanwhile",
+    ),
+    connectionsRefused: r.counter(
+      "data_connections_refused",
+      "data-server connections closed at accept: over the connection cap (EC-CONTRACT 9.5)",
+    ),
+    idleClosed: r.counter("data_idle_closed", "data-server connections closed idle (EC-CONTRACT 9.5)"),
+    allocFailures: r.counter(
+      "data_alloc_failures",
+      "data connections closed because a receive buffer could not be allocated (EC-CONTRACT 9.5)",
+    ),
+    tlsRefused: r.counter(
+      "data_tls_handshakes_refused",
+      "TLS handshakes the data server refused: no or unknown client certificate (EC-CONTRACT 9.4)",
     ),
   };
 }

@@ -2,7 +2,7 @@ import type { Registry } from "@tapwire/stats";
 import type { Logger } from "pino";
 import type { EmbeddingCache } from "./cache.js";
 import type { DataTransport } from "./data/transport.js";
-import { checkFunctionOption, checkNumberOption, EcError } from "./errors.js";
+import { checkFunctionOption, checkIntOption, checkNumberOption, EcError } from "./errors.js";
 import type { ProducerMetrics } from "./metrics.js";
 import { defaultRegistry, producerMetrics, silentLogger } from "./metrics.js";
 import type { XferAck, XferReq } from "./protocol.js";
@@ -19,8 +19,16 @@ import {
   XferStatus,
 } from "./protocol.js";
 
-/** EC-CONTRACT 4.2 default: `pin_lease_s` = 30 s. */
-export const PRODUCER_DEFAULTS = { pinLeaseMs: 30_000 } as const;
+/**
+ * Defaults of {@link ProducerSession}: EC-CONTRACT 4.2 `pin_lease_s` = 30 s; EC-CONTRACT 9.2
+ * `max_pinned_blocks_per_peer` = a quarter of the cache (per ZeroMQ peer and per `session_id`),
+ * `max_pinned_fraction` = 3/4.
+ */
+export const PRODUCER_DEFAULTS = {
+  pinLeaseMs: 30_000,
+  pinnedPerPeerFraction: 0.25,
+  maxPinnedFraction: 0.75,
+} as const;
 
 /** One message received on the producer's ROUTER: the peer identity and the frames after it. */
 export interface ControlMessage {
@@ -43,8 +51,9 @@ export interface ControlServer {
 }
 
 /**
- * An admin request (a control map whose `op` key is a string — a tapwire extension next to the
- * XferReq; see docs/ec-protocol.md). Return the reply map, or `null` to answer nothing.
+ * An admin request (a map whose `op` key is a string, served on the producer's admin socket, never
+ * on the control ROUTER: EC-CONTRACT 9.3; see docs/ec-protocol.md). Return the reply map, or
+ * `null` to answer nothing.
  */
 export type AdminHandler = (op: string, msg: Record<string, unknown>) => Record<string, unknown> | null;
 
@@ -53,6 +62,9 @@ interface Grant {
   mmHash: string;
   blocks: readonly number[];
   deadline: number;
+  /** The ZeroMQ peer (routing id, hex) and session that hold it (EC-CONTRACT 9.2 quotas). */
+  peer: string;
+  sessionId: string;
 }
 
 /** Options of {@link ProducerSession}. */
@@ -74,8 +86,13 @@ export interface ProducerSessionOptions {
    * started): the request is answered NACK_NOT_READY (retryable) instead of NACK_MISSING.
    */
   onMiss?: (mmHash: string) => boolean;
-  /** Handles admin requests (`{"op": ...}` maps). Without it they are malformed. */
-  onAdmin?: AdminHandler;
+  /**
+   * EC-CONTRACT 9.2 `max_pinned_blocks_per_peer`: blocks pinned for one ZeroMQ peer, and for one
+   * `session_id`, at most (default a quarter of the cache, at least 1).
+   */
+  maxPinnedBlocksPerPeer?: number;
+  /** EC-CONTRACT 9.2 `max_pinned_fraction`: grants never pin more than this share of the cache (default 0.75). */
+  maxPinnedFraction?: number;
   /** Where the `producer_*` metrics go (default: a fresh Registry). */
   registry?: Registry;
   /** pino logger (default: silent). */
@@ -95,7 +112,10 @@ export class ProducerSession {
   readonly #lease: number;
   readonly #now: () => number;
   readonly #onMiss: ((mmHash: string) => boolean) | undefined;
-  readonly #onAdmin: AdminHandler | undefined;
+  readonly #maxPerPeer: number;
+  readonly #maxPinned: number;
+  readonly #peerBlocks = new Map<string, number>();
+  readonly #sessionBlocks = new Map<string, number>();
   readonly #m: ProducerMetrics;
   readonly #log: Logger;
   readonly #grants = new Map<string, Grant>();
@@ -119,10 +139,21 @@ export class ProducerSession {
     this.#lease = checkNumberOption("pinLeaseMs", options.pinLeaseMs ?? PRODUCER_DEFAULTS.pinLeaseMs, 0);
     checkFunctionOption("now", options.now);
     checkFunctionOption("onMiss", options.onMiss);
-    checkFunctionOption("onAdmin", options.onAdmin);
+    const n = this.#cache.numBlocks;
+    this.#maxPerPeer = checkIntOption(
+      "maxPinnedBlocksPerPeer",
+      options.maxPinnedBlocksPerPeer ?? Math.max(1, Math.floor(n * PRODUCER_DEFAULTS.pinnedPerPeerFraction)),
+      1,
+    );
+    const fraction = checkNumberOption(
+      "maxPinnedFraction",
+      options.maxPinnedFraction ?? PRODUCER_DEFAULTS.maxPinnedFraction,
+      0,
+      1,
+    );
+    this.#maxPinned = Math.floor(n * fraction);
     this.#now = options.now ?? (() => performance.now());
     this.#onMiss = options.onMiss;
-    this.#onAdmin = options.onAdmin;
     this.#m = producerMetrics(options.registry ?? defaultRegistry());
     this.#log = options.logger ?? silentLogger();
     this.#m.freeBlocks.set(this.#cache.freeBlocks);
@@ -180,12 +211,11 @@ export class ProducerSession {
     if (msg.frames.length !== 1)
       throw new EcError("EC_MALFORMED", `control message with ${msg.frames.length} frames`);
     const m = unpackMap(msg.frames[0]!, "XferReq");
-    const op = m["op"];
-    if (typeof op === "string" && Object.hasOwn(m, "op")) {
-      if (this.#onAdmin === undefined) throw new EcError("EC_MALFORMED", `admin op ${op}: not served`);
-      this.#m.adminRequests.inc();
-      const reply = this.#onAdmin(op, m);
-      return reply === null ? null : packMsg(reply);
+    if (typeof m["op"] === "string") {
+      // EC-CONTRACT 9.3: admin is served on its own socket, never here. Dropped, answered nothing.
+      this.#m.adminRefused.inc();
+      this.#log.warn({ op: m["op"] }, "admin request on the control socket refused");
+      return null;
     }
     const req: XferReq = {
       mmHash: str(m, "mm_hash", "XferReq"),
@@ -194,14 +224,14 @@ export class ProducerSession {
       connectorVersion: int(m, "connector_version", "XferReq", Number.MIN_SAFE_INTEGER),
     };
     this.#m.requests.inc();
-    const ack = this.#grantOrNack(req, now);
+    const ack = this.#grantOrNack(req, Buffer.from(msg.identity).toString("hex"), now);
     if (ack.status === XferStatus.OK) this.#m.grants.inc();
     else this.#m.nacks[ack.status]?.inc();
     return encodeXferAck(ack);
   }
 
   /** EC-CONTRACT 4.2, in order: version → hash → session id → pin_if_ready. */
-  #grantOrNack(req: XferReq, now: number): XferAck {
+  #grantOrNack(req: XferReq, peer: string, now: number): XferAck {
     const h = req.mmHash;
     if (req.connectorVersion !== EC_CONNECTOR_VERSION) {
       this.#log.warn({ mmHash: h, version: req.connectorVersion }, "incompatible connector version");
@@ -243,7 +273,26 @@ export class ProducerSession {
       this.#grants.delete(key);
       this.#end(key, old);
     }
-    const grant: Grant = { mmHash: h, blocks: entry.blocks, deadline: now + this.#lease };
+    const quota = this.#quotaProblem(
+      peer,
+      req.sessionId,
+      entry.blocks.length,
+      (this.#cache.get(h)?.pins ?? 0) > 1,
+    );
+    if (quota !== null) {
+      // EC-CONTRACT 9.2: retryable, so the consumer tries again within its deadline.
+      this.#cache.unpin(h);
+      this.#m.grantsRefusedQuota.inc();
+      this.#log.info({ mmHash: h, peer, quota }, "grant refused: pin quota");
+      return nackAck(h, XferStatus.NACK_NOT_READY);
+    }
+    const grant: Grant = {
+      mmHash: h,
+      blocks: entry.blocks,
+      deadline: now + this.#lease,
+      peer,
+      sessionId: req.sessionId,
+    };
     try {
       this.#data.grant(key, grant.blocks, grant.deadline);
     } catch (err) {
@@ -252,6 +301,7 @@ export class ProducerSession {
       return nackAck(h, XferStatus.NACK_INTERNAL);
     }
     this.#grants.set(key, grant);
+    this.#charge(grant, 1);
     this.#log.debug({ mmHash: h, key, blocks: grant.blocks.length }, "granted");
     return {
       mmHash: h,
@@ -311,8 +361,37 @@ export class ProducerSession {
     }
   }
 
+  /**
+   * EC-CONTRACT 9.2: which quota a grant of `blocks` more for this peer and session would break,
+   * or `null`. `shared`: the entry was pinned already (by another grant), so the cache-wide
+   * pinned count does not grow.
+   */
+  #quotaProblem(peer: string, sessionId: string, blocks: number, shared: boolean): string | null {
+    // A peer (or session) holding nothing may always take one grant: an entry larger than the
+    // quota could otherwise never be served. Beyond that one, the quota holds.
+    const byPeer = this.#peerBlocks.get(peer) ?? 0;
+    if (byPeer > 0 && byPeer + blocks > this.#maxPerPeer) return "max_pinned_blocks_per_peer (peer)";
+    const bySession = this.#sessionBlocks.get(sessionId) ?? 0;
+    if (bySession > 0 && bySession + blocks > this.#maxPerPeer) return "max_pinned_blocks_per_peer (session)";
+    // pinIfReady has pinned the entry already: its blocks are in pinnedBlocks unless shared.
+    if (!shared && this.#cache.pinnedBlocks > this.#maxPinned) return "max_pinned_fraction";
+    return null;
+  }
+
+  #charge(g: Grant, sign: 1 | -1): void {
+    for (const [map, k] of [
+      [this.#peerBlocks, g.peer],
+      [this.#sessionBlocks, g.sessionId],
+    ] as const) {
+      const v = (map.get(k) ?? 0) + sign * g.blocks.length;
+      if (v > 0) map.set(k, v);
+      else map.delete(k);
+    }
+  }
+
   /** Revokes on the data plane (stopping any stream) before the pin goes: nothing reads unpinned blocks. */
   #end(key: string, g: Grant): void {
+    this.#charge(g, -1);
     try {
       this.#data.revoke(key);
     } catch (err) {

@@ -1,11 +1,15 @@
 import type { Registry } from "@tapwire/stats";
 import type { Logger } from "pino";
 import { EmbeddingCache, viewsOf } from "./cache.js";
+import type { CurveServerOptions } from "./curve.js";
+import { checkCurveServer } from "./curve.js";
+import type { DataTlsOptions } from "./data/socket.js";
 import { SocketDataTransport } from "./data/socket.js";
 import { checkIntOption, checkNumberOption, EcError } from "./errors.js";
-import { defaultRegistry, silentLogger } from "./metrics.js";
+import type { ProducerMetrics } from "./metrics.js";
+import { defaultRegistry, producerMetrics, silentLogger } from "./metrics.js";
 import { ProducerSession } from "./producer-session.js";
-import { compatibilityHash, int, MAX_STRING_BYTES, str } from "./protocol.js";
+import { compatibilityHash, int, MAX_STRING_BYTES, packMsg, str, unpackMap } from "./protocol.js";
 import { writeSyntheticEmbedding } from "./synthetic.js";
 import type { HeartbeatOptions } from "./zmq.js";
 import { ZmqRouterServer } from "./zmq.js";
@@ -23,6 +27,7 @@ export const DTYPE_BYTES: Readonly<Record<string, number>> = {
 export const EC_PRODUCER_DEFAULTS = {
   control: "tcp://127.0.0.1:0",
   data: "tcp://127.0.0.1:0",
+  admin: "tcp://127.0.0.1:0",
   numBlocks: 1024,
   blockBytes: 65_536,
   modelId: "synthetic-encoder",
@@ -68,6 +73,29 @@ export interface EcProducerOptions {
   heartbeat?: HeartbeatOptions;
   /** Period of the lease sweep when idle (default 50 ms). */
   stepIntervalMs?: number;
+  /**
+   * EC-CONTRACT 9.3: the admin socket (a ZeroMQ ROUTER serving `stats`, `encode`, `check`, `ping`),
+   * never the control ROUTER (default `tcp://127.0.0.1:0`). Must be loopback (`127.0.0.0/8`,
+   * `[::1]`, `localhost`, `ipc://`, `inproc://`) unless `adminAllowRemote` is true.
+   */
+  admin?: string;
+  /** Allow a non-loopback `admin` endpoint (default false). */
+  adminAllowRemote?: boolean;
+  /** EC-CONTRACT 9.2: most blocks pinned per ZeroMQ peer and per session (default numBlocks / 4). */
+  maxPinnedBlocksPerPeer?: number;
+  /** EC-CONTRACT 9.2: most of the cache grants may pin (default 0.75). */
+  maxPinnedFraction?: number;
+  /** EC-CONTRACT 9.5: most data-server connections (default 256). */
+  maxDataConnections?: number;
+  /** EC-CONTRACT 9.5: idle data-server connections are closed after this long (default 30 000 ms). */
+  dataIdleTimeoutMs?: number;
+  /**
+   * EC-CONTRACT 9.4: CURVE keys of the control ROUTER and the consumer public keys it accepts.
+   * With keys the data plane must be `tls://` (and `tls` given).
+   */
+  curve?: CurveServerOptions;
+  /** EC-CONTRACT 9.4: the data server's certificate and key, and the allowed client certificates (`ca`). */
+  tls?: DataTlsOptions;
   /** Where the `producer_*` and `data_*` metrics go (default: a fresh Registry). */
   registry?: Registry;
   /** pino logger (default: silent). */
@@ -99,7 +127,11 @@ export class EcProducer {
   readonly controlEndpoint: string;
   /** Bound data endpoint. */
   readonly dataEndpoint: string;
+  /** Bound admin endpoint (EC-CONTRACT 9.3). */
+  readonly adminEndpoint: string;
+  readonly #adminRouter: ZmqRouterServer;
   readonly #log: Logger;
+  readonly #pm: ProducerMetrics;
   readonly #missNbytes: number;
   readonly #encodeDelay: number;
   readonly #timers = new Set<NodeJS.Timeout>();
@@ -112,6 +144,7 @@ export class EcProducer {
     cache: EmbeddingCache,
     data: SocketDataTransport,
     router: ZmqRouterServer,
+    adminRouter: ZmqRouterServer,
     options: EcProducerOptions,
     registry: Registry,
     compat: string,
@@ -121,6 +154,7 @@ export class EcProducer {
     this.registry = registry;
     this.compatibilityHash = compat;
     this.#log = options.logger ?? silentLogger();
+    this.#pm = producerMetrics(registry);
     const dtypeBytes = DTYPE_BYTES[options.dtype ?? EC_PRODUCER_DEFAULTS.dtype] ?? 2;
     this.#missNbytes =
       options.missNbytes ??
@@ -135,12 +169,18 @@ export class EcProducer {
       compatibilityHash: compat,
       registry,
       logger: this.#log,
-      onAdmin: (op, msg) => this.#admin(op, msg),
+      ...(options.maxPinnedBlocksPerPeer === undefined
+        ? {}
+        : { maxPinnedBlocksPerPeer: options.maxPinnedBlocksPerPeer }),
+      ...(options.maxPinnedFraction === undefined ? {} : { maxPinnedFraction: options.maxPinnedFraction }),
       ...(options.pinLeaseMs === undefined ? {} : { pinLeaseMs: options.pinLeaseMs }),
       ...(onMiss === undefined ? {} : { onMiss }),
     });
     this.controlEndpoint = router.endpoint;
     this.dataEndpoint = data.endpoint;
+    this.adminEndpoint = adminRouter.endpoint;
+    this.#adminRouter = adminRouter;
+    adminRouter.onMessage = () => this.#serveAdmin();
     router.onMessage = () => this.#schedule();
     data.onNotification = () => this.#schedule();
     this.#interval = setInterval(
@@ -167,31 +207,68 @@ export class EcProducer {
     if (options.pinLeaseMs !== undefined) checkNumberOption("pinLeaseMs", options.pinLeaseMs, 0);
     const registry = options.registry ?? defaultRegistry();
     const log = options.logger ?? silentLogger();
+    if (options.maxPinnedBlocksPerPeer !== undefined) {
+      checkIntOption("maxPinnedBlocksPerPeer", options.maxPinnedBlocksPerPeer, 1);
+    }
+    if (options.maxPinnedFraction !== undefined)
+      checkNumberOption("maxPinnedFraction", options.maxPinnedFraction, 0, 1);
+    const adminAt = options.admin ?? EC_PRODUCER_DEFAULTS.admin;
+    if (options.adminAllowRemote !== true && !isLoopbackEndpoint(adminAt)) {
+      throw new EcError(
+        "EC_BAD_OPTION",
+        `option admin: ${adminAt} is not loopback (EC-CONTRACT 9.3; set adminAllowRemote to allow it)`,
+      );
+    }
+    const dataAt = options.data ?? EC_PRODUCER_DEFAULTS.data;
+    if (options.curve !== undefined) {
+      checkCurveServer(options.curve);
+      if (!dataAt.startsWith("tls://") || options.tls === undefined) {
+        throw new EcError(
+          "EC_BAD_OPTION",
+          "option data: with CURVE keys the data plane must be tls:// with tls options (EC-CONTRACT 9.4)",
+        );
+      }
+    }
     const compat = compatibilityHash({ modelId, dtype, hiddenSize, blockBytes });
     const cache = new EmbeddingCache({ numBlocks, blockBytes });
+    const pm = producerMetrics(registry);
     const data = await SocketDataTransport.create({
       name: options.name ?? EC_PRODUCER_DEFAULTS.name,
       region: cache.region,
       numBlocks,
       blockBytes,
-      listen: options.data ?? EC_PRODUCER_DEFAULTS.data,
+      listen: dataAt,
       registry,
       logger: log,
       ...(options.throttleBytesPerSec === undefined
         ? {}
         : { throttleBytesPerSec: options.throttleBytesPerSec }),
+      ...(options.maxDataConnections === undefined ? {} : { maxConnections: options.maxDataConnections }),
+      ...(options.dataIdleTimeoutMs === undefined ? {} : { idleTimeoutMs: options.dataIdleTimeoutMs }),
+      ...(options.tls === undefined ? {} : { tls: options.tls }),
     });
-    let router: ZmqRouterServer;
+    const routers: ZmqRouterServer[] = [];
     try {
-      router = await ZmqRouterServer.bind(options.control ?? EC_PRODUCER_DEFAULTS.control, {
-        logger: log,
-        ...(options.heartbeat === undefined ? {} : { heartbeat: options.heartbeat }),
-      });
+      routers.push(
+        await ZmqRouterServer.bind(options.control ?? EC_PRODUCER_DEFAULTS.control, {
+          logger: log,
+          onDisconnect: () => pm.controlDisconnects.inc(),
+          onAuthRefused: (why) => {
+            pm.curveRefused.inc();
+            log.warn({ why }, "CURVE handshake refused");
+          },
+          ...(options.heartbeat === undefined ? {} : { heartbeat: options.heartbeat }),
+          ...(options.curve === undefined ? {} : { curve: options.curve }),
+        }),
+      );
+      routers.push(await ZmqRouterServer.bind(adminAt, { logger: log, heartbeat: { intervalMs: 0 } }));
     } catch (err) {
+      for (const r of routers) await r.close();
       await data.close();
       throw err;
     }
-    const p = new EcProducer(cache, data, router, options, registry, compat);
+    const [router, adminRouter] = routers as [ZmqRouterServer, ZmqRouterServer];
+    const p = new EcProducer(cache, data, router, adminRouter, options, registry, compat);
     for (const [h, n] of options.prepopulate ?? []) {
       const r = p.encode(h, n);
       if (r === "full") log.warn({ mmHash: h, nbytes: n }, "prepopulate: cache full");
@@ -262,6 +339,7 @@ export class EcProducer {
     for (const t of this.#timers) clearTimeout(t);
     this.#timers.clear();
     await this.session.close();
+    await this.#adminRouter.close();
     await this.data.close();
   }
 
@@ -295,6 +373,25 @@ export class EcProducer {
     }
   }
 
+  /** EC-CONTRACT 9.3: serves the admin socket (flat maps with a string `op`; malformed: dropped, counted). */
+  #serveAdmin(): void {
+    for (const msg of this.#adminRouter.poll()) {
+      let reply: Record<string, unknown> | null;
+      try {
+        if (msg.frames.length !== 1)
+          throw new EcError("EC_MALFORMED", `admin message with ${msg.frames.length} frames`);
+        const m = unpackMap(msg.frames[0]!, "admin request");
+        reply = this.#admin(str(m, "op", "admin request"), m);
+        this.#pm.adminRequests.inc();
+      } catch (err) {
+        this.#pm.malformed.inc();
+        this.#log.warn({ err: (err as Error).message }, "dropped malformed admin request");
+        continue;
+      }
+      if (reply !== null) this.#adminRouter.send(msg.identity, packMsg(reply));
+    }
+  }
+
   #admin(op: string, msg: Record<string, unknown>): Record<string, unknown> | null {
     switch (op) {
       case "ping":
@@ -317,4 +414,13 @@ export class EcProducer {
         throw new EcError("EC_MALFORMED", `unknown admin op ${op}`);
     }
   }
+}
+
+/** True for an endpoint only this host can reach: 127.0.0.0/8, [::1], localhost, ipc://, inproc://. */
+export function isLoopbackEndpoint(endpoint: string): boolean {
+  if (endpoint.startsWith("ipc://") || endpoint.startsWith("inproc://")) return true;
+  const m = /^tcp:\/\/(\[[^\]]+\]|[^:/]+):\d+$/.exec(endpoint);
+  if (m === null) return false;
+  const host = m[1]!;
+  return host === "localhost" || host === "[::1]" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
 }

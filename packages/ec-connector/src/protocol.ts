@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { Decoder, Encoder } from "@msgpack/msgpack";
 import { EcError, isIntInRange } from "./errors.js";
+import { decodeFlatMap } from "./flat-msgpack.js";
 
 /** EC-CONTRACT 2: the connector protocol version carried in every XferReq. */
 export const EC_CONNECTOR_VERSION = 2;
@@ -37,8 +38,11 @@ export const RETRYABLE_NACKS: ReadonlySet<number> = new Set([XferStatus.NACK_NOT
 
 /** EC-CONTRACT 3: the longest string field, in UTF-8 bytes. */
 export const MAX_STRING_BYTES = 256;
-/** Largest control message accepted (bytes); a ZeroMQ message above it is dropped by the socket. */
-export const MAX_CONTROL_MESSAGE_BYTES = 8 * 1024 * 1024;
+/**
+ * EC-CONTRACT 9.1: largest control message (bytes). ZeroMQ's `maxMessageSize` on every control
+ * socket drops a larger one (the peer is disconnected), so it is never buffered.
+ */
+export const MAX_CONTROL_MESSAGE_BYTES = 64 * 1024;
 
 /** The inputs of the compatibility hash (EC-CONTRACT 2). */
 export interface CompatibilityInfo {
@@ -105,13 +109,15 @@ export interface XferAck {
 
 const EMPTY = new Uint8Array(0);
 const encoder = new Encoder({ ignoreUndefined: true });
-const decoder = new Decoder({
+/** The admin reply decoder (trusted direction: the producer's own admin socket; nested stats). */
+const replyDecoder = new Decoder({
   maxStrLength: 64 * 1024,
-  maxBinLength: MAX_CONTROL_MESSAGE_BYTES,
-  maxArrayLength: 1 << 24,
+  maxBinLength: 64 * 1024,
+  maxArrayLength: 1 << 16,
   maxMapLength: 4096,
-  maxExtLength: 64 * 1024,
+  maxExtLength: 0,
 });
+const ACK_ARRAYS: ReadonlySet<string> = new Set(["src_block_indices"]);
 
 /** Encodes any value as MessagePack (internal). */
 export function packMsg(value: unknown): Uint8Array {
@@ -119,13 +125,29 @@ export function packMsg(value: unknown): Uint8Array {
 }
 
 /**
- * Decodes one MessagePack value that must be a map (internal); throws `EC_MALFORMED` otherwise or
- * on bad/trailing bytes.
+ * Decodes one control message that must be a flat map (internal; EC-CONTRACT 3, 9.1): see
+ * {@link decodeFlatMap}. `arrays` names the keys allowed an integer array (at most `maxArray`).
  */
-export function unpackMap(bytes: Uint8Array, what: string): Record<string, unknown> {
+export function unpackMap(
+  bytes: Uint8Array,
+  what: string,
+  arrays?: ReadonlySet<string>,
+  maxArray?: number,
+): Record<string, unknown> {
+  return decodeFlatMap(bytes, what, {
+    ...(arrays === undefined ? {} : { arrays }),
+    ...(maxArray === undefined ? {} : { maxArray }),
+  });
+}
+
+/**
+ * Decodes an admin reply (internal): any MessagePack map, nesting allowed. Only for replies from
+ * the producer's admin socket, which the admin client chose to trust.
+ */
+export function unpackReply(bytes: Uint8Array, what: string): Record<string, unknown> {
   let v: unknown;
   try {
-    v = decoder.decode(bytes);
+    v = replyDecoder.decode(bytes);
   } catch (err) {
     throw new EcError("EC_MALFORMED", `${what}: not valid MessagePack (${(err as Error).message})`, {
       cause: err,
@@ -192,7 +214,8 @@ export function decodeXferReq(bytes: Uint8Array): XferReq {
  * keys are required on OK and, on a NACK, optional but type-checked when present.
  */
 export function decodeXferAck(bytes: Uint8Array, maxBlocks: number): XferAck {
-  const m = unpackMap(bytes, "XferAck");
+  // The array is bounded by the message (64 KiB) here; its length against the cache is checked below.
+  const m = unpackMap(bytes, "XferAck", ACK_ARRAYS);
   const mmHash = str(m, "mm_hash", "XferAck");
   const status = int(m, "status", "XferAck", 0);
   if (status > XferStatus.NACK_INTERNAL)

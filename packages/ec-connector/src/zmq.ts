@@ -1,5 +1,7 @@
 import type { Logger } from "pino";
 import { Dealer, Router } from "zeromq";
+import type { CurveServerOptions } from "./curve.js";
+import { checkCurveKey, checkCurveServer, zap } from "./curve.js";
 import { checkIntOption, EcError } from "./errors.js";
 import { silentLogger } from "./metrics.js";
 import type { ControlMessage, ControlServer } from "./producer-session.js";
@@ -38,6 +40,26 @@ function socketOptions(hb: HeartbeatOptions | undefined) {
     heartbeatTimeout: timeoutMs,
     heartbeatTimeToLive: ttlMs,
   };
+}
+
+/** Options of {@link ZmqRouterServer.bind}. */
+export interface RouterOptions {
+  heartbeat?: HeartbeatOptions;
+  logger?: Logger;
+  /** EC-CONTRACT 9.4: be a CURVE server accepting only `curve.allow` (a ZAP handler). */
+  curve?: CurveServerOptions;
+  /** Called when the socket drops a connection (an over-size message, EC-CONTRACT 9.1, or a peer gone). */
+  onDisconnect?: () => void;
+  /** Called for each CURVE handshake the ZAP handler refuses. */
+  onAuthRefused?: (why: string) => void;
+}
+
+/** Options of {@link ZmqDealerClient}. */
+export interface DealerOptions {
+  heartbeat?: HeartbeatOptions;
+  logger?: Logger;
+  /** EC-CONTRACT 9.4: authenticate with this key pair to a producer with `curve.serverKey`. */
+  curve?: { publicKey: string; secretKey: string; serverKey: string };
 }
 
 /** Serialises sends (a zeromq 6 socket allows one send in flight) without blocking the caller. */
@@ -91,32 +113,57 @@ export class ZmqRouterServer implements ControlServer {
   readonly #inbox: ControlMessage[] = [];
   readonly #out: SendQueue;
   readonly #log: Logger;
+  readonly #zapDomain: string | null;
   #closed = false;
 
-  private constructor(sock: Router, endpoint: string, log: Logger) {
+  private constructor(
+    sock: Router,
+    endpoint: string,
+    log: Logger,
+    zapDomain: string | null,
+    onDisconnect?: () => void,
+  ) {
     this.#sock = sock;
     this.endpoint = endpoint;
     this.#log = log;
+    this.#zapDomain = zapDomain;
     this.#out = new SendQueue(sock, log);
+    if (onDisconnect !== undefined) sock.events.on("disconnect", () => onDisconnect());
     void this.#loop();
   }
 
   /** Binds a ROUTER on `endpoint` (e.g. `tcp://127.0.0.1:0`) and resolves with the bound endpoint known. */
-  static async bind(
-    endpoint: string,
-    options: { heartbeat?: HeartbeatOptions; logger?: Logger } = {},
-  ): Promise<ZmqRouterServer> {
+  static async bind(endpoint: string, options: RouterOptions = {}): Promise<ZmqRouterServer> {
     if (typeof endpoint !== "string" || endpoint.length === 0) {
       throw new EcError("EC_BAD_ENDPOINT", "control endpoint: expected a ZeroMQ endpoint string");
     }
-    const sock = new Router(socketOptions(options.heartbeat));
+    const log = options.logger ?? silentLogger();
+    const base = socketOptions(options.heartbeat);
+    let zapDomain: string | null = null;
+    let sock: Router;
+    if (options.curve !== undefined) {
+      checkCurveServer(options.curve);
+      const refused = options.onAuthRefused ?? (() => undefined);
+      zapDomain = await zap.register(options.curve.allow, refused, log);
+      sock = new Router({
+        ...base,
+        curveServer: true,
+        curveSecretKey: options.curve.secretKey,
+        curvePublicKey: options.curve.publicKey,
+        zapDomain,
+        zapEnforceDomain: true,
+      });
+    } else {
+      sock = new Router(base);
+    }
     try {
       await sock.bind(endpoint);
     } catch (err) {
       sock.close();
+      if (zapDomain !== null) zap.release(zapDomain);
       throw new EcError("EC_BAD_ENDPOINT", `bind ${endpoint}: ${(err as Error).message}`, { cause: err });
     }
-    return new ZmqRouterServer(sock, sock.lastEndpoint ?? endpoint, options.logger ?? silentLogger());
+    return new ZmqRouterServer(sock, sock.lastEndpoint ?? endpoint, log, zapDomain, options.onDisconnect);
   }
 
   poll(): ControlMessage[] {
@@ -133,6 +180,7 @@ export class ZmqRouterServer implements ControlServer {
     this.#closed = true;
     this.#out.close();
     this.#sock.close();
+    if (this.#zapDomain !== null) zap.release(this.#zapDomain);
   }
 
   async #loop(): Promise<void> {
@@ -170,13 +218,24 @@ export class ZmqDealerClient {
   #closed = false;
   #malformed = 0;
 
-  constructor(endpoint: string, options: { heartbeat?: HeartbeatOptions; logger?: Logger } = {}) {
+  constructor(endpoint: string, options: DealerOptions = {}) {
     if (typeof endpoint !== "string" || endpoint.length === 0) {
       throw new EcError("EC_BAD_ENDPOINT", "producer address: expected a ZeroMQ endpoint string");
     }
     this.endpoint = endpoint;
     this.#log = options.logger ?? silentLogger();
-    this.#sock = new Dealer(socketOptions(options.heartbeat));
+    const c = options.curve;
+    if (c !== undefined) {
+      checkCurveKey("curve.publicKey", c.publicKey);
+      checkCurveKey("curve.secretKey", c.secretKey);
+      checkCurveKey("curve.serverKey", c.serverKey);
+    }
+    this.#sock = new Dealer({
+      ...socketOptions(options.heartbeat),
+      ...(c === undefined
+        ? {}
+        : { curveServerKey: c.serverKey, curvePublicKey: c.publicKey, curveSecretKey: c.secretKey }),
+    });
     this.#out = new SendQueue(this.#sock, this.#log);
     this.#sock.events.on("handshake", () => {
       this.#up = true;

@@ -32,7 +32,7 @@ it("tapwire-ec-producer: prepopulates from a file, logs stats periodically, exit
     expect(String(listening["control"])).toMatch(/^tcp:\/\/127\.0\.0\.1:\d+$/);
     expect(String(listening["data"])).toMatch(/^tcp:\/\/127\.0\.0\.1:\d+$/);
     await child.waitFor((l) => l.json?.["msg"] === "stats", 10_000);
-    const admin = new EcAdminClient(String(listening["control"]));
+    const admin = new EcAdminClient(String(listening["admin"]));
     expect(await admin.request("ping")).toEqual({ op: "pong" });
     expect(await admin.encode("img-c", 5000)).toBe("ready");
     expect(await admin.encode("img-c", 5000)).toBe("exists");

@@ -140,7 +140,7 @@ it(`a producer forced onto the node:zlib fallback (${CRC32_ENV}=zlib) and a cons
   );
   const listening = child.readyLine.json!;
   expect(listening["crcImpl"]).toBe(CRC32_IMPLS.zlib);
-  const admin = new EcAdminClient(String(listening["control"]));
+  const admin = new EcAdminClient(String(listening["admin"]));
   const registry = new Registry();
   const conn = await ConsumerConnector.create({
     numBlocks: 64,

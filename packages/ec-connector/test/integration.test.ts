@@ -70,7 +70,7 @@ for (const kind of ["tcp", "unix"] as const) {
         "--log-level",
         "warn",
       ]);
-      admin = new EcAdminClient(prod.control);
+      admin = new EcAdminClient(prod.admin);
       registry = new Registry();
       conn = await ConsumerConnector.create({
         numBlocks: 1400,
@@ -310,7 +310,7 @@ describe("process faults", () => {
       "--log-level",
       "warn",
     ]);
-    const admin = new EcAdminClient(p.control);
+    const admin = new EcAdminClient(p.admin);
     const child = await spawnProducer(
       [p.control, p.compatibilityHash, "big", String(16 * MiB)],
       new URL("./helpers/consumer-child.mjs", import.meta.url).pathname,

@@ -91,7 +91,16 @@ describe("XferReq codec (EC-CONTRACT 3)", () => {
   });
 
   it("ignores unknown extra keys", () => {
-    expect(decodeXferReq(encode({ ...REQ, future: [1, { x: 2 }] })).mmHash).toBe("h1");
+    expect(decodeXferReq(encode({ ...REQ, future: 7, note: "x", blob: new Uint8Array(2) })).mmHash).toBe(
+      "h1",
+    );
+  });
+
+  it("refuses a container under an unknown key (EC-CONTRACT 9.1: one flat map)", () => {
+    expect(() => decodeXferReq(encode({ ...REQ, future: [1, { x: 2 }] }))).toThrow(
+      /array where none is declared/,
+    );
+    expect(() => decodeXferReq(encode({ ...REQ, future: { x: 2 } }))).toThrow(/nested map/);
   });
 
   const cases: [string, unknown, RegExp][] = [

@@ -61,8 +61,8 @@ it(`soak: ${N} transfers with random faults end with the invariants of EC-CONTRA
     [...sizes].map(([h, n]) => `${h}:${n}`).join(","),
   ]);
   expect(a.compatibilityHash).toBe(b.compatibilityHash);
-  const adminA = new EcAdminClient(a.control);
-  const adminB = new EcAdminClient(b.control);
+  const adminA = new EcAdminClient(a.admin);
+  const adminB = new EcAdminClient(b.admin);
   const initialFreeB = ((await adminB.stats()) as unknown as ProducerStats).cache.freeBlocks;
 
   const registry = new Registry();

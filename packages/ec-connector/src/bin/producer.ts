@@ -121,6 +121,7 @@ async function main(): Promise<void> {
     {
       control: producer.controlEndpoint,
       data: producer.dataEndpoint,
+      admin: producer.adminEndpoint,
       dataKind: producer.data.kind,
       compatibilityHash: producer.compatibilityHash,
       numBlocks: producer.cache.numBlocks,

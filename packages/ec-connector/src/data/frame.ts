@@ -62,6 +62,15 @@ const NOTIF_FIXED = 4;
 const MAX_INSTANCE_BYTES = 256;
 /** Longest ERROR message, bytes. */
 const MAX_ERROR_MESSAGE_BYTES = 1024;
+/** Largest frame body a reader accepts (an ERROR with the longest message; DATA is 12). */
+export const MAX_READER_FRAME_BYTES = ERROR_FIXED + MAX_ERROR_MESSAGE_BYTES;
+/** Largest READ body for a server of `numBlocks` blocks (what its receive buffer is sized from). */
+export function maxReadFrameBytes(numBlocks: number): number {
+  return Math.min(
+    MAX_DATA_FRAME_BYTES,
+    READ_FIXED + MAX_KEY_BYTES + MAX_READER_BYTES + MAX_INSTANCE_BYTES + 4 * numBlocks,
+  );
+}
 const CODE_NAMES = Object.fromEntries(Object.entries(REFUSAL_CODES).map(([k, v]) => [v, k])) as Record<
   number,
   RefusalCode

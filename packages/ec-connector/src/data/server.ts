@@ -3,14 +3,7 @@ import type { Logger } from "pino";
 import { EcError, isIntInRange } from "../errors.js";
 import type { DataMetrics } from "../metrics.js";
 import type { ReadFrame, RefusalCode } from "./frame.js";
-import {
-  decodeToServer,
-  encodeFrame,
-  frameLength,
-  LEN_BYTES,
-  MAX_DATA_FRAME_BYTES,
-  segments,
-} from "./frame.js";
+import { decodeToServer, encodeFrame, frameLength, LEN_BYTES, maxReadFrameBytes, segments } from "./frame.js";
 import type { Notif } from "./transport.js";
 import { deliverNotifs } from "./transport.js";
 
@@ -44,6 +37,8 @@ export interface DataServerOptions {
   now: () => number;
   chunkBytes: number;
   throttleBytesPerSec: number;
+  /** EC-CONTRACT 9.5: a connection without traffic this long is closed (0: never). */
+  idleTimeoutMs: number;
   metrics: DataMetrics;
   logger: Logger;
   /** Called when a notification arrives. */
@@ -69,11 +64,14 @@ export class DataServer {
   readonly #streams = new Map<string, Set<ServerConn>>();
   readonly #conns = new Set<ServerConn>();
   readonly #notifs: Notif[] = [];
+  /** The largest frame a reader may send here, from this server's own cache size (EC-CONTRACT 9.5). */
+  readonly #maxFrame: number;
   #closed = false;
 
   constructor(options: DataServerOptions) {
     this.#o = options;
     this.#m = options.metrics;
+    this.#maxFrame = maxReadFrameBytes(options.numBlocks);
   }
 
   /** Number of live grants. */
@@ -129,6 +127,13 @@ export class DataServer {
     };
     this.#conns.add(c);
     this.#m.connections.set(this.#conns.size);
+    if (this.#o.idleTimeoutMs > 0) {
+      socket.setTimeout(this.#o.idleTimeoutMs, () => {
+        this.#m.idleClosed.inc();
+        this.#o.logger.info({ idleMs: this.#o.idleTimeoutMs }, "idle data connection closed");
+        socket.destroy();
+      });
+    }
     socket.on("data", (chunk: Buffer) => this.#onData(c, chunk));
     socket.on("error", () => socket.destroy());
     socket.on("close", () => {
@@ -139,10 +144,18 @@ export class DataServer {
   }
 
   #onData(c: ServerConn, chunk: Buffer): void {
-    c.buf = c.buf.length === 0 ? chunk : Buffer.concat([c.buf, chunk]);
+    try {
+      c.buf = c.buf.length === 0 ? chunk : Buffer.concat([c.buf, chunk]);
+    } catch (err) {
+      // EC-CONTRACT 9.5: failing to allocate closes this connection, never the process.
+      this.#m.allocFailures.inc();
+      this.#o.logger.warn({ err: (err as Error).message }, "data connection closed: allocation failed");
+      c.socket.destroy();
+      return;
+    }
     while (c.buf.length >= LEN_BYTES && !c.socket.destroyed) {
       const len = frameLength(c.buf);
-      if (len === 0 || len > MAX_DATA_FRAME_BYTES) {
+      if (len === 0 || len > this.#maxFrame) {
         this.#badFrame(c, `frame length ${len}`);
         return;
       }

@@ -1,12 +1,13 @@
 import { lstatSync, unlinkSync } from "node:fs";
 import * as net from "node:net";
+import * as tls from "node:tls";
 import { Registry } from "@tapwire/stats";
 import type { Logger } from "pino";
 import type { Crc32Impl } from "../crc.js";
 import { checkFunctionOption, checkIntOption, checkNumberOption, EcError } from "../errors.js";
 import { dataMetrics, EC_METRICS_PREFIX, silentLogger } from "../metrics.js";
-import type { SocketFault } from "./reader.js";
-import { DataReader, plainConnect } from "./reader.js";
+import type { ReaderTlsOptions, SocketFault } from "./reader.js";
+import { DataReader, socketConnect } from "./reader.js";
 import { DataServer } from "./server.js";
 import type { AgentMetadata, DataTransport, ReadOptions, XferHandle, XferHandleState } from "./transport.js";
 import {
@@ -18,6 +19,25 @@ import {
 } from "./transport.js";
 
 export { MAX_DATA_FRAME_BYTES } from "./frame.js";
+
+/** EC-CONTRACT 9.5 defaults of the data server. */
+export const DATA_SERVER_DEFAULTS = { maxConnections: 256, idleTimeoutMs: 30_000 } as const;
+
+/** TLS material of a data-plane agent (PEM): see {@link SocketDataTransportOptions.tls}. */
+export type DataTlsOptions = ReaderTlsOptions;
+
+function checkTls(t: DataTlsOptions): void {
+  if (t === null || typeof t !== "object")
+    throw new EcError("EC_BAD_OPTION", "option tls: expected an object");
+  for (const k of ["cert", "key", "ca"] as const) {
+    const v = t[k];
+    const ok = (x: unknown) => typeof x === "string" || Buffer.isBuffer(x);
+    if (!(ok(v) || (Array.isArray(v) && v.length > 0 && v.every(ok)))) {
+      throw new EcError("EC_BAD_OPTION", `option tls.${k}: expected PEM text`);
+    }
+  }
+}
+
 export type { SocketFault } from "./reader.js";
 
 /** Options of {@link SocketDataTransport}. */
@@ -48,6 +68,16 @@ export interface SocketDataTransportOptions {
    * (`EmbeddingCache({ shared: true })`). A read is DONE once its last range is checksummed.
    */
   checksumThread?: boolean;
+  /** EC-CONTRACT 9.5: most open data-server connections; more are closed at accept, counted (default 256). */
+  maxConnections?: number;
+  /** EC-CONTRACT 9.5: a data-server connection without traffic this long is closed, counted (default 30 000 ms; 0: never). */
+  idleTimeoutMs?: number;
+  /**
+   * EC-CONTRACT 9.4: TLS material. As a `tls://` server: this agent's certificate and key, and in
+   * `ca` the client certificates (or CA) allowed to read. As a reader of `tls://` peers: its client
+   * certificate and key, and in `ca` the producers' certificates (or CA) it trusts.
+   */
+  tls?: DataTlsOptions;
   /** Where the `data_*` metrics go (default: a fresh Registry). */
   registry?: Registry;
   /** pino logger (default: silent). */
@@ -91,7 +121,7 @@ export class SocketDataTransport implements DataTransport {
     const logger = options.logger ?? silentLogger();
     this.#listener = listener;
     this.#unixPath = unixPath;
-    this.kind = endpoint.startsWith("unix://") ? "unix" : endpoint.startsWith("tcp://") ? "tcp" : "reader";
+    this.kind = /^(unix|tcp|tls):\/\//.exec(endpoint)?.[1] ?? "reader";
     this.meta = { name: options.name, instance: newInstanceId(), endpoint };
     this.#reader = new DataReader({
       region: options.region,
@@ -100,7 +130,7 @@ export class SocketDataTransport implements DataTransport {
       maxIdlePerPeer: options.maxIdlePerPeer ?? 4,
       checksumThread: options.checksumThread === true,
       self: agentNameOf(this.meta),
-      connect: plainConnect,
+      connect: socketConnect(options.tls),
       metrics,
       logger,
       onReadDone: () => this.onReadDone?.(),
@@ -113,11 +143,25 @@ export class SocketDataTransport implements DataTransport {
       now: options.now ?? (() => performance.now()),
       chunkBytes: options.chunkBytes ?? 1 << 20,
       throttleBytesPerSec: options.throttleBytesPerSec ?? 0,
+      idleTimeoutMs: options.idleTimeoutMs ?? DATA_SERVER_DEFAULTS.idleTimeoutMs,
       metrics,
       logger,
       onNotification: () => this.onNotification?.(),
     });
-    if (listener !== null) listener.on("connection", (s) => this.#server.accept(s));
+    if (listener === null) return;
+    // EC-CONTRACT 9.5: net.Server drops connections beyond maxConnections at accept ('drop').
+    listener.maxConnections = options.maxConnections ?? DATA_SERVER_DEFAULTS.maxConnections;
+    listener.on("drop", () => metrics.connectionsRefused.inc());
+    if (listener instanceof tls.Server) {
+      listener.on("secureConnection", (s: tls.TLSSocket) => this.#server.accept(s));
+      listener.on("tlsClientError", (err: Error, s: tls.TLSSocket) => {
+        metrics.tlsRefused.inc();
+        logger.warn({ err: err.message, remote: s.remoteAddress }, "data-plane TLS handshake refused");
+        s.destroy();
+      });
+    } else {
+      listener.on("connection", (s) => this.#server.accept(s));
+    }
   }
 
   /** Validates options, starts the data server when `listen` is given, and resolves once bound. */
@@ -150,9 +194,32 @@ export class SocketDataTransport implements DataTransport {
     if (options.checksumThread === true && !(options.region.buffer instanceof SharedArrayBuffer)) {
       throw new EcError("EC_BAD_OPTION", "option checksumThread: the region must be on a SharedArrayBuffer");
     }
+    if (options.maxConnections !== undefined) checkIntOption("maxConnections", options.maxConnections, 1);
+    if (options.idleTimeoutMs !== undefined) checkIntOption("idleTimeoutMs", options.idleTimeoutMs, 0);
+    if (options.tls !== undefined) checkTls(options.tls);
     if (options.listen === undefined) return new SocketDataTransport(options, null, "", null);
     const target = parseDataEndpoint(options.listen);
-    const server = net.createServer({ noDelay: true });
+    let server: net.Server;
+    if ("tls" in target && target.tls) {
+      if (options.tls === undefined) {
+        throw new EcError(
+          "EC_BAD_OPTION",
+          "option tls: a tls:// data server needs its certificate, key and ca",
+        );
+      }
+      server = tls.createServer({
+        cert: options.tls.cert,
+        key: options.tls.key,
+        // EC-CONTRACT 9.4: only clients with a certificate from the allow list (ca) get in.
+        ca: options.tls.ca,
+        requestCert: true,
+        rejectUnauthorized: true,
+        noDelay: true,
+        handshakeTimeout: options.idleTimeoutMs || DATA_SERVER_DEFAULTS.idleTimeoutMs,
+      });
+    } else {
+      server = net.createServer({ noDelay: true });
+    }
     let unixPath: string | null = null;
     if ("path" in target) {
       unixPath = target.path;
@@ -176,7 +243,7 @@ export class SocketDataTransport implements DataTransport {
     const addr = server.address();
     if (addr !== null && typeof addr === "object") {
       const host = addr.address.includes(":") ? `[${addr.address}]` : addr.address;
-      endpoint = `tcp://${host}:${addr.port}`;
+      endpoint = `${"tls" in target && target.tls ? "tls" : "tcp"}://${host}:${addr.port}`;
     }
     if (options.advertise !== undefined) {
       parseDataEndpoint(options.advertise);

@@ -173,21 +173,28 @@ export function checkReadShape(
   return n;
 }
 
-/** Parses `tcp://host:port` or `unix:///path` (internal). */
-export function parseDataEndpoint(endpoint: string): { host: string; port: number } | { path: string } {
+/** A parsed data endpoint: a TCP address (plain or TLS) or a Unix socket path. */
+export type DataEndpoint = { host: string; port: number; tls: boolean } | { path: string };
+
+/** Parses `tcp://host:port`, `tls://host:port` or `unix:///path` (internal). */
+export function parseDataEndpoint(endpoint: string): DataEndpoint {
   if (typeof endpoint !== "string") throw new EcError("EC_BAD_ENDPOINT", "endpoint: expected a string");
   if (endpoint.startsWith("unix://")) {
     const path = endpoint.slice("unix://".length);
     if (path.length === 0) throw new EcError("EC_BAD_ENDPOINT", `endpoint ${endpoint}: empty socket path`);
     return { path };
   }
-  const m = /^tcp:\/\/(\[[^\]]+\]|[^:/]+):(\d+)$/.exec(endpoint);
-  if (m === null)
-    throw new EcError("EC_BAD_ENDPOINT", `endpoint ${endpoint}: expected tcp://host:port or unix:///path`);
-  const port = Number(m[2]);
+  const m = /^(tcp|tls):\/\/(\[[^\]]+\]|[^:/]+):(\d+)$/.exec(endpoint);
+  if (m === null) {
+    throw new EcError(
+      "EC_BAD_ENDPOINT",
+      `endpoint ${endpoint}: expected tcp://host:port, tls://host:port or unix:///path`,
+    );
+  }
+  const port = Number(m[3]);
   if (port > 65535) throw new EcError("EC_BAD_ENDPOINT", `endpoint ${endpoint}: port ${port} > 65535`);
-  const host = m[1]!.startsWith("[") ? m[1]!.slice(1, -1) : m[1]!;
-  return { host, port };
+  const host = m[2]!.startsWith("[") ? m[2]!.slice(1, -1) : m[2]!;
+  return { host, port, tls: m[1] === "tls" };
 }
 
 /** A received notification and the grant instance whose read it completes. */

@@ -9,6 +9,8 @@ export interface ProducerProc {
   handle: ChildHandle;
   child: ChildProcess;
   control: string;
+  /** The admin socket (EC-CONTRACT 9.3). */
+  admin: string;
   data: string;
   compatibilityHash: string;
   kill(signal?: NodeJS.Signals): Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
@@ -27,6 +29,7 @@ export async function spawnProducer(args: string[], script = PRODUCER_BIN): Prom
     handle,
     child: handle.child,
     control: String(l["control"]),
+    admin: String(l["admin"]),
     data: String(l["data"]),
     compatibilityHash: String(l["compatibilityHash"]),
     async kill(signal: NodeJS.Signals = "SIGTERM") {
