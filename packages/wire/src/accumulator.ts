@@ -1,4 +1,4 @@
-import { rd32 } from "./bytes.js";
+import { isIntIn, rd32 } from "./bytes.js";
 import { APP_HEADER_SIZE } from "./constants.js";
 import { badArgument, WireError, WireErrorCode } from "./errors.js";
 import { type DecodeHeaderOptions, decodeHeader } from "./header.js";
@@ -31,7 +31,7 @@ export class FrameAccumulator {
 
   constructor(options: FrameAccumulatorOptions = {}) {
     const max = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
-    if (!Number.isInteger(max) || max < APP_HEADER_SIZE) {
+    if (!isIntIn(max, APP_HEADER_SIZE, Number.MAX_SAFE_INTEGER)) {
       throw badArgument(`maxFrameBytes ${max} is not an integer >= ${APP_HEADER_SIZE}`);
     }
     this.#max = max;

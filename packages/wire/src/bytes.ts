@@ -19,14 +19,18 @@ export function wr32(b: Uint8Array, o: number, v: number): void {
   b[o + 3] = v >>> 24;
 }
 
+/** The one integer-in-range check of the package: `v` is an integer in `[lo, hi]`. */
+export function isIntIn(v: number, lo: number, hi: number): boolean {
+  return Number.isInteger(v) && v >= lo && v <= hi;
+}
 export function isU8(v: number): boolean {
-  return Number.isInteger(v) && v >= 0 && v <= 0xff;
+  return isIntIn(v, 0, 0xff);
 }
 export function isU16(v: number): boolean {
-  return Number.isInteger(v) && v >= 0 && v <= 0xffff;
+  return isIntIn(v, 0, 0xffff);
 }
 export function isU32(v: number): boolean {
-  return Number.isInteger(v) && v >= 0 && v <= 0xffffffff;
+  return isIntIn(v, 0, 0xffffffff);
 }
 
 export function checkU8(what: string, v: number): void {

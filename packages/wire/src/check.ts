@@ -1,3 +1,4 @@
+import { isIntIn } from "./bytes.js";
 import { DYADIC_ONE, EntryFlag, ReplyFlag, ReqStatus, reqStatusName, TOP_K_MAX } from "./constants.js";
 import { badArgument, badReply } from "./errors.js";
 import type { StepReplyViews } from "./step-reply.js";
@@ -25,7 +26,7 @@ type CtxEntry = ReplyContext["entries"][number];
 
 function entryCount(reply: StepReplyViews, ctx: ReplyContext): number {
   const n = ctx.nEntries ?? ctx.entries.length;
-  if (!Number.isInteger(n) || n < 0 || n > ctx.entries.length) {
+  if (!isIntIn(n, 0, ctx.entries.length)) {
     throw badArgument(`nEntries ${n} outside 0..${ctx.entries.length}`);
   }
   if (reply.nReq !== n) throw badReply(`reply n_req ${reply.nReq} != ${n} entries sent`);
@@ -247,7 +248,7 @@ export function validateSampled(reply: StepReplyViews, ctx: ReplyContext): void 
   }
   for (let i = 0; i < n; i++) {
     const topK = meta[i]!.topK;
-    if (!(Number.isInteger(topK) && topK >= 1 && topK <= TOP_K_MAX)) {
+    if (!isIntIn(topK, 1, TOP_K_MAX)) {
       throw badArgument(`sampleMeta[${i}].topK ${topK} outside 1..32`);
     }
     const why = entrySampledProblem(reply, i, ctx);

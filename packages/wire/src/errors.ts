@@ -24,12 +24,24 @@ const STATUS_OF: Readonly<Record<WireErrorCode, number | undefined>> = {
   WIRE_BAD_ARGUMENT: undefined,
 };
 
+// Branded with a registry symbol so that `instanceof` holds across two installed copies of the
+// package (the undici `lib/core/errors.js` pattern): the brand, not the prototype, decides.
+const kWireError: unique symbol = Symbol.for("tapwire.wire.WireError");
+
 /**
  * The one error class of `@tapwire/wire`. `code` is stable; `status` is the frame status a worker
  * answers for it (BAD_FRAME, BAD_VERSION or TOO_LARGE), undefined for client-side and argument
- * errors. The message names the first problem found.
+ * errors. The message names the first problem found. `instanceof WireError` is true for a
+ * WireError of any installed copy of the package.
  */
 export class WireError extends Error {
+  /** True for any value branded by a WireError constructor of any copy of this package. */
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    return (
+      typeof value === "object" && value !== null && (value as Record<symbol, unknown>)[kWireError] === true
+    );
+  }
+
   /** Stable error code. */
   readonly code: WireErrorCode;
   /** Frame status a worker answers for this error (CONTRACT 5), if any. */
@@ -40,6 +52,7 @@ export class WireError extends Error {
     this.name = "WireError";
     this.code = code;
     this.status = STATUS_OF[code];
+    Object.defineProperty(this, kWireError, { value: true });
   }
 }
 

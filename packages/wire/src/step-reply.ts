@@ -1,4 +1,4 @@
-import { checkU32, IS_LITTLE_ENDIAN, isZero, pad4, rd16, rd32, wr16, wr32 } from "./bytes.js";
+import { checkU16, checkU32, IS_LITTLE_ENDIAN, isZero, pad4, rd16, rd32, wr16, wr32 } from "./bytes.js";
 import {
   APP_HEADER_SIZE,
   FrameStatus,
@@ -263,9 +263,7 @@ export function beginStepReply(
   checkU32("session", h.session);
   checkU32("stepId", h.stepId);
   checkU32("nReq", h.nReq);
-  if (!Number.isInteger(h.numSpec) || h.numSpec < 0 || h.numSpec > 0xffff) {
-    throw badArgument(`numSpec ${h.numSpec} is not a u16`);
-  }
+  checkU16("numSpec", h.numSpec);
   if ((buf.byteOffset & 3) !== 0)
     throw badArgument(`reply buffer byteOffset ${buf.byteOffset} is not 4-aligned`);
   const l = stepReplyLayout(h);

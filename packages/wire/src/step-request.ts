@@ -1,4 +1,4 @@
-import { IS_LITTLE_ENDIAN, rd16, rd32, viewOf, wordsOf } from "./bytes.js";
+import { IS_LITTLE_ENDIAN, isIntIn, rd16, rd32, viewOf, wordsOf } from "./bytes.js";
 import {
   APP_HEADER_SIZE,
   ENTRY_FLAGS_MASK,
@@ -188,7 +188,7 @@ function u16ok(v: number): boolean {
  */
 export function writeStepPrefix(buf: Uint8Array, p: StepPrefixParams): number {
   const n = p.nEntries ?? p.entries.length;
-  if (!Number.isInteger(n) || n < 0 || n > p.entries.length) {
+  if (!isIntIn(n, 0, p.entries.length)) {
     throw badArgument(`nEntries ${n} outside 0..${p.entries.length}`);
   }
   const meta = p.sampleMeta ?? null;
@@ -212,7 +212,7 @@ export function writeStepPrefix(buf: Uint8Array, p: StepPrefixParams): number {
     for (let i = 0; i < n; i++, o += SAMPLE_META_SIZE) {
       const m = meta[i]!;
       if (!u32ok(m.seed)) throw badArgument(`sampleMeta[${i}].seed ${m.seed} is not a u32`);
-      if (!(m.topK >= 1 && m.topK <= TOP_K_MAX && Number.isInteger(m.topK))) {
+      if (!isIntIn(m.topK, 1, TOP_K_MAX)) {
         throw badArgument(`sampleMeta[${i}].topK ${m.topK} outside 1..32`);
       }
       if (!u16ok(m.tempMilli)) throw badArgument(`sampleMeta[${i}].tempMilli ${m.tempMilli} is not a u16`);

@@ -1,6 +1,7 @@
 import type { SampleMeta } from "@tapwire/wire";
 import { Capability, DYADIC_ONE, TOP_K_MAX } from "@tapwire/wire";
 import { WorkerError } from "./errors.js";
+import { intOption } from "./int-option.js";
 
 /**
  * One consumed entry of a STEP handed to {@link Drafter.draft} (CONTRACT 7.2 step 5): an entry
@@ -134,14 +135,6 @@ function identityOption(name: string, v: Uint8Array | undefined): Uint8Array {
     throw new WorkerError("WORKER_BAD_OPTION", `${name} must be 32 bytes`);
   }
   return v.slice();
-}
-
-function intOption(name: string, v: number | undefined, dflt: number, lo: number, hi: number): number {
-  const x = v ?? dflt;
-  if (!Number.isInteger(x) || x < lo || x > hi) {
-    throw new WorkerError("WORKER_BAD_OPTION", `${name} ${x} outside ${lo}..${hi}`);
-  }
-  return x;
 }
 
 /**

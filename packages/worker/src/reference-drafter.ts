@@ -31,13 +31,13 @@ export class ReferenceDrafter implements Drafter {
   /** The wrapped head. */
   readonly head: DraftHead;
   // Reused per entry: the head's out/sample records (no allocation per STEP).
-  private readonly out: DraftOut = {
+  readonly #out: DraftOut = {
     ids: new Int32Array(0),
     conf: new Float32Array(0),
     margin: null,
     offset: 0,
   };
-  private readonly sample: DraftSample = {
+  readonly #sample: DraftSample = {
     seed: 0,
     topK: 1,
     tempMilli: 0,
@@ -64,11 +64,11 @@ export class ReferenceDrafter implements Drafter {
 
   draft(batch: readonly DraftBatchEntry[], out: DraftOutput): void {
     const N = out.numSpec;
-    const o = this.out;
+    const o = this.#out;
     o.ids = out.draftIds;
     o.conf = out.confidence;
     o.margin = out.margin;
-    const s = this.sample;
+    const s = this.#sample;
     const sampledSession = out.supportIds !== null && out.proposalQ !== null && out.sampledMask !== null;
     if (sampledSession) {
       s.supportIds = out.supportIds!;

@@ -1,7 +1,7 @@
 import type { Registry } from "@tapwire/stats";
 import type { ConnInfo, RpcServer, ServerTlsOptions } from "@tapwire/transport";
 import { listen } from "@tapwire/transport";
-import type { WorkerCoreOptions } from "./core.js";
+import type { FrameConn, WorkerCoreOptions } from "./core.js";
 import { WorkerCore } from "./core.js";
 import { WorkerError } from "./errors.js";
 import type { WindowSnapshot } from "./window-store.js";
@@ -57,6 +57,24 @@ function closeAfterReply(conn: ConnInfo): void {
 }
 
 /**
+ * The core's view of a transport connection (CONTRACT 6.2): one object per connection (over
+ * ZeroMQ, per peer routing id), whose binding raises the transport's per-connection limit.
+ */
+function frameConnOf(conns: WeakMap<ConnInfo, FrameConn>, conn: ConnInfo): FrameConn {
+  let fc = conns.get(conn);
+  if (fc === undefined) {
+    const t = conn as ConnInfo & { bind?: () => void; unbind?: () => void };
+    fc = {
+      closeAfterReply: () => closeAfterReply(conn),
+      bind: () => t.bind?.(),
+      unbind: () => t.unbind?.(),
+    };
+    conns.set(conn, fc);
+  }
+  return fc;
+}
+
+/**
  * Starts a worker: one {@link WorkerCore} (one session, one slot store) behind a transport
  * server per endpoint. Resolves once every endpoint is bound.
  *
@@ -74,8 +92,9 @@ export async function createWorker(options: WorkerOptions): Promise<Worker> {
   if (typeof inPlace !== "boolean") {
     throw new WorkerError("WORKER_BAD_OPTION", `option receiveInPlace ${String(inPlace)} is not a boolean`);
   }
+  const conns = new WeakMap<ConnInfo, FrameConn>();
   const handler = (req: Uint8Array, conn: ConnInfo, placed?: unknown) =>
-    core.handle(req, () => closeAfterReply(conn), placed);
+    core.handle(req, frameConnOf(conns, conn), placed);
   const servers: RpcServer[] = [];
   try {
     for (const ep of eps) {
@@ -85,8 +104,15 @@ export async function createWorker(options: WorkerOptions): Promise<Worker> {
         ...(options.tls !== undefined ? { tls: options.tls } : {}),
         registry: core.registry,
         ...(inPlace
-          ? { receiveInto: (head: Uint8Array, length: number) => core.placeStep(head, length) }
+          ? {
+              receiveInto: (head: Uint8Array, length: number, conn: ConnInfo) =>
+                core.placeStep(head, length, frameConnOf(conns, conn)),
+            }
           : {}),
+        onClose: (c) => {
+          const fc = conns.get(c);
+          if (fc !== undefined) core.connectionClosed(fc);
+        },
         onError: (err, c) =>
           log?.warn({ err: String(err), conn: c.id, remote: c.remote }, "connection error"),
       });

@@ -222,3 +222,12 @@ export class Sess {
     return this.raw.send(frame({ op, seq: this.seq, session: this.session }, body));
   }
 }
+
+/**
+ * A same-session re-HELLO of `s` on another connection `raw` (CONTRACT 6.2, 1.1: STEP and RESET
+ * only on a connection bound by an OK HELLO); the session's other connections stay bound.
+ */
+export async function helloOn(raw: Raw, s: Sess): Promise<void> {
+  const a = await raw.send(frame({ op: Op.HELLO, seq: ++s.seq, session: s.session }, encodeHello(s.hello)));
+  if (a.status !== FrameStatus.OK) throw new Error(`re-HELLO on another connection: status ${a.status}`);
+}

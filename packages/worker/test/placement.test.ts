@@ -6,7 +6,16 @@
 import * as net from "node:net";
 import { uniqueSocketPath } from "@tapwire/testing";
 import type { ReqEntry } from "@tapwire/wire";
-import { EntryFlag, FrameStatus, ReqStatus, SampleMode, splitFrame } from "@tapwire/wire";
+import {
+  EntryFlag,
+  encodeHello,
+  FrameStatus,
+  frame,
+  Op,
+  ReqStatus,
+  SampleMode,
+  splitFrame,
+} from "@tapwire/wire";
 import { afterEach, describe, expect, test } from "vitest";
 import type { Worker } from "../src/index.js";
 import { createWorker } from "../src/index.js";
@@ -91,6 +100,15 @@ class Piecewise {
     }
     parts.push(msg.subarray(from, to));
     return new Promise((r) => this.sock.write(Buffer.concat(parts), () => r()));
+  }
+  /**
+   * A same-session re-HELLO of `s` on this connection, so that it is bound (CONTRACT 6.2, 1.1:
+   * STEP only on a connection that said HELLO); the other connections stay bound.
+   */
+  async hello(s: Sess): Promise<void> {
+    const msg = frame({ op: Op.HELLO, seq: ++s.seq, session: s.session }, encodeHello(s.hello));
+    await this.write(msg, 0, msg.length);
+    expect((await this.reply()).status).toBe(FrameStatus.OK);
   }
   reply(): Promise<{ status: number; body: Uint8Array }> {
     return new Promise((resolve) =>
@@ -185,6 +203,7 @@ for (const c of SCHEMES) {
       const before = [0, 1, 2, 3].map((k) => w.debugWindow(k));
       // Connection A: a STEP appending 2 rows to every slot, with seq 20; head and some rows only.
       const a = await Piecewise.open(w.endpoints[0]!);
+      await a.hello(s);
       const msgA = stepFrame({
         seq: 20,
         session: 0x504,
@@ -234,6 +253,7 @@ for (const c of SCHEMES) {
         FrameStatus.OK,
       );
       const a = await Piecewise.open(w.endpoints[0]!);
+      await a.hello(s);
       const msg = stepFrame({
         seq: 30,
         session: 0x507,
@@ -265,6 +285,7 @@ for (const c of SCHEMES) {
         FrameStatus.OK,
       );
       const a = await Piecewise.open(w.endpoints[0]!);
+      await a.hello(s);
       const msg = stepFrame({
         seq: s.seq + 1,
         session: 0x505,
@@ -297,6 +318,7 @@ for (const c of SCHEMES) {
       );
       // A (seq 30) is placed: rows 2..3 of slots 0-3 go after the windows.
       const a = await Piecewise.open(w.endpoints[0]!);
+      await a.hello(s);
       const msg = stepFrame({
         seq: 30,
         session: 0x506,

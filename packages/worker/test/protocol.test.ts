@@ -21,6 +21,7 @@ import {
   entryFieldOffset,
   GEOM,
   helloFor,
+  helloOn,
   IDENT_D,
   IDENT_M,
   nullDrafter,
@@ -745,6 +746,8 @@ describe("CONTRACT 7.2 step 5: batched drafting", () => {
     const { ep } = await start({ drafter: rec });
     const s = await session(ep, rec);
     const others = await Promise.all([conn(ep), conn(ep), conn(ep)]);
+    // CONTRACT 6.2 (1.1): each connection binds itself with a same-session re-HELLO first.
+    for (const raw of others) await helloOn(raw, s);
     const sends = others.map((raw, i) => {
       const f = stepFrame({ seq: 100 + i, session: s.session, entries: [entry({ slot: i })] });
       return raw.send(f);
@@ -798,6 +801,8 @@ describe("transports", () => {
     await a.step([entry({ slot: 0, anchorPos: 2, nRows: 2 })]);
     const b = new Sess(await conn(w.endpoints[1]!), 77, d);
     b.seq = a.seq;
+    // CONTRACT 6.2 (1.1): the second connection binds itself with a same-session re-HELLO.
+    expect((await b.doHello()).status).toBe(FrameStatus.OK);
     const r = await b.step([entry({ slot: 0, anchorPos: 3, rowStart: 2, nRows: 1 })]);
     expect(r.views!.windowRows[0]).toBe(3);
   });

@@ -1,0 +1,166 @@
+import { Registry } from "@tapwire/stats";
+import type { Drafter } from "./drafter.js";
+import { checkDrafter } from "./drafter.js";
+import { WorkerError } from "./errors.js";
+import { intOption } from "./int-option.js";
+
+/** Minimal logger shape (pino's). */
+export interface WorkerLogger {
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+  error(obj: object, msg?: string): void;
+  debug(obj: object, msg?: string): void;
+}
+
+/** Session takeover policy (CONTRACT 6.2, 11). */
+export const Takeover = { ALLOW: "allow", REFUSE: "refuse" } as const;
+export type Takeover = (typeof Takeover)[keyof typeof Takeover];
+
+/** Options of {@link WorkerCore}. */
+export interface WorkerCoreOptions {
+  /** The drafting backend; its identities and geometry are what HELLOs must match. */
+  drafter: Drafter;
+  /** Largest `max_slots` a session may ask (default 256). */
+  maxSlots?: number;
+  /** Largest `max_rows_per_step` a session may ask (default 4096). */
+  maxRowsPerStep?: number;
+  /** Shared token: when set, a HELLO without the right auth is UNAUTHORIZED (CONTRACT 6.1, 11). */
+  token?: string | Uint8Array | null;
+  /**
+   * `refuse`: a HELLO of another session while the current one is leased is BUSY. Default
+   * `refuse` when a token is set (CONTRACT 11: a captured HELLO can be replayed), else `allow`.
+   */
+  takeover?: Takeover;
+  /** Lease of the current session after its last OK frame, in ms (default 10 000). */
+  sessionLease?: number;
+  /** `worker_name` of the HelloReply (default "tapwire-worker", at most 32 UTF-8 bytes). */
+  name?: string;
+  /** Stats registry (default a new one with prefix `tapwire_worker_`). */
+  registry?: Registry;
+  /** Logger (default silent). */
+  logger?: WorkerLogger | null;
+  /** Monotonic clock in ms for the session lease (default `performance.now`). */
+  now?: () => number;
+  /**
+   * A slot's row buffer holds up to this many windows (2..16, default 4). The last W rows stay
+   * contiguous by compacting when the buffer end is reached; more windows mean fewer
+   * compactions (cheaper multi-row appends) for more memory.
+   */
+  slotBufferWindows?: number;
+}
+
+/** Defaults of {@link WorkerCoreOptions} (also what `tapwire-worker --help` states). */
+export const CORE_DEFAULTS = {
+  maxSlots: 256,
+  maxRowsPerStep: 4096,
+  sessionLease: 10_000,
+  name: "tapwire-worker",
+  slotBufferWindows: 4,
+} as const;
+
+const U32_MAX = 0xffffffff;
+
+/** @internal {@link WorkerCoreOptions} checked, with every default applied. */
+export interface CoreConfig {
+  readonly drafter: Drafter;
+  readonly maxSlots: number;
+  readonly maxRowsPerStep: number;
+  readonly token: string | Uint8Array | null;
+  readonly takeover: Takeover;
+  readonly leaseMs: number;
+  readonly name: string;
+  readonly registry: Registry;
+  readonly log: WorkerLogger;
+  readonly now: () => number;
+  readonly slotBufferWindows: number;
+  /** `num_taps * hidden * 2` of the drafter. */
+  readonly rowBytes: number;
+}
+
+/** A logger that drops everything. */
+export const silentLogger: WorkerLogger = { info() {}, warn() {}, error() {}, debug() {} };
+
+/**
+ * @internal Validates {@link WorkerCoreOptions} in the order they are documented, naming the bad
+ * option (`WORKER_BAD_OPTION`; a drafter breaking its contract is `WORKER_BAD_DRAFTER`).
+ */
+export function resolveCoreOptions(options: WorkerCoreOptions): CoreConfig {
+  if (options === null || typeof options !== "object") {
+    throw new WorkerError("WORKER_BAD_OPTION", "options must be an object");
+  }
+  const d = options.drafter;
+  if (d === null || typeof d !== "object")
+    throw new WorkerError("WORKER_BAD_OPTION", "option drafter is missing");
+  checkDrafter(d);
+  const maxSlots = intOption("maxSlots", options.maxSlots, CORE_DEFAULTS.maxSlots, 1, 1 << 20);
+  const maxRowsPerStep = intOption(
+    "maxRowsPerStep",
+    options.maxRowsPerStep,
+    CORE_DEFAULTS.maxRowsPerStep,
+    0,
+    U32_MAX,
+  );
+  const leaseMs = intOption("sessionLease", options.sessionLease, CORE_DEFAULTS.sessionLease, 0, 2 ** 31 - 1);
+  const token = options.token ?? null;
+  if (token !== null && !(typeof token === "string" || token instanceof Uint8Array)) {
+    throw new WorkerError("WORKER_BAD_OPTION", "option token must be a string or bytes");
+  }
+  if (token !== null && token.length === 0)
+    throw new WorkerError("WORKER_BAD_OPTION", "option token is empty");
+  // CONTRACT 11: the token decides who may HELLO but a captured HELLO can be replayed, so with a
+  // token a live session is not taken over unless the operator says so.
+  const takeover = options.takeover ?? (token !== null ? Takeover.REFUSE : Takeover.ALLOW);
+  if (takeover !== Takeover.ALLOW && takeover !== Takeover.REFUSE) {
+    throw new WorkerError(
+      "WORKER_BAD_OPTION",
+      `option takeover ${String(takeover)} is not "allow" or "refuse"`,
+    );
+  }
+  const name = options.name ?? CORE_DEFAULTS.name;
+  if (typeof name !== "string" || Buffer.byteLength(name, "utf8") > 32 || name.includes("\0")) {
+    throw new WorkerError("WORKER_BAD_OPTION", "option name must be at most 32 UTF-8 bytes without NUL");
+  }
+  // Duck-typed, not instanceof: a Registry from another copy of @tapwire/stats is fine.
+  const reg = options.registry as unknown as Record<string, unknown> | undefined;
+  if (
+    reg !== undefined &&
+    (reg === null ||
+      typeof reg !== "object" ||
+      typeof reg.counter !== "function" ||
+      typeof reg.histogram !== "function" ||
+      typeof reg.snapshot !== "function")
+  ) {
+    throw new WorkerError("WORKER_BAD_OPTION", "option registry must be a @tapwire/stats Registry");
+  }
+  const logger = options.logger ?? null;
+  if (logger !== null) {
+    for (const m of ["info", "warn", "error", "debug"] as const) {
+      if (typeof (logger as unknown as Record<string, unknown>)[m] !== "function") {
+        throw new WorkerError("WORKER_BAD_OPTION", `option logger has no ${m}() method`);
+      }
+    }
+  }
+  if (options.now !== undefined && typeof options.now !== "function") {
+    throw new WorkerError("WORKER_BAD_OPTION", "option now must be a function returning ms");
+  }
+  return {
+    drafter: d,
+    maxSlots,
+    maxRowsPerStep,
+    token,
+    takeover,
+    leaseMs,
+    name,
+    registry: options.registry ?? new Registry({ prefix: "tapwire_worker_" }),
+    log: logger ?? silentLogger,
+    now: options.now ?? (() => performance.now()),
+    slotBufferWindows: intOption(
+      "slotBufferWindows",
+      options.slotBufferWindows,
+      CORE_DEFAULTS.slotBufferWindows,
+      2,
+      16,
+    ),
+    rowBytes: d.numTaps * d.hidden * 2,
+  };
+}
