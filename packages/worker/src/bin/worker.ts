@@ -185,8 +185,9 @@ async function main(): Promise<number> {
     process.once("SIGINT", () => resolve("SIGINT"));
     process.once("SIGTERM", () => resolve("SIGTERM"));
   });
-  const takeover = v.takeover ?? "allow";
-  if (takeover !== "allow" && takeover !== "refuse")
+  // Unset: the core's default (refuse with a token, CONTRACT 11; else allow).
+  const takeover = v.takeover;
+  if (takeover !== undefined && takeover !== "allow" && takeover !== "refuse")
     throw new UsageError(`--takeover ${takeover} is not allow or refuse`);
   const level = v["log-level"] ?? "info";
   const logger = pino({ level, base: { name: v.name ?? "tapwire-worker", pid: process.pid } });
