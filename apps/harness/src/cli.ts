@@ -1,10 +1,14 @@
 import { closeSync, existsSync, openSync, statSync, unlinkSync } from "node:fs";
 import { parseMetricsListen, StatsError } from "@tapwire/stats";
+import { parseDepthPolicy } from "./depth-sim.js";
 import { HarnessError, HarnessErrorCode } from "./errors.js";
 
 /** Transports of the drafter link (CONTRACT 3). */
 export const DRAFT_TRANSPORTS = ["tcp", "unix", "zmq", "tls"] as const;
 export type DraftTransport = (typeof DRAFT_TRANSPORTS)[number];
+/** Drafters the worker serves the head with: the JavaScript head, or its ONNX export (@tapwire/drafter-onnx). */
+export const DRAFTERS = ["reference", "onnx"] as const;
+export type DrafterKind = (typeof DRAFTERS)[number];
 /** Data planes of the encoder-cache transfer (EC-CONTRACT 5.4). */
 export const EC_DATA_PLANES = ["tcp", "unix"] as const;
 export type EcDataPlane = (typeof EC_DATA_PLANES)[number];
@@ -39,6 +43,8 @@ export interface HarnessConfig {
   /** Rank of the draft head's backbone (its approximation of the target recurrence). */
   draftRank: number;
   draftTransport: DraftTransport;
+  /** How the worker drafts with the head: `reference` (JavaScript) or `onnx` (ONNX Runtime). */
+  drafter: DrafterKind;
   ecData: EcDataPlane;
   /** Requests in the run. */
   requests: number;
@@ -75,6 +81,8 @@ export interface HarnessConfig {
   budget: number | null;
   /** Load curve giving the budget from the batch size (piecewise linear). */
   loadCurve: LoadPoint[];
+  /** Depth policy: `fixed:K` (0..N), `budget` (--budget / --load-curve) or `goodput` (docs/depth-policy.md). */
+  depthPolicy: string;
   /** STEP timeout of the drafter link, milliseconds. */
   stepTimeoutMs: number;
   /** Deadline of one embedding transfer (retries included), milliseconds. */
@@ -96,6 +104,7 @@ export const DEFAULTS: Readonly<HarnessConfig> = Object.freeze({
   draftNoise: -1,
   draftRank: -1,
   draftTransport: "tcp",
+  drafter: "reference",
   ecData: "tcp",
   requests: 48,
   rate: 40,
@@ -114,6 +123,7 @@ export const DEFAULTS: Readonly<HarnessConfig> = Object.freeze({
   metricsListen: null,
   json: null,
   budget: null,
+  depthPolicy: "goodput",
   loadCurve: [
     { batch: 1, tokens: 8 },
     { batch: 4, tokens: 16 },
@@ -225,6 +235,12 @@ const FLAGS: Record<string, FlagSpec> = {
     arg: "T",
     help: "drafter link: tcp | unix | zmq | tls",
   },
+  "--drafter": {
+    key: "drafter",
+    kind: { t: "enum", values: DRAFTERS },
+    arg: "D",
+    help: "worker drafter: reference (JavaScript head) | onnx (the head exported to ONNX, @tapwire/drafter-onnx)",
+  },
   "--ec-data": {
     key: "ecData",
     kind: { t: "enum", values: EC_DATA_PLANES },
@@ -320,6 +336,12 @@ const FLAGS: Record<string, FlagSpec> = {
     help: "same as --metrics-listen tcp://127.0.0.1:P",
   },
   "--json": { key: "json", kind: { t: "str" }, arg: "FILE", help: "also write the report as JSON to FILE" },
+  "--depth-policy": {
+    key: "depthPolicy",
+    kind: { t: "str" },
+    arg: "P",
+    help: "depth policy: fixed:K (K drafts, 0..N) | budget (--budget / --load-curve) | goodput (cost model + calibration)",
+  },
   "--budget": {
     key: "budget",
     kind: { t: "budget" },
@@ -500,6 +522,11 @@ export function validate(cfg: HarnessConfig): void {
   if (cfg.sample && cfg.vocab < 32)
     throw usage("--vocab: sampled sessions need at least 32 tokens (CONTRACT 6.1)");
   if (cfg.promptTokens < 2) throw usage("--prompt-tokens: at least 2");
+  if (parseDepthPolicy(cfg.depthPolicy, cfg.numSpec) === null) {
+    throw usage(
+      `--depth-policy: "${cfg.depthPolicy}" is not fixed:K (K in 0..${cfg.numSpec}), budget or goodput`,
+    );
+  }
   if (cfg.embeddingBytes % 2 !== 0)
     throw usage(`--embedding-bytes: ${cfg.embeddingBytes} is not a whole number of bf16 values`);
   const rowBytes = cfg.numTaps * cfg.hidden * 2;

@@ -230,6 +230,10 @@ export interface EngineOptions {
   arrivalCap?: (p: { arrived: number; running: number; total: number; waiting: number }) => number;
   /** Media conditioning per request id, recorded for the reference decode. */
   conditioning?: Map<number, Uint8Array | undefined>;
+  /** After each request's verification with drafts: the drafts, the depth verified, the drafts accepted. */
+  onVerified?: (drafts: LinkDrafts, depth: number, accepted: number) => void;
+  /** After each decode round: requests in the batch, draft tokens verified, requests verified without drafts. */
+  onRoundVerified?: (batch: number, verified: number, unverified: number) => void;
 }
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -380,6 +384,8 @@ export class Engine {
         m.roundsTargetOnly.inc();
       }
 
+      let roundVerified = 0;
+      let roundUnverified = 0;
       for (let i = 0; i < liveOrder.length; i++) {
         const l = liveOrder[i] as Live;
         const d = res.drafts[i] ?? null;
@@ -410,6 +416,10 @@ export class Engine {
           m.draftsAccepted.inc(accepted);
           m.verificationsWithDrafts.inc();
           m.acceptedLengthSum.inc(accepted + 1);
+          roundVerified += k;
+          this.o.onVerified?.(d as LinkDrafts, k, accepted);
+        } else {
+          roundUnverified++;
         }
         for (const t of emitted) l.out.push(t);
         l.anchor = emitted[emitted.length - 1] as number;
@@ -422,6 +432,7 @@ export class Engine {
           released.push({ slot: l.place.slot, generation: l.place.generation });
         }
       }
+      this.o.onRoundVerified?.(liveOrder.length, roundVerified, roundUnverified);
       const tv1 = performance.now();
       const roundMs = tv1 - tr0;
       linkMs += tl1 - tl0;

@@ -2,6 +2,7 @@
  * The run report: one JSON object (`--json FILE`) and the same numbers as a table on stdout.
  * docs/harness.md explains every field.
  */
+import type { DepthPolicyReport } from "./depth-sim.js";
 
 /** Percentiles of a latency, milliseconds. */
 export interface LatencySummary {
@@ -94,6 +95,8 @@ export interface Report {
     /** Drafts the depth policy left unverified (beyond the budget or not worth it). */
     draftsSkippedByPolicy: number;
   };
+  /** The depth policy (`--depth-policy`): simulated goodput, chosen depths, ECE (docs/depth-policy.md). */
+  depthPolicy?: DepthPolicyReport;
   latency: { stepRtt: LatencySummary; round: LatencySummary };
   roundTime: {
     draftLinkMs: number;
@@ -230,6 +233,18 @@ export function formatReport(r: Report): string {
     `${num(r.speculation.meanAcceptedLength)} tokens per verification with drafts`,
   );
   row("  tokens per target forward", `${num(r.speculation.tokensPerTargetForward)} (target-only: 1.00)`);
+  const dp = r.depthPolicy;
+  if (dp) {
+    row(
+      "  depth policy",
+      `${dp.policy}: ${num(dp.goodputSimulated, 0)} tokens per simulated second (H100 / 8B cost model), ${num(dp.verifiedPerRound, 1)} drafts verified/round`,
+    );
+    row("  chosen depths 0..N", dp.depthHistogram.map(int).join(" / "));
+    row(
+      "  ECE raw -> calibrated",
+      `${num(dp.ece.rawOverall, 3)} -> ${num(dp.ece.calibratedOverall, 3)} (per position: ${dp.ece.raw.map((v, j) => `${num(v, 2)}->${num(dp.ece.calibrated[j] ?? 0, 2)}`).join(" ")})`,
+    );
+  }
   sec("");
   sec("time");
   row(

@@ -6,12 +6,13 @@
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { DepthPolicy, piecewiseLinearBudget, RemoteDraftClient, RoundCore } from "@tapwire/client";
+import { piecewiseLinearBudget, RemoteDraftClient, RoundCore } from "@tapwire/client";
 import { ConsumerConnector, EC_METRICS_PREFIX, EcAdminClient } from "@tapwire/ec-connector";
 import { DEFAULT_DRAFT_CONFIG, DraftHead, TargetModel } from "@tapwire/reference-model";
 import { createLogger, parseMetricsListen, Registry, serveMetrics } from "@tapwire/stats";
 import { type FaultProxy, freePort, makeTlsCredentials, startFaultProxy } from "@tapwire/testing";
 import { budgetFromCurve, type HarnessConfig, metricsListenOf } from "./cli.js";
+import { DepthRunStats, makeDepthPolicy, parseDepthPolicy } from "./depth-sim.js";
 import { Engine, EngineMetrics, type MediaSource } from "./engine.js";
 import { HarnessError, HarnessErrorCode } from "./errors.js";
 import { FaultDriver } from "./faults.js";
@@ -322,10 +323,10 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
     // 2. the drafter worker
     const listen = endpointFor(cfg.draftTransport, dir);
     const workerArgs = [
-      "--drafter",
-      "reference",
-      "--weights",
-      weights,
+      // onnx: the worker exports the same safetensors to ONNX in memory (@tapwire/drafter-onnx)
+      ...(cfg.drafter === "onnx"
+        ? ["--drafter", "onnx", "--model", weights]
+        : ["--drafter", "reference", "--weights", weights]),
       "--seed",
       String(cfg.seed),
       "--vocab",
@@ -411,6 +412,7 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
     let encoder: ChildService | null = null;
     let connector: ConsumerConnector | null = null;
     let admin: EcAdminClient | null = null;
+    let adminEndpoint = "";
     let media: MediaSource;
     let ecMedia: EcMedia | null = null;
     let producerEndpoint = "";
@@ -497,10 +499,9 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
       const conn = connector;
       cleanups.push(() => conn.close());
       // EC-CONTRACT 9: admin has its own loopback socket when the producer reports one
-      const adminEndpoint = typeof el["admin"] === "string" ? el["admin"] : producerEndpoint;
+      adminEndpoint = typeof el["admin"] === "string" ? el["admin"] : producerEndpoint;
       admin = new EcAdminClient(adminEndpoint);
-      const adm = admin;
-      cleanups.push(() => adm.close());
+      cleanups.push(() => admin?.close());
       ecMedia = new EcMedia({
         connector,
         producer: producerEndpoint,
@@ -557,7 +558,11 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
     const budget =
       cfg.budget ??
       piecewiseLinearBudget(cfg.loadCurve.map((p) => ({ batchSize: p.batch, tokens: p.tokens })));
-    const policy = new DepthPolicy({ budget });
+    // --depth-policy (checked by the CLI): fixed:K, budget, or goodput (cost model + calibration)
+    const depthSpec = parseDepthPolicy(cfg.depthPolicy, cfg.numSpec) ?? { kind: "goodput", calibrate: true };
+    const depthSetup = makeDepthPolicy(depthSpec, { numSpec: cfg.numSpec, budget });
+    const depthStats = new DepthRunStats(depthSpec, depthSetup, cfg.numSpec);
+    const policy = depthSetup.policy;
     const core = new RoundCore({ client, depthPolicy: policy });
     const link = new RoundCoreLink(core);
 
@@ -606,6 +611,8 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
       media,
       budgetFor: (b) => (cfg.budget !== null ? cfg.budget : budgetFromCurve(cfg.loadCurve, b)),
       metrics,
+      onVerified: depthStats.onVerified,
+      onRoundVerified: depthStats.onRoundVerified,
       ...(faults ? { arrivalCap: faults.arrivalCap } : {}),
       onRound: async (p) => {
         progress.update({
@@ -659,6 +666,13 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
       : checkGreedy(requests, res.outputs, reference);
 
     // 9. end state of both caches: no pin, no grant, no block in flight or retired
+    // a restarted encoder (--faults) may listen for admin on a new port: follow its last line
+    const lastAdmin = encoder?.listening?.["admin"];
+    if (admin !== null && typeof lastAdmin === "string" && lastAdmin !== adminEndpoint) {
+      admin.close();
+      adminEndpoint = lastAdmin;
+      admin = new EcAdminClient(adminEndpoint);
+    }
     const leaks = await endState(connector, admin, drained);
     const notes = fallbacks.map((f) => `local fallback for media ${f}`);
     const ecCounters = ecRegistry.snapshot().counters;
@@ -704,6 +718,7 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
         meanBudget: m.roundsWithDrafts.value > 0 ? m.budgetSum.value / m.roundsWithDrafts.value : 0,
         draftsSkippedByPolicy: m.draftsSkipped.value,
       },
+      depthPolicy: depthStats.report(generated),
       latency: { stepRtt: latency(m.stepRtt), round: latency(m.roundTime) },
       roundTime: {
         draftLinkMs: res.linkMs,

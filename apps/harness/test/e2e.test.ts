@@ -44,8 +44,10 @@ function runBin(
     child.stderr.on("data", (d: Buffer) => {
       const before = stderr;
       stderr += d.toString();
+      // scraped once decoding starts (the endpoint itself is up before anything else)
       const m = /metrics on (http:\/\/127\.0\.0\.1:\d+\/metrics)/.exec(stderr);
-      if (scrapeMetrics && m && !/metrics on http/.test(before)) {
+      const decoding = /decoding \d+ requests/;
+      if (scrapeMetrics && m && decoding.test(stderr) && !decoding.test(before)) {
         metricsText = fetch(m[1]!).then(
           (r) => r.text(),
           () => null,

@@ -73,7 +73,7 @@ describe("pre-run checks and usage errors", () => {
     // pnpm adds its own "[ELIFECYCLE] Command failed with exit code 2." after ours
     const ours = r.stderr.split("\n").filter((l) => l !== "" && !l.includes("ELIFECYCLE"));
     expect(ours).toEqual(["tapwire-harness: --slots: 0 outside [1, 1024]"]);
-    const help = spawnSync("pnpm", ["--silent", "start", "--help"], {
+    const help = spawnSync("pnpm", ["--silent", "start", "--", "--help"], {
       cwd: ROOT,
       encoding: "utf8",
       timeout: 120_000,

@@ -104,7 +104,8 @@ export function serveMetrics(
       ...registries.map((r) => r.prometheus()),
       extra === undefined ? "" : Promise.resolve().then(extra),
     ]).then(
-      (texts) => reply(200, texts.filter((t) => t !== "").join("\n"), Registry.contentType),
+      // an empty registry renders as a lone newline: leave it out
+      (texts) => reply(200, texts.filter((t) => t.trim() !== "").join("\n"), Registry.contentType),
       (err: unknown) => reply(500, `${String(err)}\n`),
     );
   });
