@@ -4,7 +4,7 @@
  * (CONTRACT 8), and confidences and margins within 1e-5 relative (CONTRACT 6.3), over thousands
  * of random STEPs, greedy and TOP32. TAPWIRE_PARITY_STEPS raises the count (test:soak).
  */
-import { Xoshiro128 } from "@tapwire/reference-model";
+import { createDefaultPair, Xoshiro128 } from "@tapwire/reference-model";
 import { ReferenceDrafter } from "@tapwire/worker";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { exportReferenceHead, OnnxDrafter } from "../src/index.js";
@@ -16,7 +16,7 @@ function close(a: number, b: number): boolean {
   return a === b || Math.abs(a - b) <= 1e-5 * Math.max(Math.abs(a), Math.abs(b));
 }
 
-describe("parity with ReferenceDrafter", () => {
+describe("parity with ReferenceDrafter (default head: W 16, N 4, rows 3 x 1024, vocab 2048)", () => {
   let onnxDrafter: OnnxDrafter;
   let ref: ReferenceDrafter;
   beforeAll(async () => {
@@ -101,4 +101,43 @@ describe("parity with ReferenceDrafter", () => {
       if (sampled) expect(sampledPositions).toBeGreaterThan(STEPS * 2);
     });
   }
+});
+
+describe("parity on another geometry (W 8, N 8, rows 2 x 64 read whole, vocab 512, ranks 20 and 4)", () => {
+  const STEPS2 = Math.max(200, Math.round(STEPS / 5));
+  const { head } = createDefaultPair({
+    target: { vocabSize: 512, hidden: 64, numTaps: 2, seed: 3 },
+    draft: { window: 8, numSpec: 8, readDims: 0, rank: 20, markovRank: 4, seed: 5 },
+  });
+  const ref = new ReferenceDrafter(head);
+  let onnxDrafter: OnnxDrafter;
+  beforeAll(async () => {
+    onnxDrafter = await OnnxDrafter.create(exportReferenceHead(head), { graphOptimization: "basic" });
+  });
+  afterAll(() => onnxDrafter.release());
+
+  it(`${STEPS2} greedy and ${STEPS2} TOP32 STEPs give identical drafts`, async () => {
+    expect(onnxDrafter.numSpec).toBe(8);
+    for (const sampled of [false, true]) {
+      const rng = new Xoshiro128(sampled ? 77 : 78);
+      const geo = { maxBatch: 10, window: 8, numSpec: 8, vocab: 512, rowBytes: 2 * 64 * 2, sampled };
+      const pool = rowPool(rng, geo.rowBytes, 40);
+      for (let s = 0; s < STEPS2; s++) {
+        const batch = randomStep(rng, geo, pool);
+        const a = makeOutput(batch.length, 8, sampled);
+        const b = makeOutput(batch.length, 8, sampled);
+        ref.draft(batch, a);
+        await onnxDrafter.draft(batch, b);
+        expect(Array.from(b.draftIds), `step ${s}`).toEqual(Array.from(a.draftIds));
+        if (sampled) {
+          expect(Array.from(b.proposalQ!), `step ${s}`).toEqual(Array.from(a.proposalQ!));
+          expect(Array.from(b.supportIds!), `step ${s}`).toEqual(Array.from(a.supportIds!));
+        }
+        for (let i = 0; i < a.confidence.length; i++) {
+          expect(close(a.confidence[i]!, b.confidence[i]!), `step ${s} conf ${i}`).toBe(true);
+          expect(close(a.margin![i]!, b.margin![i]!), `step ${s} margin ${i}`).toBe(true);
+        }
+      }
+    }
+  });
 });
