@@ -332,6 +332,39 @@ try {
       tc.code === 0 ? null : failure(tc),
     );
     p.compiled = tc.code === 0;
+
+    // our own declarations, every one checked (skipLibCheck off); errors in third-party
+    // declarations are theirs and not counted here
+    fs.writeFileSync(
+      path.join(s, "types-check.ts"),
+      `${names
+        .filter((n) => n.startsWith("@tapwire/"))
+        .map((n, i) => `import * as m${i} from "${n}";\nexport { m${i} };\n`)
+        .join("")}`,
+    );
+    fs.writeFileSync(
+      path.join(s, "tsconfig.types.json"),
+      JSON.stringify({
+        compilerOptions: { ...EXAMPLE_COMPILER_OPTIONS, skipLibCheck: false, noEmit: true },
+        files: ["types-check.ts"],
+      }),
+    );
+    const dt = await run(process.execPath, [tsc, "-p", "tsconfig.types.json", "--pretty", "false"], {
+      cwd: s,
+    });
+    const own = `${dt.stdout}${dt.stderr}`
+      .split("\n")
+      .filter(
+        (l) => /error TS/.test(l) && (/node_modules\/@tapwire\//.test(l) || l.startsWith("types-check.ts")),
+      );
+    const foreign =
+      `${dt.stdout}${dt.stderr}`.split("\n").filter((l) => /error TS/.test(l)).length - own.length;
+    record(
+      "declarations (skipLibCheck off)",
+      p.pkg.name,
+      own.length === 0 ? null : tail(own.join("\n")),
+      foreign > 0 ? `${foreign} errors in third-party declarations not counted` : undefined,
+    );
   }
 
   // bins --help, then the first README example of each package (sequential: examples bind ports)

@@ -99,8 +99,54 @@ try {
   }
   if (errors.has("(other)")) record("tsc", errors.get("(other)").join("; "));
   if (r.status !== 0 && errors.size === 0) record("tsc", `exit ${r.status}: ${r.stdout}${r.stderr}`);
+  checkDocs();
 } finally {
   fs.rmSync(scratch, { recursive: true, force: true });
+}
+
+/**
+ * The release and operator docs: their relative links point at files that exist, and every
+ * `packages/…/file.ts:name` reference of docs/architecture.md names a file that exists and
+ * contains that name (so moved or renamed code shows up here, not in a reader's confusion).
+ */
+function checkDocs() {
+  for (const doc of ["docs/install.md", "docs/operations.md", "docs/architecture.md"]) {
+    const file = path.join(root, doc);
+    if (!fs.existsSync(file)) {
+      record(`${doc}`, "missing");
+      continue;
+    }
+    const md = fs.readFileSync(file, "utf8");
+    const broken = relativeLinks(md)
+      .map((l) => l.split("#")[0])
+      .filter((l) => l !== "" && !fs.existsSync(path.resolve(path.dirname(file), l)));
+    record(`${doc} links`, broken.length === 0 ? null : `missing: ${[...new Set(broken)].join(", ")}`);
+  }
+  const arch = path.join(root, "docs/architecture.md");
+  if (!fs.existsSync(arch)) return;
+  const md = fs.readFileSync(arch, "utf8");
+  const problems = [];
+  let refs = 0;
+  for (const m of md.matchAll(/`((?:packages|apps)\/[^`\s:]+\.ts)(?::([^`\s]+))?`/g)) {
+    refs += 1;
+    const src = path.join(root, m[1]);
+    if (!fs.existsSync(src)) {
+      problems.push(`${m[1]} does not exist`);
+      continue;
+    }
+    if (m[2] === undefined) continue;
+    const text = fs.readFileSync(src, "utf8");
+    for (const part of m[2].split(".")) {
+      const name = part.replace(/^#/, "");
+      if (!new RegExp(`(^|[^\\w$])#?${name.replace(/[$]/g, "\\$")}\\b`).test(text)) {
+        problems.push(`${m[1]} has no ${part}`);
+      }
+    }
+  }
+  record(
+    `docs/architecture.md references (${refs})`,
+    problems.length === 0 ? null : [...new Set(problems)].join("; "),
+  );
 }
 
 const passed = results.filter((r) => r.ok).length;
