@@ -1,0 +1,197 @@
+#!/usr/bin/env node
+/**
+ * `tapwire-conformance`: runs the conformance cases of CONTRACT / EC-CONTRACT against a peer and
+ * prints a report; exit 0 only when no case FAILED (2: usage, 3: the peer could not be reached or probed).
+ */
+import { writeFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { ConformanceError } from "../errors.js";
+import type { RunReport } from "../report.js";
+import { formatJunit, formatText } from "../report.js";
+import type { CaseDef, CaseResult } from "../runner.js";
+import { caseFilter } from "../runner.js";
+import { runWorkerSuite, WORKER_CASES } from "../worker/suite.js";
+
+const HELP = `Usage: tapwire-conformance <mode> [endpoint] [options]
+
+Modes
+  worker <endpoint>            test a drafter worker (CONTRACT 3-11) at tcp://, unix://, tls://, zmq+tcp://, zmq+ipc://
+  client --listen <endpoint>   act as a scripted worker; a rank-0 client connects and is judged (CONTRACT 9)
+  ec-producer <endpoint>       test an encoder-cache producer's control socket (EC-CONTRACT 3, 4, 9)
+  ec-consumer --listen <endpoint>  act as a scripted producer for a consumer (EC-CONTRACT 3, 6, 9)
+
+Worker options (flag names as tapwire-worker's; anything not given is discovered from a HelloReply)
+  --token T                 shared HELLO token (default env TAPWIRE_TOKEN)
+  --window N --num-spec N --vocab N --num-taps N --hidden N
+  --drafter-identity HEX --markov-identity HEX
+  --sample-mode greedy|top32   sample mode of the general cases (default greedy)
+  --takeover allow|refuse      the worker's policy (default refuse with a token, else allow)
+  --session-lease-ms MS        the worker's session lease (default 10000; waited out under refuse)
+  --tls-ca FILE --tls-cert FILE --tls-key FILE --tls-servername NAME
+
+Client options
+  --listen URL              where the scripted worker listens (tcp://, unix://, zmq+tcp://)
+  (and --window --num-spec --vocab --num-taps --hidden --drafter-identity --markov-identity:
+   the geometry the scripted worker announces; the client must be configured the same)
+
+EC options
+  --mm-hash H --compatibility-hash X   an entry the producer holds ready (ec-producer)
+  --blocks N --block-bytes N           the scripted producer's geometry (ec-consumer)
+
+Report
+  --list                    print every case of the mode, one per line: number, title, sentence
+  --cases GLOB[,GLOB]       run only these cases (7.2.*, 6.2.3)
+  --json FILE --junit FILE  write the report as JSON / JUnit XML
+  --timeout-ms MS           reply timeout (default 2000)
+  --seed N                  seed of session ids, rows and fuzz input (default 1)
+  --verbose                 print notes and non-failing details
+  --help
+`;
+
+class UsageError extends Error {}
+
+function int(name: string, v: string | undefined, lo: number, hi: number): number | undefined {
+  if (v === undefined) return undefined;
+  if (!/^\d+$/.test(v)) throw new UsageError(`--${name} ${v} is not a non-negative integer`);
+  const x = Number(v);
+  if (x < lo || x > hi) throw new UsageError(`--${name} ${v} outside ${lo}..${hi}`);
+  return x;
+}
+
+function defined<T extends object>(o: T): { [K in keyof T]: Exclude<T[K], undefined> } {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as never;
+}
+
+function listCases(defs: readonly CaseDef<never>[], filter: string | undefined): string {
+  const keep = caseFilter(filter);
+  return defs
+    .filter((d) => keep(d.id))
+    .map((d) => `${d.id} ${d.title} — ${d.cite}`)
+    .join("\n");
+}
+
+async function main(): Promise<number> {
+  const str = { type: "string" } as const;
+  const { values: v, positionals } = parseArgs({
+    options: {
+      token: str,
+      window: str,
+      "num-spec": str,
+      vocab: str,
+      "num-taps": str,
+      hidden: str,
+      "drafter-identity": str,
+      "markov-identity": str,
+      "sample-mode": str,
+      takeover: str,
+      "session-lease-ms": str,
+      "tls-ca": str,
+      "tls-cert": str,
+      "tls-key": str,
+      "tls-servername": str,
+      listen: str,
+      "mm-hash": str,
+      "compatibility-hash": str,
+      blocks: str,
+      "block-bytes": str,
+      list: { type: "boolean" },
+      cases: str,
+      json: str,
+      junit: str,
+      "timeout-ms": str,
+      seed: str,
+      verbose: { type: "boolean" },
+      help: { type: "boolean" },
+    },
+    strict: true,
+    allowPositionals: true,
+  });
+  if (v.help === true || positionals.length === 0) {
+    process.stdout.write(HELP);
+    return v.help === true ? 0 : 2;
+  }
+  const mode = positionals[0]!;
+  const defsOf: Record<string, readonly CaseDef<never>[]> = {
+    worker: WORKER_CASES as readonly CaseDef<never>[],
+  };
+  const defs = defsOf[mode];
+  if (defs === undefined) throw new UsageError(`mode ${mode} is not worker`);
+  if (v.list === true) {
+    process.stdout.write(`${listCases(defs, v.cases)}\n`);
+    return 0;
+  }
+  const timeoutMs = int("timeout-ms", v["timeout-ms"], 1, 600_000);
+  const seed = int("seed", v.seed, 0, 0xffffffff);
+  const color = process.stdout.isTTY === true;
+  const onResult = (r: CaseResult) => {
+    if (v.verbose === true) process.stderr.write(`${r.verdict.padEnd(13)} ${r.id}\n`);
+  };
+  const run = defined({ cases: v.cases, onResult });
+  let rep: RunReport;
+  if (mode === "worker") {
+    const endpoint = positionals[1];
+    if (endpoint === undefined) throw new UsageError("worker needs an endpoint");
+    const sm = v["sample-mode"];
+    if (sm !== undefined && sm !== "greedy" && sm !== "top32")
+      throw new UsageError(`--sample-mode ${sm} is not greedy or top32`);
+    const tk = v.takeover;
+    if (tk !== undefined && tk !== "allow" && tk !== "refuse")
+      throw new UsageError(`--takeover ${tk} is not allow or refuse`);
+    const token = v.token ?? process.env.TAPWIRE_TOKEN;
+    rep = await runWorkerSuite(
+      defined({
+        endpoint,
+        token: token === "" ? undefined : token,
+        window: int("window", v.window, 1, 4096),
+        numSpec: int("num-spec", v["num-spec"], 1, 32),
+        vocab: int("vocab", v.vocab, 1, 0xffffffff),
+        numTaps: int("num-taps", v["num-taps"], 1, 0xffff),
+        hidden: int("hidden", v.hidden, 1, 0xffffffff),
+        drafterIdentity: v["drafter-identity"],
+        markovIdentity: v["markov-identity"],
+        sampleMode: sm as "greedy" | "top32" | undefined,
+        takeover: tk as "allow" | "refuse" | undefined,
+        sessionLeaseMs: int("session-lease-ms", v["session-lease-ms"], 0, 2 ** 31 - 1),
+        timeoutMs,
+        seed,
+        tls: defined({
+          caFile: v["tls-ca"],
+          certFile: v["tls-cert"],
+          keyFile: v["tls-key"],
+          servername: v["tls-servername"],
+        }),
+      }),
+      run,
+    );
+  } else {
+    throw new UsageError(`mode ${mode} is not available`);
+  }
+  process.stdout.write(formatText(rep, defined({ color, verbose: v.verbose })));
+  if (v.json !== undefined) writeFileSync(v.json, `${JSON.stringify(rep, null, 2)}\n`);
+  if (v.junit !== undefined) writeFileSync(v.junit, formatJunit(rep));
+  return rep.totals.FAILED === 0 ? 0 : 1;
+}
+
+main().then(
+  (code) => {
+    process.exitCode = code;
+    setImmediate(() => process.exit(code));
+  },
+  (e: unknown) => {
+    if (
+      e instanceof UsageError ||
+      (e instanceof Error && "code" in e && String(e.code).startsWith("ERR_PARSE_ARGS"))
+    ) {
+      process.stderr.write(`tapwire-conformance: ${e.message}\n(see --help)\n`);
+      process.exit(2);
+    }
+    const msg =
+      e instanceof ConformanceError
+        ? `${e.code}: ${e.message}`
+        : e instanceof Error
+          ? (e.stack ?? e.message)
+          : String(e);
+    process.stderr.write(`tapwire-conformance: ${msg}\n`);
+    process.exit(3);
+  },
+);

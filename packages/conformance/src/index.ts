@@ -1,0 +1,17 @@
+/**
+ * `@tapwire/conformance`: a conformance tester for CONTRACT (drafter workers and rank-0 clients)
+ * and EC-CONTRACT (encoder-cache producers and consumers), modelled on h2spec and the Autobahn
+ * testsuite. It builds and parses every frame itself from the contracts' tables (only
+ * `@tapwire/wire`'s constants are shared) and talks over node:net, node:tls and zeromq directly.
+ * @packageDocumentation
+ */
+export type { Endpoint, RawConn, Received, TlsClientOptions } from "./conn.js";
+export { connect, parseEndpoint } from "./conn.js";
+export { ConformanceError, ConformanceErrorCode } from "./errors.js";
+export type { RunReport } from "./report.js";
+export { formatJunit, formatText, makeReport, totalsOf } from "./report.js";
+export type { CaseDef, CaseResult, RunOptions } from "./runner.js";
+export { CaseCheck, caseFilter, runCases, sectionOf, Verdict } from "./runner.js";
+export { framingVectors } from "./worker/cases-framing.js";
+export type { WorkerSuiteOptions } from "./worker/context.js";
+export { runWorkerSuite, WORKER_CASES } from "./worker/suite.js";
