@@ -5,6 +5,9 @@ import { Backoff } from "./backoff.js";
 import { EmbeddingCache } from "./cache.js";
 import type { ConsumerSessionResults } from "./consumer-session.js";
 import { CONSUMER_DEFAULTS, ConsumerSession } from "./consumer-session.js";
+import type { CurveClientOptions } from "./curve.js";
+import { checkCurveKey } from "./curve.js";
+import type { DataTlsOptions } from "./data/socket.js";
 import { SocketDataTransport } from "./data/socket.js";
 import type { DataTransport } from "./data/transport.js";
 import { checkFunctionOption, checkNumberOption, EcError, isIntInRange } from "./errors.js";
@@ -63,6 +66,11 @@ export interface ConsumerConnectorOptions {
   idleCloseMs?: number;
   /** ZeroMQ heartbeats of the DEALERs (default 2/4/8 s). */
   heartbeat?: HeartbeatOptions;
+  /**
+   * EC-CONTRACT 9.4: authenticate every DEALER with this CURVE key pair; `serverKey` is the
+   * producer's public key (a function of the producer address for several producers).
+   */
+  curve?: CurveClientOptions;
   /** Monotonic clock (ms) used when `poll()` is called without `now` (default `performance.now`). */
   now?: () => number;
   /** Builds the control connection to a producer (default: a ZeroMQ DEALER). */
@@ -88,6 +96,8 @@ export interface CreateConsumerConnectorOptions extends Omit<ConsumerConnectorOp
    * receive; worth it with a spare core (default false).
    */
   checksumThread?: boolean;
+  /** EC-CONTRACT 9.4: the client certificate, key and trusted producer certificates for `tls://` data planes. */
+  tls?: DataTlsOptions;
 }
 
 /** A request that will not complete: compute the embedding locally. */
@@ -244,13 +254,30 @@ export class ConsumerConnector {
     }
     this.#log = options.logger ?? silentLogger();
     const hb = options.heartbeat;
+    const curve = options.curve;
+    if (curve !== undefined) {
+      if (curve === null || typeof curve !== "object")
+        throw new EcError("EC_BAD_OPTION", "option curve: expected an object");
+      checkCurveKey("curve.publicKey", curve.publicKey);
+      checkCurveKey("curve.secretKey", curve.secretKey);
+      if (typeof curve.serverKey !== "function") checkCurveKey("curve.serverKey", curve.serverKey);
+    }
     this.#connect =
       options.connect ??
       ((addr) =>
-        new ZmqDealerClient(
-          addr,
-          hb === undefined ? { logger: this.#log } : { heartbeat: hb, logger: this.#log },
-        ));
+        new ZmqDealerClient(addr, {
+          logger: this.#log,
+          ...(hb === undefined ? {} : { heartbeat: hb }),
+          ...(curve === undefined
+            ? {}
+            : {
+                curve: {
+                  publicKey: curve.publicKey,
+                  secretKey: curve.secretKey,
+                  serverKey: typeof curve.serverKey === "function" ? curve.serverKey(addr) : curve.serverKey,
+                },
+              }),
+        }));
     if (hb !== undefined) validateHeartbeat(hb);
     this.registry = options.registry ?? defaultRegistry();
     const r = this.registry;
@@ -290,6 +317,7 @@ export class ConsumerConnector {
       registry,
       ...(options.dataListen === undefined ? {} : { listen: options.dataListen }),
       ...(options.checksumThread === undefined ? {} : { checksumThread: options.checksumThread }),
+      ...(options.tls === undefined ? {} : { tls: options.tls }),
       ...(options.logger === undefined ? {} : { logger: options.logger }),
     });
     const {
@@ -298,6 +326,7 @@ export class ConsumerConnector {
       name: _name,
       dataListen: _l,
       checksumThread: _t,
+      tls: _tls,
       ...rest
     } = options;
     let c: ConsumerConnector;

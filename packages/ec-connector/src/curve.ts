@@ -61,7 +61,7 @@ export function checkCurveServer(c: CurveServerOptions): void {
   checkCurveKey("curve.secretKey", c.secretKey);
   if (!Array.isArray(c.allow))
     throw new EcError("EC_BAD_OPTION", "option curve.allow: expected an array of keys");
-  c.allow.forEach((k, i) => checkCurveKey(`curve.allow[${i}]`, k));
+  for (const [i, k] of c.allow.entries()) checkCurveKey(`curve.allow[${i}]`, k);
 }
 
 interface Domain {

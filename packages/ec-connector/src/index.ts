@@ -25,10 +25,12 @@ export {
 } from "./consumer-session.js";
 export type { Crc32Fn, Crc32Impl, Crc32Info } from "./crc.js";
 export { CRC32_ENV, CRC32_IMPLS, crc32, crc32Info, loadCrc32 } from "./crc.js";
+export type { CurveClientOptions, CurveKeyPair, CurveServerOptions } from "./curve.js";
+export { newCurveKeyPair } from "./curve.js";
 export type { LoopbackDataTransportOptions, LoopbackFault } from "./data/loopback.js";
 export { LoopbackDataTransport, LoopbackFabric } from "./data/loopback.js";
-export type { SocketDataTransportOptions, SocketFault } from "./data/socket.js";
-export { MAX_DATA_FRAME_BYTES, SocketDataTransport } from "./data/socket.js";
+export type { DataTlsOptions, SocketDataTransportOptions, SocketFault } from "./data/socket.js";
+export { DATA_SERVER_DEFAULTS, MAX_DATA_FRAME_BYTES, SocketDataTransport } from "./data/socket.js";
 export type {
   AgentMetadata,
   DataTransport,
@@ -48,7 +50,7 @@ export type { EcErrorCode } from "./errors.js";
 export { EC_ERROR_CODES, EcError } from "./errors.js";
 export { EC_METRICS_PREFIX } from "./metrics.js";
 export type { EcProducerOptions, EncodeResult } from "./producer.js";
-export { DTYPE_BYTES, EC_PRODUCER_DEFAULTS, EcProducer } from "./producer.js";
+export { DTYPE_BYTES, EC_PRODUCER_DEFAULTS, EcProducer, isLoopbackEndpoint } from "./producer.js";
 export type {
   AdminHandler,
   ControlMessage,
@@ -73,5 +75,5 @@ export {
   XferStatus,
 } from "./protocol.js";
 export { syntheticEmbedding, writeSyntheticEmbedding } from "./synthetic.js";
-export type { HeartbeatOptions } from "./zmq.js";
+export type { DealerOptions, HeartbeatOptions, RouterOptions } from "./zmq.js";
 export { HEARTBEAT_DEFAULTS, ZmqDealerClient, ZmqRouterServer } from "./zmq.js";

@@ -1,5 +1,5 @@
 import type { Counter, Gauge, Histogram, InfoValue } from "@tapwire/stats";
-import { Registry } from "@tapwire/stats";
+import { BUCKETS, Registry } from "@tapwire/stats";
 import type { Logger } from "pino";
 import pino from "pino";
 import { crc32Info } from "./crc.js";
@@ -138,6 +138,7 @@ export function consumerMetrics(r: Registry): ConsumerMetrics {
     readSeconds: r.histogram("consumer_read_seconds", {
       help: "read time from post to DONE",
       unit: "seconds",
+      buckets: BUCKETS.EC_TRANSFER_SECONDS,
     }),
     readFailures: r.counter("consumer_read_failures", "reads ending READ_FAILED"),
     checksumFailures: r.counter("consumer_checksum_failures", "reads whose CRC-32 differed from the ack's"),
@@ -179,19 +180,19 @@ export function dataMetrics(r: Registry): DataMetrics {
   return {
     served: r.counter("data_reads_served", "data-plane reads served (EC-CONTRACT 5.3)"),
     refused: r.counter("data_reads_refused", "data-plane reads refused: no grant, wrong blocks, expired"),
-    bytesSent: r.counter("data_bytes_sent", "block bytes streamed by the data server"),
+    bytesSent: r.counter("data_sent_bytes", "block bytes streamed by the data server"),
     malformed: r.counter("data_malformed_frames", "data-plane frames dropped as malformed"),
     notifications: r.counter("data_notifications", "completion notifications received"),
     connections: r.gauge("data_server_connections", "open data-server connections"),
     readErrors: r.counter("data_read_errors", "reads that ended ERR at this reader"),
-    bytesReceived: r.counter("data_bytes_received", "block bytes received by this reader"),
+    bytesReceived: r.counter("data_received_bytes", "block bytes received by this reader"),
     staleNotifications: r.counter(
       "data_stale_notifications",
       "notifications dropped because their grant was replaced or revoked meanwhile",
     ),
     connectionsRefused: r.counter(
       "data_connections_refused",
-      "data-server connections closed at accept: over the connection cap (EC-CONTRACT 9.5)",
+      "data-server connections refused: over the cap at accept, or the oldest never-served one when half the cap is unproven (EC-CONTRACT 9.5)",
     ),
     idleClosed: r.counter("data_idle_closed", "data-server connections closed idle (EC-CONTRACT 9.5)"),
     allocFailures: r.counter(

@@ -12,7 +12,6 @@ import {
   encodeXferAck,
   int,
   nackAck,
-  packMsg,
   str,
   unpackMap,
   XFER_STATUS_NAMES,

@@ -277,7 +277,7 @@ describe("process faults", () => {
     const initialFree = conn.cache.freeBlocks;
     const driver = new Driver(conn).start();
     const outcome = driver.fetch("big", p1.control, 16 * MiB);
-    await until(() => ((registry.snapshot().counters["data_bytes_received"] ?? 0) > MiB ? true : undefined));
+    await until(() => ((registry.snapshot().counters["data_received_bytes"] ?? 0) > MiB ? true : undefined));
     await p1.kill("SIGKILL");
     expect(await outcome).not.toBe("loaded");
     // EC-CONTRACT 8: once settled, the free count is back and nothing is detached
@@ -354,7 +354,7 @@ describe("process faults", () => {
     const initialFree = conn.cache.freeBlocks;
     const driver = new Driver(conn).start();
     const outcome = driver.fetch("big", p.control, 8 * MiB);
-    await until(() => ((registry.snapshot().counters["data_bytes_received"] ?? 0) > 0 ? true : undefined));
+    await until(() => ((registry.snapshot().counters["data_received_bytes"] ?? 0) > 0 ? true : undefined));
     p.child.kill("SIGSTOP");
     const reason = await outcome;
     expect(reason).toMatch(/quarantined/);

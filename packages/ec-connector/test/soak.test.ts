@@ -249,7 +249,7 @@ it(`soak: ${N} transfers with random faults end with the invariants of EC-CONTRA
     "producer_evictions",
     "producer_malformed_messages",
     "data_reads_served",
-    "data_bytes_sent",
+    "data_sent_bytes",
   ]) {
     expect(sb.metrics.counters, name).toHaveProperty(name);
   }

@@ -1,38 +1,178 @@
 #!/usr/bin/env node
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import pino from "pino";
+import type { Logger, MetricsServer } from "@tapwire/stats";
+import { createLogger, flushAndExit, parseLogLevel, parseMetricsListen, serveMetrics } from "@tapwire/stats";
 import { crc32Info } from "../crc.js";
+import { newCurveKeyPair } from "../curve.js";
+import { DATA_SERVER_DEFAULTS } from "../data/socket.js";
 import { EcError } from "../errors.js";
+import { defaultRegistry } from "../metrics.js";
 import type { EcProducerOptions } from "../producer.js";
 import { EC_PRODUCER_DEFAULTS, EcProducer } from "../producer.js";
+import { PRODUCER_DEFAULTS } from "../producer-session.js";
 import { HEARTBEAT_DEFAULTS } from "../zmq.js";
 
-const USAGE = `tapwire-ec-producer: serve a synthetic encoder cache over ZeroMQ + a tcp/unix data plane
+const NAME = "tapwire-ec-producer";
 
-  --control <zmq endpoint>     ROUTER endpoint (default ${EC_PRODUCER_DEFAULTS.control})
-  --data <tcp://h:p|unix://p>  data server endpoint (default ${EC_PRODUCER_DEFAULTS.data})
-  --num-blocks <n>             cache blocks (default ${EC_PRODUCER_DEFAULTS.numBlocks})
-  --block-bytes <n>            bytes per block (default ${EC_PRODUCER_DEFAULTS.blockBytes})
-  --model-id <s> --dtype <s> --hidden-size <n>   compatibility inputs (EC-CONTRACT 2)
-  --name <s>                   agent name (default ${EC_PRODUCER_DEFAULTS.name})
-  --pin-lease-ms <n>           grant lease (default 30000)
-  --encode-on-miss             encode a requested-but-missing mm_hash (NOT_READY until done)
-  --miss-nbytes <n>            size encoded on a miss (default hidden-size x dtype bytes x 256)
-  --encode-delay-ms <n>        simulated encode time (default 0)
-  --prepopulate <h:n,...>      encode these mm_hash:nbytes at start
-  --prepopulate-file <path>    one "mm_hash nbytes" per line
-  --throttle-bps <n>           pace the data server (bytes/s; demos, slow-read tests)
-  --heartbeat-ivl-ms <n> --heartbeat-timeout-ms <n> --heartbeat-ttl-ms <n>   (default ${HEARTBEAT_DEFAULTS.intervalMs}/${HEARTBEAT_DEFAULTS.timeoutMs}/${HEARTBEAT_DEFAULTS.ttlMs})
-  --stats-interval-ms <n>      log a "stats" line this often (default 0: off; also: admin op "stats")
-  --log-level <level>          pino level (default info)
-`;
+/** A usage error: one line on stderr, exit 2. */
+class UsageError extends Error {}
 
-function num(name: string, v: string | undefined): number | undefined {
-  if (v === undefined) return undefined;
-  const n = Number(v);
-  if (!Number.isFinite(n) || v.trim() === "")
-    throw new EcError("EC_BAD_OPTION", `--${name}: not a number: ${v}`);
+type Kind = "string" | "int" | "number" | "boolean";
+
+/** Every flag: the parser, the help text and the defaults come from this one table. */
+const FLAGS = {
+  control: {
+    kind: "string",
+    arg: "<zmq endpoint>",
+    help: "control ROUTER",
+    def: EC_PRODUCER_DEFAULTS.control,
+  },
+  data: {
+    kind: "string",
+    arg: "<tcp://h:p|unix://p|tls://h:p>",
+    help: "data server",
+    def: EC_PRODUCER_DEFAULTS.data,
+  },
+  admin: {
+    kind: "string",
+    arg: "<zmq endpoint>",
+    help: "admin ROUTER (stats/encode/check; loopback only unless --admin-allow-remote)",
+    def: EC_PRODUCER_DEFAULTS.admin,
+  },
+  "admin-allow-remote": { kind: "boolean", help: "allow a non-loopback --admin endpoint" },
+  "metrics-listen": {
+    kind: "string",
+    arg: "<tcp://host:port>",
+    help: "serve /metrics (Prometheus), /healthz, /readyz; e.g. tcp://127.0.0.1:9464 (off when not given)",
+  },
+  "num-blocks": { kind: "int", arg: "<n>", help: "cache blocks", def: EC_PRODUCER_DEFAULTS.numBlocks },
+  "block-bytes": { kind: "int", arg: "<n>", help: "bytes per block", def: EC_PRODUCER_DEFAULTS.blockBytes },
+  "model-id": {
+    kind: "string",
+    arg: "<s>",
+    help: "compatibility input (EC-CONTRACT 2)",
+    def: EC_PRODUCER_DEFAULTS.modelId,
+  },
+  dtype: { kind: "string", arg: "<s>", help: "compatibility input", def: EC_PRODUCER_DEFAULTS.dtype },
+  "hidden-size": {
+    kind: "int",
+    arg: "<n>",
+    help: "compatibility input",
+    def: EC_PRODUCER_DEFAULTS.hiddenSize,
+  },
+  name: { kind: "string", arg: "<s>", help: "agent name", def: EC_PRODUCER_DEFAULTS.name },
+  "pin-lease-ms": {
+    kind: "number",
+    arg: "<ms>",
+    help: "grant lease (EC-CONTRACT 4.2)",
+    def: PRODUCER_DEFAULTS.pinLeaseMs,
+  },
+  "max-pinned-blocks-per-peer": {
+    kind: "int",
+    arg: "<n>",
+    help: "blocks pinned per ZeroMQ peer and per session (EC-CONTRACT 9.2)",
+    def: "num-blocks / 4",
+  },
+  "max-pinned-fraction": {
+    kind: "number",
+    arg: "<0..1>",
+    help: "share of the cache grants may pin (EC-CONTRACT 9.2)",
+    def: PRODUCER_DEFAULTS.maxPinnedFraction,
+  },
+  "max-data-connections": {
+    kind: "int",
+    arg: "<n>",
+    help: "data-server connections (EC-CONTRACT 9.5)",
+    def: DATA_SERVER_DEFAULTS.maxConnections,
+  },
+  "data-idle-timeout-ms": {
+    kind: "int",
+    arg: "<ms>",
+    help: "close idle data connections (0: never; EC-CONTRACT 9.5)",
+    def: DATA_SERVER_DEFAULTS.idleTimeoutMs,
+  },
+  "curve-keys": {
+    kind: "string",
+    arg: "<file>",
+    help: "CURVE key pair of the control ROUTER (the JSON `keygen` prints; EC-CONTRACT 9.4)",
+  },
+  "curve-allow": { kind: "string", arg: "<file>", help: "allowed consumer public keys, one per line" },
+  "tls-cert": {
+    kind: "string",
+    arg: "<pem file>",
+    help: "data server certificate (required with --curve-keys)",
+  },
+  "tls-key": { kind: "string", arg: "<pem file>", help: "its private key" },
+  "tls-ca": { kind: "string", arg: "<pem file>", help: "allowed client certificates (or their CA)" },
+  "encode-on-miss": {
+    kind: "boolean",
+    help: "encode a requested-but-missing mm_hash (NOT_READY until done)",
+  },
+  "miss-nbytes": {
+    kind: "int",
+    arg: "<n>",
+    help: "size encoded on a miss",
+    def: "hidden-size x dtype bytes x 256",
+  },
+  "encode-delay-ms": { kind: "number", arg: "<ms>", help: "simulated encode time", def: 0 },
+  prepopulate: { kind: "string", arg: "<h:n,...>", help: "encode these mm_hash:nbytes at start" },
+  "prepopulate-file": { kind: "string", arg: "<path>", help: 'one "mm_hash nbytes" per line' },
+  "throttle-bps": {
+    kind: "number",
+    arg: "<n>",
+    help: "pace the data server (bytes/s; demos, slow-read tests)",
+  },
+  "heartbeat-ivl-ms": {
+    kind: "int",
+    arg: "<ms>",
+    help: "ZeroMQ heartbeat interval",
+    def: HEARTBEAT_DEFAULTS.intervalMs,
+  },
+  "heartbeat-timeout-ms": {
+    kind: "int",
+    arg: "<ms>",
+    help: "heartbeat timeout",
+    def: HEARTBEAT_DEFAULTS.timeoutMs,
+  },
+  "heartbeat-ttl-ms": { kind: "int", arg: "<ms>", help: "heartbeat TTL", def: HEARTBEAT_DEFAULTS.ttlMs },
+  "stats-interval-ms": {
+    kind: "number",
+    arg: "<ms>",
+    help: 'log a "stats" line this often (0: off)',
+    def: 0,
+  },
+  "log-level": { kind: "string", arg: "<level>", help: "pino level", def: "info" },
+  help: { kind: "boolean", help: "this text" },
+} as const satisfies Record<string, { kind: Kind; arg?: string; help: string; def?: string | number }>;
+
+type Flag = keyof typeof FLAGS;
+
+/** The help text, built from {@link FLAGS} (so it states the real defaults). */
+function usage(): string {
+  const lines = [
+    `${NAME}: serve a synthetic encoder cache over ZeroMQ + a tcp/unix/tls data plane`,
+    "",
+    `  ${NAME} [flags]      run the producer`,
+    `  ${NAME} keygen       print a new CURVE key pair as JSON {"publicKey","secretKey"}`,
+    "",
+  ];
+  for (const [flag, f] of Object.entries(FLAGS) as [Flag, (typeof FLAGS)[Flag]][]) {
+    const head = `  --${flag}${"arg" in f ? ` ${f.arg}` : ""}`;
+    const def = "def" in f ? ` (default ${f.def})` : "";
+    lines.push(`${head.padEnd(44)} ${f.help}${def}`);
+  }
+  return `${lines.join("\n")}\n`;
+}
+
+function value(flag: Flag, raw: string | boolean | undefined): string | number | boolean | undefined {
+  if (raw === undefined) return undefined;
+  const kind: Kind = FLAGS[flag].kind;
+  if (kind === "boolean" || kind === "string") return raw;
+  const s = String(raw);
+  const n = Number(s);
+  if (s.trim() === "" || !Number.isFinite(n)) throw new UsageError(`--${flag}: not a number: ${s}`);
+  if (kind === "int" && !Number.isSafeInteger(n)) throw new UsageError(`--${flag}: not an integer: ${s}`);
   return n;
 }
 
@@ -42,120 +182,211 @@ function parsePairs(text: string, sep: RegExp, where: string): [string, number][
     const item = raw.trim();
     if (item === "" || item.startsWith("#")) continue;
     const m = /^(.+?)[\s:]+(\d+)$/.exec(item);
-    if (m === null)
-      throw new EcError("EC_BAD_OPTION", `${where}: expected "mm_hash:nbytes", got ${JSON.stringify(item)}`);
+    if (m === null) throw new UsageError(`${where}: expected "mm_hash:nbytes", got ${JSON.stringify(item)}`);
     out.push([m[1]!, Number(m[2])]);
   }
   return out;
 }
 
-async function main(): Promise<void> {
-  const { values } = parseArgs({
-    options: {
-      control: { type: "string" },
-      data: { type: "string" },
-      "num-blocks": { type: "string" },
-      "block-bytes": { type: "string" },
-      "model-id": { type: "string" },
-      dtype: { type: "string" },
-      "hidden-size": { type: "string" },
-      name: { type: "string" },
-      "pin-lease-ms": { type: "string" },
-      "encode-on-miss": { type: "boolean" },
-      "miss-nbytes": { type: "string" },
-      "encode-delay-ms": { type: "string" },
-      prepopulate: { type: "string" },
-      "prepopulate-file": { type: "string" },
-      "throttle-bps": { type: "string" },
-      "heartbeat-ivl-ms": { type: "string" },
-      "heartbeat-timeout-ms": { type: "string" },
-      "heartbeat-ttl-ms": { type: "string" },
-      "stats-interval-ms": { type: "string" },
-      "log-level": { type: "string" },
-      help: { type: "boolean", short: "h" },
-    },
-    strict: true,
-  });
-  if (values.help === true) {
-    process.stdout.write(USAGE);
-    return;
+function readText(flag: string, path: string): string {
+  try {
+    return readFileSync(path, "utf8");
+  } catch (err) {
+    throw new UsageError(`--${flag}: cannot read ${path}: ${(err as Error).message}`);
   }
-  const log = pino({ name: "tapwire-ec-producer", level: values["log-level"] ?? "info" });
+}
+
+/** Allowed keys: one Z85 key per line, or lines of `keygen` JSON (their publicKey); # comments. */
+function parseAllow(text: string): string[] {
+  const keys: string[] = [];
+  for (const raw of text.split("\n")) {
+    const line = raw.trim();
+    if (line === "" || line.startsWith("#")) continue;
+    keys.push(line.startsWith("{") ? String((JSON.parse(line) as { publicKey?: unknown }).publicKey) : line);
+  }
+  return keys;
+}
+
+function parse(argv: string[]): {
+  v: Partial<Record<Flag, string | number | boolean>>;
+  positionals: string[];
+} {
+  let parsed: ReturnType<typeof parseArgs>;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      options: Object.fromEntries(
+        Object.entries(FLAGS).map(([k, f]) => [k, { type: f.kind === "boolean" ? "boolean" : "string" }]),
+      ) as Record<Flag, { type: "string" | "boolean" }>,
+      strict: true,
+      allowPositionals: true,
+    });
+  } catch (err) {
+    throw new UsageError((err as Error).message.split("\n")[0]!);
+  }
+  const v: Partial<Record<Flag, string | number | boolean>> = {};
+  for (const k of Object.keys(FLAGS) as Flag[]) {
+    const x = value(k, parsed.values[k] as string | boolean | undefined);
+    if (x !== undefined) v[k] = x;
+  }
+  return { v, positionals: parsed.positionals };
+}
+
+function options(v: Partial<Record<Flag, string | number | boolean>>, log: Logger): EcProducerOptions {
   const prepopulate: [string, number][] = [];
-  if (values.prepopulate !== undefined)
-    prepopulate.push(...parsePairs(values.prepopulate, /,/, "--prepopulate"));
-  if (values["prepopulate-file"] !== undefined) {
-    prepopulate.push(
-      ...parsePairs(readFileSync(values["prepopulate-file"], "utf8"), /\n/, "--prepopulate-file"),
-    );
+  if (v.prepopulate !== undefined)
+    prepopulate.push(...parsePairs(String(v.prepopulate), /,/, "--prepopulate"));
+  if (v["prepopulate-file"] !== undefined) {
+    const f = String(v["prepopulate-file"]);
+    prepopulate.push(...parsePairs(readText("prepopulate-file", f), /\n/, "--prepopulate-file"));
   }
   const opts: EcProducerOptions = { logger: log, prepopulate };
-  const set = <K extends keyof EcProducerOptions>(k: K, v: EcProducerOptions[K] | undefined) => {
-    if (v !== undefined) opts[k] = v;
-  };
-  set("control", values.control);
-  set("data", values.data);
-  set("numBlocks", num("num-blocks", values["num-blocks"]));
-  set("blockBytes", num("block-bytes", values["block-bytes"]));
-  set("modelId", values["model-id"]);
-  set("dtype", values.dtype);
-  set("hiddenSize", num("hidden-size", values["hidden-size"]));
-  set("name", values.name);
-  set("pinLeaseMs", num("pin-lease-ms", values["pin-lease-ms"]));
-  set("encodeOnMiss", values["encode-on-miss"]);
-  set("missNbytes", num("miss-nbytes", values["miss-nbytes"]));
-  set("encodeDelayMs", num("encode-delay-ms", values["encode-delay-ms"]));
-  set("throttleBytesPerSec", num("throttle-bps", values["throttle-bps"]));
+  const map: [keyof EcProducerOptions, Flag][] = [
+    ["control", "control"],
+    ["data", "data"],
+    ["admin", "admin"],
+    ["adminAllowRemote", "admin-allow-remote"],
+    ["numBlocks", "num-blocks"],
+    ["blockBytes", "block-bytes"],
+    ["modelId", "model-id"],
+    ["dtype", "dtype"],
+    ["hiddenSize", "hidden-size"],
+    ["name", "name"],
+    ["pinLeaseMs", "pin-lease-ms"],
+    ["maxPinnedBlocksPerPeer", "max-pinned-blocks-per-peer"],
+    ["maxPinnedFraction", "max-pinned-fraction"],
+    ["maxDataConnections", "max-data-connections"],
+    ["dataIdleTimeoutMs", "data-idle-timeout-ms"],
+    ["encodeOnMiss", "encode-on-miss"],
+    ["missNbytes", "miss-nbytes"],
+    ["encodeDelayMs", "encode-delay-ms"],
+    ["throttleBytesPerSec", "throttle-bps"],
+  ];
+  const o = opts as Record<string, unknown>;
+  for (const [key, flag] of map) if (v[flag] !== undefined) o[key] = v[flag];
   const hb = {
-    intervalMs: num("heartbeat-ivl-ms", values["heartbeat-ivl-ms"]),
-    timeoutMs: num("heartbeat-timeout-ms", values["heartbeat-timeout-ms"]),
-    ttlMs: num("heartbeat-ttl-ms", values["heartbeat-ttl-ms"]),
+    intervalMs: v["heartbeat-ivl-ms"],
+    timeoutMs: v["heartbeat-timeout-ms"],
+    ttlMs: v["heartbeat-ttl-ms"],
   };
-  opts.heartbeat = Object.fromEntries(Object.entries(hb).filter(([, v]) => v !== undefined));
-  const statsEvery = num("stats-interval-ms", values["stats-interval-ms"]) ?? 0;
+  opts.heartbeat = Object.fromEntries(Object.entries(hb).filter(([, x]) => x !== undefined));
+  if (v["curve-keys"] !== undefined) {
+    let keys: { publicKey?: unknown; secretKey?: unknown };
+    try {
+      keys = JSON.parse(readText("curve-keys", String(v["curve-keys"]))) as typeof keys;
+    } catch (err) {
+      if (err instanceof UsageError) throw err;
+      throw new UsageError(`--curve-keys: not the JSON that ${NAME} keygen prints`);
+    }
+    if (v["curve-allow"] === undefined) throw new UsageError("--curve-keys needs --curve-allow");
+    opts.curve = {
+      publicKey: String(keys.publicKey),
+      secretKey: String(keys.secretKey),
+      allow: parseAllow(readText("curve-allow", String(v["curve-allow"]))),
+    };
+  }
+  const tlsFlags = (["tls-cert", "tls-key", "tls-ca"] as const).filter((f) => v[f] !== undefined);
+  if (tlsFlags.length > 0) {
+    if (tlsFlags.length !== 3) throw new UsageError("--tls-cert, --tls-key and --tls-ca go together");
+    opts.tls = {
+      cert: readText("tls-cert", String(v["tls-cert"])),
+      key: readText("tls-key", String(v["tls-key"])),
+      ca: readText("tls-ca", String(v["tls-ca"])),
+    };
+  }
+  return opts;
+}
 
-  const producer = await EcProducer.start(opts);
+async function main(argv: string[]): Promise<void> {
+  const { v, positionals } = parse(argv);
+  if (v.help === true) {
+    process.stdout.write(usage());
+    return;
+  }
+  if (positionals[0] === "keygen" && positionals.length === 1) {
+    process.stdout.write(`${JSON.stringify(newCurveKeyPair())}\n`);
+    return;
+  }
+  if (positionals.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(positionals[0])}`);
+  const level = parseLogLevel(String(v["log-level"] ?? "info"));
+  const metricsAt =
+    v["metrics-listen"] === undefined ? null : parseMetricsListen(String(v["metrics-listen"]));
+  const statsEvery = Number(v["stats-interval-ms"] ?? 0);
+  const log = createLogger({ name: NAME, level });
+  const opts = options(v, log);
+
+  // Readiness (issue 15): both sockets bound and the cache allocated, i.e. EcProducer.start resolved.
+  let producer: EcProducer | null = null;
+  let stopping = false;
+  let metrics: MetricsServer | null = null;
+  if (metricsAt !== null) {
+    const registry = defaultRegistry();
+    opts.registry = registry;
+    metrics = await serveMetrics([registry], metricsAt.port, metricsAt.host, {
+      ready: () => (stopping ? "closing" : producer === null ? "starting: binding sockets" : true),
+    });
+  }
+  try {
+    producer = await EcProducer.start(opts);
+  } catch (err) {
+    await metrics?.close();
+    throw err;
+  }
+  const p = producer;
   // The "listening" and "closed" lines are the bin's interface: printed at any --log-level.
   const always = log.child({}, { level: "info" });
   always.info(
     {
-      control: producer.controlEndpoint,
-      data: producer.dataEndpoint,
-      admin: producer.adminEndpoint,
-      dataKind: producer.data.kind,
-      compatibilityHash: producer.compatibilityHash,
-      numBlocks: producer.cache.numBlocks,
-      blockBytes: producer.cache.blockBytes,
-      entries: producer.cache.size,
+      control: p.controlEndpoint,
+      data: p.dataEndpoint,
+      admin: p.adminEndpoint,
+      ...(metrics === null ? {} : { metrics: `tcp://${metrics.host}:${metrics.port}` }),
+      dataKind: p.data.kind,
+      curve: opts.curve !== undefined,
+      compatibilityHash: p.compatibilityHash,
+      numBlocks: p.cache.numBlocks,
+      blockBytes: p.cache.blockBytes,
+      entries: p.cache.size,
       crcImpl: crc32Info.impl,
-      pid: process.pid,
     },
     "listening",
   );
   const statsTimer =
-    statsEvery > 0 ? setInterval(() => log.info({ stats: producer.stats() }, "stats"), statsEvery) : null;
-  let stopping = false;
+    statsEvery > 0 ? setInterval(() => log.info({ stats: p.stats() }, "stats"), statsEvery) : null;
   const stop = (signal: string) => {
     if (stopping) return;
     stopping = true;
     if (statsTimer !== null) clearInterval(statsTimer);
-    void producer
+    always.info({ signal }, "closing");
+    void p
       .close()
-      .then(() => {
-        always.info({ signal, stats: producer.stats() }, "closed");
-        process.exit(0);
+      .then(async () => {
+        await metrics?.close();
+        always.info({ signal, stats: p.stats() }, "closed");
+        await flushAndExit(log, 0);
       })
-      .catch((err: unknown) => {
+      .catch(async (err: unknown) => {
         log.error({ err }, "close failed");
-        process.exit(1);
+        await flushAndExit(log, 1);
       });
   };
   process.on("SIGINT", () => stop("SIGINT"));
   process.on("SIGTERM", () => stop("SIGTERM"));
 }
 
-main().catch((err: unknown) => {
-  const msg = err instanceof Error ? err.message : String(err);
-  process.stderr.write(`tapwire-ec-producer: ${msg}\n\n${USAGE}`);
-  process.exit(2);
+function isUsage(err: unknown): boolean {
+  if (err instanceof UsageError) return true;
+  const code = (err as { code?: unknown } | null)?.code;
+  return (
+    (err instanceof EcError && (code === "EC_BAD_OPTION" || code === "EC_BAD_ENDPOINT")) ||
+    code === "STATS_BAD_LISTEN" ||
+    code === "STATS_BAD_LOG_LEVEL"
+  );
+}
+
+main(process.argv.slice(2)).catch((err: unknown) => {
+  const msg = (err instanceof Error ? err.message : String(err)).split("\n")[0];
+  // Usage errors: one line and exit 2; anything else (a failure while running): exit 1.
+  process.stderr.write(`${NAME}: ${msg}${isUsage(err) ? ` (${NAME} --help lists the flags)` : ""}\n`);
+  process.exit(isUsage(err) ? 2 : 1);
 });

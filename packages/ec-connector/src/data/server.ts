@@ -39,6 +39,8 @@ export interface DataServerOptions {
   throttleBytesPerSec: number;
   /** EC-CONTRACT 9.5: a connection without traffic this long is closed (0: never). */
   idleTimeoutMs: number;
+  /** EC-CONTRACT 9.5: the connection cap (the listener enforces it; half of it may be unproven). */
+  maxConnections: number;
   metrics: DataMetrics;
   logger: Logger;
   /** Called when a notification arrives. */
@@ -63,6 +65,8 @@ export class DataServer {
   readonly #grants = new Map<string, DataGrant>();
   readonly #streams = new Map<string, Set<ServerConn>>();
   readonly #conns = new Set<ServerConn>();
+  /** Connections that have not had a READ served yet, oldest first. */
+  readonly #unproven = new Set<ServerConn>();
   readonly #notifs: Notif[] = [];
   /** The largest frame a reader may send here, from this server's own cache size (EC-CONTRACT 9.5). */
   readonly #maxFrame: number;
@@ -125,7 +129,16 @@ export class DataServer {
       streaming: false,
       reader: "",
     };
+    // At most half the cap may be connections that never had a READ served: beyond, the oldest of
+    // them goes, so an idle flood cannot keep readers with grants out until the idle timeout.
+    if (this.#unproven.size >= Math.max(1, Math.floor(this.#o.maxConnections / 2))) {
+      const oldest = this.#unproven.values().next().value as ServerConn;
+      this.#unproven.delete(oldest);
+      this.#m.connectionsRefused.inc();
+      oldest.socket.destroy();
+    }
     this.#conns.add(c);
+    this.#unproven.add(c);
     this.#m.connections.set(this.#conns.size);
     if (this.#o.idleTimeoutMs > 0) {
       socket.setTimeout(this.#o.idleTimeoutMs, () => {
@@ -138,6 +151,7 @@ export class DataServer {
     socket.on("error", () => socket.destroy());
     socket.on("close", () => {
       this.#conns.delete(c);
+      this.#unproven.delete(c);
       this.#m.connections.set(this.#conns.size);
       if (c.key !== null) this.#streams.get(c.keyStr)?.delete(c);
     });
@@ -206,6 +220,7 @@ export class DataServer {
       c.socket.end(encodeFrame({ op: "error", code: refusal.code, message: refusal.message }));
       return;
     }
+    this.#unproven.delete(c);
     c.key = Uint8Array.from(f.key);
     c.keyStr = keyStr;
     c.grant = g!;

@@ -144,6 +144,7 @@ export class SocketDataTransport implements DataTransport {
       chunkBytes: options.chunkBytes ?? 1 << 20,
       throttleBytesPerSec: options.throttleBytesPerSec ?? 0,
       idleTimeoutMs: options.idleTimeoutMs ?? DATA_SERVER_DEFAULTS.idleTimeoutMs,
+      maxConnections: options.maxConnections ?? DATA_SERVER_DEFAULTS.maxConnections,
       metrics,
       logger,
       onNotification: () => this.onNotification?.(),
