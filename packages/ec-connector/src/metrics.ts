@@ -42,6 +42,7 @@ export interface ProducerMetrics {
   grantsRefusedQuota: Counter;
   controlDisconnects: Counter;
   curveRefused: Counter;
+  grantSeconds: Histogram;
   activeGrants: Gauge;
   pinnedBlocks: Gauge;
   freeBlocks: Gauge;
@@ -87,6 +88,11 @@ export function producerMetrics(r: Registry): ProducerMetrics {
       "producer_curve_handshakes_refused",
       "CURVE handshakes the ZAP handler refused: client key not allowed (EC-CONTRACT 9.4)",
     ),
+    grantSeconds: r.histogram("producer_grant_seconds", {
+      help: "grant to completion notification: how long a transfer held its pin (EC-CONTRACT 4.3)",
+      unit: "seconds",
+      buckets: BUCKETS.EC_TRANSFER_SECONDS,
+    }),
     activeGrants: r.gauge("producer_active_grants", "grants currently held"),
     pinnedBlocks: r.gauge("producer_pinned_blocks", "cache blocks pinned by grants"),
     freeBlocks: r.gauge("producer_free_blocks", "free cache blocks"),

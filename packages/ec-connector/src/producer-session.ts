@@ -64,6 +64,8 @@ interface Grant {
   /** The ZeroMQ peer (routing id, hex) and session that hold it (EC-CONTRACT 9.2 quotas). */
   peer: string;
   sessionId: string;
+  /** When it was granted (this session's clock, ms). */
+  at: number;
 }
 
 /** Options of {@link ProducerSession}. */
@@ -291,6 +293,7 @@ export class ProducerSession {
       deadline: now + this.#lease,
       peer,
       sessionId: req.sessionId,
+      at: now,
     };
     try {
       this.#data.grant(key, grant.blocks, grant.deadline);
@@ -341,6 +344,7 @@ export class ProducerSession {
         this.#grants.delete(key);
         this.#end(key, g);
         this.#m.completions.inc();
+        this.#m.grantSeconds.observe(Math.max(0, this.#now() - g.at) / 1000);
       }
     }
   }

@@ -1,10 +1,9 @@
 import { spawnSync } from "node:child_process";
 import { Registry } from "@tapwire/stats";
+import { makeTlsCredentials } from "@tapwire/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { CurveKeyPair } from "../src/index.js";
 import { ConsumerConnector, EcError, EcProducer, newCurveKeyPair, syntheticEmbedding } from "../src/index.js";
-import type { TestCert } from "./helpers/certs.js";
-import { selfSigned } from "./helpers/certs.js";
 import { Driver } from "./helpers/drive.js";
 import { PRODUCER_BIN, until } from "./helpers/proc.js";
 
@@ -16,9 +15,13 @@ describe("CURVE control plane and tls:// data plane (EC-CONTRACT 9.4)", () => {
   let server: CurveKeyPair;
   let allowed: CurveKeyPair;
   let stranger: CurveKeyPair;
-  let pCert: TestCert;
-  let cCert: TestCert;
-  let otherCert: TestCert;
+  // A test CA: the producer's certificate and an allowed client certificate signed by it, and a
+  // client certificate of an unrelated CA (not in the allow list).
+  const tls = makeTlsCredentials();
+  const pCert = { cert: tls.serverCert, key: tls.serverKey };
+  const cCert = { cert: tls.clientCert, key: tls.clientKey };
+  const otherCert = { cert: tls.wrongClientCert, key: tls.wrongClientKey };
+  type TestCert = typeof cCert;
   let producer: EcProducer;
   const open: ConsumerConnector[] = [];
 
@@ -26,15 +29,12 @@ describe("CURVE control plane and tls:// data plane (EC-CONTRACT 9.4)", () => {
     server = newCurveKeyPair();
     allowed = newCurveKeyPair();
     stranger = newCurveKeyPair();
-    pCert = selfSigned("producer");
-    cCert = selfSigned("consumer");
-    otherCert = selfSigned("stranger");
     producer = await EcProducer.start({
       numBlocks: 64,
       blockBytes: BB,
       data: "tls://127.0.0.1:0",
       curve: { ...server, allow: [allowed.publicKey] },
-      tls: { cert: pCert.cert, key: pCert.key, ca: cCert.cert },
+      tls: { cert: pCert.cert, key: pCert.key, ca: tls.ca },
       prepopulate: [["img", N]],
       heartbeat: { intervalMs: 200, timeoutMs: 1000, ttlMs: 2000 },
     });
@@ -51,7 +51,7 @@ describe("CURVE control plane and tls:// data plane (EC-CONTRACT 9.4)", () => {
       compatibility: producer.compatibilityHash,
       registry: new Registry(),
       ackTimeoutMs: 300,
-      tls: { cert: cert.cert, key: cert.key, ca: pCert.cert },
+      tls: { cert: cert.cert, key: cert.key, ca: tls.ca },
       ...(keys === null ? {} : { curve: { ...keys, serverKey: server.publicKey } }),
     });
     open.push(c);
@@ -126,7 +126,7 @@ describe("CURVE control plane and tls:// data plane (EC-CONTRACT 9.4)", () => {
     );
     const err = await EcProducer.start({
       data: "tls://127.0.0.1:0",
-      tls: { cert: pCert.cert, key: pCert.key, ca: cCert.cert },
+      tls: { cert: pCert.cert, key: pCert.key, ca: tls.ca },
       curve: { ...server, allow: ["not-a-key"] },
     }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(EcError);
