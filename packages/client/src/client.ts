@@ -1,3 +1,8 @@
+// RemoteDraftClient owns one connection state machine (CONN_STATES) and the buffers of the STEP
+// exchange; its parts (state transitions, connect + HELLO, STEP, PING / STATS / RESET) all read
+// and move that one state and share the preallocated send / reply buffers, so they stay in one
+// class (about 900 lines). The loop, the HELLO exchange and the 9.2 table live in
+// connect-loop.ts and outcomes.ts.
 import type { Counter, Gauge, Histogram, InfoValue } from "@tapwire/stats";
 import { Registry } from "@tapwire/stats";
 import type { RpcClient } from "@tapwire/transport";

@@ -1,3 +1,7 @@
+// RoundCore is one state machine over per-slot rings (CONTRACT 7.5): its round phases (rings,
+// plan, entries, reply, depths) share preallocated typed arrays and the slots' private state, so
+// they stay methods of one class in one file (about 800 lines) rather than modules passing that
+// state around; the public shapes live in round-types.ts.
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import type { ReqEntry, SampleMeta, StepReplyViews } from "@tapwire/wire";
 import { EntryFlag, REQ_STATUS_NAMES, ReqStatus, serialNewer } from "@tapwire/wire";
@@ -5,180 +9,26 @@ import type { StepCall } from "./client.js";
 import type { DepthCandidate, DepthPolicy } from "./depth-policy.js";
 import { ClientError } from "./errors.js";
 import type { StepOutcome, StepOutcomeReason } from "./outcomes.js";
+import type {
+  DraftReason,
+  RoundClient,
+  RoundCoreOptions,
+  RoundDraft,
+  RoundInput,
+  RoundResult,
+  SlotView,
+} from "./round-types.js";
 
-/** The part of {@link RemoteDraftClient} RoundCore uses (a fake implements it in unit tests). */
-export interface RoundClient {
-  /** The client's validated options (geometry and limits). */
-  readonly options: {
-    readonly window: number;
-    readonly numSpec: number;
-    readonly rowBytes: number;
-    readonly maxSlots: number;
-    readonly maxRowsPerStep: number;
-    readonly sampled: boolean;
-    readonly wantMargin: boolean;
-  };
-  /** Where rows are staged in `"stage"` mode. */
-  readonly sendBuffer: Uint8Array;
-  /** True once disabled (CONTRACT 9.3). */
-  readonly disabled: boolean;
-  /** The ready connection's epoch, or null. */
-  connectionEpoch(): number | null;
-  /** Offset of the rows in `sendBuffer` for `nEntries` entries. */
-  rowsOffset(nEntries: number): number;
-  /** One STEP and its CONTRACT 9.2 outcome. */
-  step(call: StepCall): Promise<StepOutcome>;
-  /** Takes a new session id and reconnects (CONTRACT 6.2). */
-  newSession(reason: string): void;
-  /** RESET on the worker (CONTRACT 10). */
-  reset(): Promise<void>;
-}
-
-/** One running request as the engine reports it for a round (CONTRACT 7.5). */
-export interface RoundRequest {
-  /** Slot index (< maxSlots). */
-  readonly slot: number;
-  /** The request's generation in the slot (u32, serial; newer for every new request, CONTRACT 7.1). */
-  readonly generation: number;
-  /** Position of the anchor token (the last accepted token; rows exist for `[0, anchorPos)`). */
-  readonly anchorPos: number;
-  /** The anchor token id. */
-  readonly anchorToken: number;
-  /**
-   * Tap rows of the tokens accepted since the last round (`n * rowBytes` bytes, positions
-   * `[newRowsStart, anchorPos)`), or null/empty when none. Copied into the slot's ring.
-   */
-  readonly newRows?: Uint8Array | null;
-  /**
-   * Zero-copy alternative to `newRows`: the number of new rows the engine already wrote into the
-   * views {@link RoundCore.rowsTarget} returned for this slot, generation and positions. Not
-   * with a non-empty `newRows`.
-   */
-  readonly rowsInRing?: number;
-  /** Position of the first new row (default `anchorPos - n`); it must continue the ring unless the request is new. */
-  readonly newRowsStart?: number;
-  /** Ask for drafts this round (default true). */
-  readonly needDraft?: boolean;
-  /** Draft tokens wanted (0 = N, default 0; at most N). */
-  readonly nOut?: number;
-  /** Sampling of this request in top32 sessions (default greedy: `{seed 0, topK 1, tempMilli 0}`). */
-  readonly sampleMeta?: SampleMeta | null;
-}
-
-/** The input of one decode round. */
-export interface RoundInput {
-  /** Running requests. */
-  readonly requests: readonly RoundRequest[];
-  /** Use only `requests[0..nRequests)` (default all); lets engines reuse arrays. */
-  readonly nRequests?: number;
-  /** Slots whose requests finished since the last round: sent as RELEASE (retried until answered). */
-  readonly release?: readonly number[];
-  /** Batch size for the depth policy's load curve (default the number of requests). */
-  readonly batchSize?: number;
-}
-
-/** Why a request got (or did not get) drafts this round. */
-export type DraftReason =
-  | "ok"
-  | "partial_window"
-  | "deferred"
-  | "not_requested"
-  | "need_resync"
-  | "stale_generation"
-  | "skipped"
-  | "draft_failed"
-  | Exclude<StepOutcomeReason, "ok">;
-
-/**
- * The drafts of one request for one round. The arrays belong to the slot and are overwritten by
- * the next round that carries the slot: copy what must outlive the round.
- */
-export interface RoundDraft {
-  /** The request's slot. */
-  readonly slot: number;
-  /** `"ok"` / `"partial_window"` when `k > 0`, else why there is no draft. */
-  readonly reason: DraftReason;
-  /** The per-request status of the reply (CONTRACT 7.2), or -1 when the entry got none. */
-  readonly status: number;
-  /** Draft tokens usable: `ids[0..k)` (CONTRACT 6.3); 0 when none. */
-  readonly k: number;
-  /** Tokens the target should verify (the depth policy's choice, `<= k`; `k` without a policy). */
-  readonly depth: number;
-  /** The worker's window rows for the entry (CONTRACT 7.2 step 6). */
-  readonly windowRows: number;
-  /** Draft ids, length N. */
-  readonly ids: Int32Array;
-  /** Confidences, length N. */
-  readonly conf: Float32Array;
-  /** Margins, length N, or null without WANT_MARGIN. */
-  readonly margin: Float32Array | null;
-  /** Sampled mask, length N, in top32 sessions (CONTRACT 8). */
-  readonly sampledMask: Uint8Array | null;
-  /** Support ids, length N*32, in top32 sessions. */
-  readonly supportIds: Int32Array | null;
-  /** Dyadic q (units of 2^-24), length N*32, in top32 sessions. */
-  readonly proposalQ: Uint32Array | null;
-}
-
-/** The result of one round. The object and its drafts are reused: valid until the next round. */
-export interface RoundResult {
-  /** The STEP's 9.2 outcome, or `"idle"` when there was nothing to send. */
-  readonly outcome: StepOutcomeReason | "idle";
-  /** The round's step id (u32; one per round that sent a STEP). */
-  readonly stepId: number;
-  /** The connection epoch the round was built for, or null for a target-only round. */
-  readonly epoch: number | null;
-  /** STEP round-trip time in microseconds (0 when nothing was sent). */
-  readonly rttUs: number;
-  /** One per input request, in input order. */
-  readonly drafts: readonly RoundDraft[];
-  /** Entries sent with RESYNC this round. */
-  readonly resynced: number;
-  /** Entries deferred to a later round (rows over max_rows_per_step). */
-  readonly deferred: number;
-  /** RELEASE entries sent. */
-  readonly released: number;
-  /** Rows carried by the STEP. */
-  readonly rowsSent: number;
-  /** Expected accepted tokens of the chosen depths (0 without a depth policy). */
-  readonly expectedAccepted: number;
-}
-
-/** Options of {@link RoundCore}. */
-export interface RoundCoreOptions {
-  /** The client (a {@link RemoteDraftClient}). */
-  client: RoundClient;
-  /** Confidence-scheduled verification; without it every draft's depth is its k. */
-  depthPolicy?: DepthPolicy;
-  /**
-   * How rows leave: `"parts"` (default) sends the prefix followed by views of the rings
-   * (scatter/gather: the copy into the ring is the only copy of a row on the client);
-   * `"stage"` copies them from the rings into the client's send buffer at
-   * `24 + rows_offset_for(n)` and sends one message (one more copy per row; slower in every
-   * benchmarked shape, see docs/benchmarks/client.md).
-   */
-  rowsMode?: "stage" | "parts";
-}
-
-/** What RoundCore keeps for one slot, for inspection in tests and tools. */
-export interface SlotView {
-  /** True while a request holds the slot. */
-  readonly active: boolean;
-  /** The slot's current generation (CONTRACT 7.1). */
-  readonly generation: number;
-  /** Positions the ring holds: `[ringStart, ringEnd)`. */
-  readonly ringStart: number;
-  /** End (exclusive) of the positions the ring holds. */
-  readonly ringEnd: number;
-  /** Where the worker's window is known to end, or -1 when unknown (resync due). */
-  readonly workerEnd: number;
-  /** True when the next round sends this slot with RESYNC and the whole ring (CONTRACT 7.5). */
-  readonly needResync: boolean;
-  /** True while a RELEASE for the slot is still to be answered. */
-  readonly pendingRelease: boolean;
-  /** A copy of the ring's rows, oldest first. */
-  readonly rows: Uint8Array;
-}
+export type {
+  DraftReason,
+  RoundClient,
+  RoundCoreOptions,
+  RoundDraft,
+  RoundInput,
+  RoundRequest,
+  RoundResult,
+  SlotView,
+} from "./round-types.js";
 
 const GREEDY_META: SampleMeta = Object.freeze({ seed: 0, topK: 1, tempMilli: 0 });
 
