@@ -30,6 +30,7 @@ export type { RemoteDraftClientOptions, ResolvedClientOptions, TransportFactory 
 export { CLIENT_DEFAULTS, SAMPLE_MODES } from "./options.js";
 export type { OutcomeReaction, StepOutcome, StepOutcomeReason } from "./outcomes.js";
 export { STEP_OUTCOMES } from "./outcomes.js";
+export { RoundCore } from "./round-core.js";
 export type {
   DraftReason,
   RoundClient,
@@ -39,5 +40,4 @@ export type {
   RoundRequest,
   RoundResult,
   SlotView,
-} from "./round-core.js";
-export { RoundCore } from "./round-core.js";
+} from "./round-types.js";

@@ -19,17 +19,6 @@ import type {
   SlotView,
 } from "./round-types.js";
 
-export type {
-  DraftReason,
-  RoundClient,
-  RoundCoreOptions,
-  RoundDraft,
-  RoundInput,
-  RoundRequest,
-  RoundResult,
-  SlotView,
-} from "./round-types.js";
-
 const GREEDY_META: SampleMeta = Object.freeze({ seed: 0, topK: 1, tempMilli: 0 });
 
 class Slot {
