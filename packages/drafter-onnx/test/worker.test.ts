@@ -163,7 +163,14 @@ afterEach(() => {
 });
 
 function runWorker(args: string[], cwd: string) {
-  const proc = spawn(process.execPath, [WORKER_BIN, ...args], { cwd, stdio: ["ignore", "pipe", "pipe"] });
+  // No NODE_PATH: the package runner's NODE_PATH (pnpm's hoisted store) is not a user's environment.
+  const env = { ...process.env };
+  delete env["NODE_PATH"];
+  const proc = spawn(process.execPath, [WORKER_BIN, ...args], {
+    cwd,
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   children.push(proc);
   let stderr = "";
   proc.stderr!.on("data", (b: Buffer) => {
