@@ -5,6 +5,7 @@ import {
   decodeHeader,
   FrameStatus,
   headerReadable,
+  MAGIC_U32,
   maxStepBodySize,
   Op,
   PING_MAX_BODY,
@@ -156,6 +157,25 @@ export class WorkerCore {
       this.#log.warn({ err: String(e) }, "receive placement declined");
       return null;
     }
+  }
+
+  /**
+   * The answer to a message refused before it was buffered because its length prefix is above
+   * what an unbound connection may send (CONTRACT 11 "Before HELLO"): `head` is its first
+   * `min(24, declaredLength)` bytes. A readable header (magic, and `body_len` matching the
+   * prefix) of a STEP or RESET is answered NO_SESSION (the connection is not bound, 6.2: a client
+   * whose session was taken over reconnects instead of being disabled), of anything else
+   * TOO_LARGE, each echoing op, seq and session; no readable header: null (just close). The
+   * transport closes the connection either way. Never throws.
+   */
+  oversizeReply(head: Uint8Array, declaredLength: number): Uint8Array | null {
+    const m = this.#m;
+    m.oversizeUnbound.inc();
+    const h = peekHeader(head);
+    if (h === null || h.magic !== MAGIC_U32 || h.bodyLen !== declaredLength - APP_HEADER_SIZE) return null;
+    m.frames[OP_KEYS[h.op] ?? "unknown"]!.inc();
+    const status = h.op === Op.STEP || h.op === Op.RESET ? FrameStatus.NO_SESSION : FrameStatus.TOO_LARGE;
+    return this.#small(h.op, status, h.seq, h.session);
   }
 
   /** Test hook: a copy of a slot's generation and window (see README "Test hooks"). */

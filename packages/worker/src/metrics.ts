@@ -1,4 +1,5 @@
 import type { Counter, Histogram, Registry } from "@tapwire/stats";
+import { BUCKETS } from "@tapwire/stats";
 import { FRAME_STATUS_NAMES, OP_NAMES, Op, REQ_STATUS_NAMES } from "@tapwire/wire";
 
 /** Metric-name keys of a wire name table, indexed by code: `FRAME_STATUS_NAMES` → "no_session", ... */
@@ -39,6 +40,7 @@ export interface CoreMetrics {
   readonly windowsKept: Counter;
   readonly unbound: Counter;
   readonly unbinds: Counter;
+  readonly oversizeUnbound: Counter;
   readonly drafterTime: Histogram;
   readonly stepTime: Histogram;
 }
@@ -75,8 +77,14 @@ export function createCoreMetrics(r: Registry): CoreMetrics {
     drafterCalls: r.counter("drafter_calls", "batched drafter calls"),
     drafterErrors: r.counter("drafter_errors", "drafter calls that threw (batch DRAFT_FAILED)"),
     drafterBadValues: r.counter("drafter_bad_values", "entries whose drafted values broke CONTRACT 6.3/8"),
-    bytesIn: r.counter("bytes_in", "request bytes"),
-    bytesOut: r.counter("bytes_out", "reply bytes"),
+    bytesIn: r.counter(
+      "request_bytes",
+      "request message bytes (CONTRACT 4 frames, length prefixes not included)",
+    ),
+    bytesOut: r.counter(
+      "reply_bytes",
+      "reply message bytes (CONTRACT 4 frames, length prefixes not included)",
+    ),
     badHeaders: r.counter("unreadable_headers", "frames whose header could not be read (connection closed)"),
     internal: r.counter(
       "internal_errors",
@@ -91,7 +99,19 @@ export function createCoreMetrics(r: Registry): CoreMetrics {
       "connections_unbound",
       "connections unbound because a HELLO made another session current (CONTRACT 6.2)",
     ),
-    drafterTime: r.histogram("drafter_seconds", { help: "drafter time per STEP", unit: "seconds" }),
-    stepTime: r.histogram("step_seconds", { help: "STEP processing time", unit: "seconds" }),
+    oversizeUnbound: r.counter(
+      "oversize_unbound",
+      "messages refused unread on a connection not bound by HELLO: length prefix above 4 KiB (CONTRACT 11)",
+    ),
+    drafterTime: r.histogram("drafter_seconds", {
+      help: "drafter time per STEP (one batched call)",
+      unit: "seconds",
+      buckets: BUCKETS.STEP_RTT_SECONDS,
+    }),
+    stepTime: r.histogram("step_seconds", {
+      help: "STEP processing time in the worker (worker_us of the reply)",
+      unit: "seconds",
+      buckets: BUCKETS.STEP_RTT_SECONDS,
+    }),
   };
 }

@@ -1,13 +1,29 @@
 import type { Registry } from "@tapwire/stats";
-import type { ConnInfo, RpcServer, ServerTlsOptions } from "@tapwire/transport";
+import type { ConnInfo, RpcServer, ServerOptions, ServerTlsOptions } from "@tapwire/transport";
 import { listen } from "@tapwire/transport";
 import type { FrameConn, WorkerCoreOptions } from "./core.js";
 import { WorkerCore } from "./core.js";
 import { WorkerError } from "./errors.js";
+import { intOption } from "./int-option.js";
 import type { WindowSnapshot } from "./window-store.js";
 
 /** Default endpoint: loopback only (CONTRACT 11). */
 export const DEFAULT_LISTEN = "tcp://127.0.0.1:7878";
+
+/**
+ * Connection limits of {@link createWorker} (CONTRACT 11 "Before HELLO", "Memory and
+ * connections"); `maxBufferedBytes` defaults to 4 x the largest STEP ({@link WorkerCore.maxMessageBytes}).
+ */
+export const WORKER_DEFAULTS = {
+  /** Largest message on a connection not bound by an OK HELLO (every HELLO, PING, STATS, RESET fits). */
+  unboundMaxMessageBytes: 4096,
+  /** Connections held at once, at most half of them unbound. */
+  maxConnections: 64,
+  /** An unbound connection with no whole message this long is closed. */
+  unboundIdleMs: 10_000,
+  /** `maxBufferedBytes` = this many times the largest STEP. */
+  bufferedSteps: 4,
+} as const;
 
 /** Options of {@link createWorker}: those of {@link WorkerCore} plus where and how to listen. */
 export interface WorkerOptions extends WorkerCoreOptions {
@@ -23,6 +39,19 @@ export interface WorkerOptions extends WorkerCoreOptions {
    * true; ZeroMQ endpoints always copy. See docs/worker.md "Rows received in place".
    */
   receiveInPlace?: boolean;
+  /**
+   * Connections held at once, of which at most half before HELLO; a new one beyond either limit
+   * closes the unbound connection idle longest (CONTRACT 11). Default 64; 0 = no limit.
+   */
+  maxConnections?: number;
+  /**
+   * Bytes buffered for all connections together: a bound connection whose next message does not
+   * fit waits (backpressure), an unbound one is closed (CONTRACT 11). Default 4 x the largest
+   * STEP; 0 = no budget; else at least the largest STEP.
+   */
+  maxBufferedBytes?: number;
+  /** Close a connection that has not said HELLO and completed no message this long (ms). Default 10 000; 0 = never. */
+  unboundIdleMs?: number;
 }
 
 /** A running worker. */
@@ -92,32 +121,37 @@ export async function createWorker(options: WorkerOptions): Promise<Worker> {
   if (typeof inPlace !== "boolean") {
     throw new WorkerError("WORKER_BAD_OPTION", `option receiveInPlace ${String(inPlace)} is not a boolean`);
   }
+  const limits = connectionLimits(options, core.maxMessageBytes);
   const conns = new WeakMap<ConnInfo, FrameConn>();
   const handler = (req: Uint8Array, conn: ConnInfo, placed?: unknown) =>
     core.handle(req, frameConnOf(conns, conn), placed);
+  // Inferred, not annotated: the limit hooks are of @tapwire/transport's CONTRACT 11 options.
+  const serverOptions = {
+    maxMessageBytes: core.maxMessageBytes,
+    ...limits,
+    ...(options.idleTimeoutMs !== undefined ? { idleTimeoutMs: options.idleTimeoutMs } : {}),
+    ...(options.tls !== undefined ? { tls: options.tls } : {}),
+    registry: core.registry,
+    ...(inPlace
+      ? {
+          receiveInto: (head: Uint8Array, length: number, conn: ConnInfo) =>
+            core.placeStep(head, length, frameConnOf(conns, conn)),
+        }
+      : {}),
+    // CONTRACT 11: a length prefix above 4 KiB before HELLO; the transport hands over the header.
+    onOversize: (head: Uint8Array, declared: number) => core.oversizeReply(head, declared),
+    onTlsError: (reason: string, remote: string, error: Error) =>
+      log?.warn({ reason, remote, err: error.message }, "TLS handshake refused"),
+    onClose: (c: ConnInfo) => {
+      const fc = conns.get(c);
+      if (fc !== undefined) core.connectionClosed(fc);
+    },
+    onError: (err: unknown, c: ConnInfo) =>
+      log?.warn({ err: String(err), conn: c.id, remote: c.remote }, "connection error"),
+  };
   const servers: RpcServer[] = [];
   try {
-    for (const ep of eps) {
-      const s = await listen(ep, handler, {
-        maxMessageBytes: core.maxMessageBytes,
-        ...(options.idleTimeoutMs !== undefined ? { idleTimeoutMs: options.idleTimeoutMs } : {}),
-        ...(options.tls !== undefined ? { tls: options.tls } : {}),
-        registry: core.registry,
-        ...(inPlace
-          ? {
-              receiveInto: (head: Uint8Array, length: number, conn: ConnInfo) =>
-                core.placeStep(head, length, frameConnOf(conns, conn)),
-            }
-          : {}),
-        onClose: (c) => {
-          const fc = conns.get(c);
-          if (fc !== undefined) core.connectionClosed(fc);
-        },
-        onError: (err, c) =>
-          log?.warn({ err: String(err), conn: c.id, remote: c.remote }, "connection error"),
-      });
-      servers.push(s);
-    }
+    for (const ep of eps) servers.push(await listen(ep, handler, serverOptions satisfies ServerOptions));
   } catch (e) {
     await Promise.allSettled(servers.map((s) => s.close()));
     throw e;
@@ -135,5 +169,36 @@ export async function createWorker(options: WorkerOptions): Promise<Worker> {
       }
       return closing;
     },
+  };
+}
+
+/** The transport limits of CONTRACT 11 from the options, checked and with their defaults. */
+function connectionLimits(
+  o: WorkerOptions,
+  maxMessage: number,
+): {
+  unboundMaxMessageBytes: number;
+  maxConnections: number;
+  maxBufferedBytes: number;
+  unboundIdleMs: number;
+} {
+  const budget = intOption(
+    "maxBufferedBytes",
+    o.maxBufferedBytes,
+    WORKER_DEFAULTS.bufferedSteps * maxMessage,
+    0,
+    Number.MAX_SAFE_INTEGER,
+  );
+  if (budget !== 0 && budget < maxMessage) {
+    throw new WorkerError(
+      "WORKER_BAD_OPTION",
+      `option maxBufferedBytes ${budget} is below the largest STEP (${maxMessage} bytes): no STEP could ever be read`,
+    );
+  }
+  return {
+    unboundMaxMessageBytes: Math.min(WORKER_DEFAULTS.unboundMaxMessageBytes, maxMessage),
+    maxConnections: intOption("maxConnections", o.maxConnections, WORKER_DEFAULTS.maxConnections, 0, 1 << 20),
+    maxBufferedBytes: budget,
+    unboundIdleMs: intOption("unboundIdleMs", o.unboundIdleMs, WORKER_DEFAULTS.unboundIdleMs, 0, 2 ** 31 - 1),
   };
 }

@@ -176,7 +176,7 @@ describe("CONTRACT 10: PING, STATS", () => {
     expect(c.frames_step).toBe(1);
     expect(c.entries_ok).toBe(1);
     expect(c.rows_applied).toBe(2);
-    expect(c.bytes_in).toBeGreaterThan(0);
+    expect(c.request_bytes).toBeGreaterThan(0);
     expect(j.histograms.drafter_seconds.count).toBe(1);
     const b = await s.raw.send(frame({ op: Op.STATS, seq: 0, session: 0 }, new Uint8Array(1025)));
     expect(b.status).toBe(FrameStatus.TOO_LARGE);

@@ -1,0 +1,383 @@
+/**
+ * The flags of `tapwire-worker`: one table from which the help text, the defaults and the parser
+ * all come, so that what `--help` states is what the worker does (a test compares them).
+ */
+import { DEFAULT_DRAFT_CONFIG, DEFAULT_TARGET_CONFIG } from "@tapwire/reference-model";
+import { DEFAULT_METRICS_LISTEN, LOG_LEVELS } from "@tapwire/stats";
+import { CORE_DEFAULTS } from "../options.js";
+import { DEFAULT_LISTEN, WORKER_DEFAULTS } from "../worker.js";
+
+/** A command-line mistake: the bin prints its one-line message and exits 2. */
+export class UsageError extends Error {
+  override name = "UsageError";
+}
+
+type Kind =
+  | { t: "int"; min: number; max: number }
+  | { t: "num"; min: number }
+  | { t: "str" }
+  | { t: "list" }
+  | { t: "bool" }
+  | { t: "choice"; of: readonly string[] };
+
+/** One flag: its argument's name, kind, default (as stated in the help) and help text. */
+export interface FlagSpec {
+  readonly section: string;
+  readonly arg?: string;
+  readonly kind: Kind;
+  /** The default used when the flag is absent (undefined: none, see `note`). */
+  readonly default?: string | number;
+  /** How the default reads when it is not a plain value ("env TAPWIRE_TOKEN; none: no auth"). */
+  readonly note?: string;
+  readonly help: string;
+}
+
+const U32 = 0xffffffff;
+const MS = 2 ** 31 - 1;
+
+/** Every flag of `tapwire-worker`, in help order. */
+export const FLAGS = {
+  listen: {
+    section: "Listening",
+    arg: "URL",
+    kind: { t: "list" },
+    default: DEFAULT_LISTEN,
+    help: "endpoint, repeatable (loopback only by default): tcp://host:port, unix:///abs/path, tls://host:port, zmq+tcp://..., zmq+ipc://...",
+  },
+  "tls-cert": {
+    section: "Listening",
+    arg: "FILE",
+    kind: { t: "str" },
+    help: "PEM certificate for tls:// endpoints",
+  },
+  "tls-key": { section: "Listening", arg: "FILE", kind: { t: "str" }, help: "PEM key for tls:// endpoints" },
+  "tls-ca": {
+    section: "Listening",
+    arg: "FILE",
+    kind: { t: "str" },
+    help: "PEM CA: ask clients for a certificate signed by it (refused handshakes are logged and counted)",
+  },
+  "idle-timeout-ms": {
+    section: "Listening",
+    arg: "MS",
+    kind: { t: "int", min: 0, max: MS },
+    default: 0,
+    help: "close connections idle this long (0 = never)",
+  },
+  "metrics-listen": {
+    section: "Listening",
+    arg: "URL",
+    kind: { t: "str" },
+    note: "off",
+    help: `serve Prometheus /metrics, /healthz and /readyz on tcp://HOST:PORT (e.g. ${DEFAULT_METRICS_LISTEN}, loopback)`,
+  },
+  drafter: {
+    section: "Drafter",
+    arg: "KIND",
+    kind: { t: "choice", of: ["null", "reference"] },
+    default: "reference",
+    help: "null: no model (link benchmarks); reference: @tapwire/reference-model",
+  },
+  weights: {
+    section: "Drafter",
+    arg: "FILE",
+    kind: { t: "str" },
+    note: "distilled in-process",
+    help: "reference: draft head safetensors",
+  },
+  seed: {
+    section: "Drafter",
+    arg: "N",
+    kind: { t: "int", min: 0, max: U32 },
+    default: DEFAULT_TARGET_CONFIG.seed,
+    help: "reference: target model seed",
+  },
+  vocab: {
+    section: "Drafter",
+    arg: "N",
+    kind: { t: "int", min: 2, max: 0x7fffffff },
+    default: DEFAULT_TARGET_CONFIG.vocabSize,
+    help: "vocabulary size",
+  },
+  "state-dim": {
+    section: "Drafter",
+    arg: "N",
+    kind: { t: "int", min: 4, max: 512 },
+    default: DEFAULT_TARGET_CONFIG.stateDim,
+    help: "reference: target state size",
+  },
+  "num-taps": {
+    section: "Drafter",
+    arg: "N",
+    kind: { t: "int", min: 1, max: 0xffff },
+    default: DEFAULT_TARGET_CONFIG.numTaps,
+    help: "tap vectors per row",
+  },
+  hidden: {
+    section: "Drafter",
+    arg: "N",
+    kind: { t: "int", min: 1, max: 0x7fffffff },
+    default: DEFAULT_TARGET_CONFIG.hidden,
+    help: "bf16 values per tap vector",
+  },
+  window: {
+    section: "Drafter",
+    arg: "N",
+    kind: { t: "int", min: 1, max: 4096 },
+    default: DEFAULT_DRAFT_CONFIG.window,
+    help: "window W in rows",
+  },
+  "num-spec": {
+    section: "Drafter",
+    arg: "N",
+    kind: { t: "int", min: 1, max: 32 },
+    default: DEFAULT_DRAFT_CONFIG.numSpec,
+    help: "drafts per entry N",
+  },
+  "draft-seed": {
+    section: "Drafter",
+    arg: "N",
+    kind: { t: "int", min: 0, max: U32 },
+    default: DEFAULT_DRAFT_CONFIG.seed,
+    help: "reference: distillation noise seed",
+  },
+  "draft-rank": {
+    section: "Drafter",
+    arg: "N",
+    kind: { t: "int", min: 1, max: 512 },
+    default: DEFAULT_DRAFT_CONFIG.rank,
+    help: "reference: backbone rank",
+  },
+  "draft-noise": {
+    section: "Drafter",
+    arg: "X",
+    kind: { t: "num", min: 0 },
+    default: DEFAULT_DRAFT_CONFIG.noise,
+    help: "reference: distillation noise",
+  },
+  "draft-markov-rank": {
+    section: "Drafter",
+    arg: "N",
+    kind: { t: "int", min: 1, max: 512 },
+    default: DEFAULT_DRAFT_CONFIG.markovRank,
+    help: "reference: Markov head rank",
+  },
+  "drafter-identity": {
+    section: "Drafter",
+    arg: "HEX",
+    kind: { t: "str" },
+    note: "zeros",
+    help: "null: drafter identity (32 bytes hex)",
+  },
+  "markov-identity": {
+    section: "Drafter",
+    arg: "HEX",
+    kind: { t: "str" },
+    note: "zeros",
+    help: "null: Markov identity (32 bytes hex)",
+  },
+  "max-slots": {
+    section: "Sessions and limits",
+    arg: "N",
+    kind: { t: "int", min: 1, max: 1 << 20 },
+    default: CORE_DEFAULTS.maxSlots,
+    help: "largest max_slots a session may ask",
+  },
+  "max-rows-per-step": {
+    section: "Sessions and limits",
+    arg: "N",
+    kind: { t: "int", min: 0, max: U32 },
+    default: CORE_DEFAULTS.maxRowsPerStep,
+    help: "largest max_rows_per_step a session may ask (with max-slots, row bytes and N: the largest STEP accepted)",
+  },
+  "max-connections": {
+    section: "Sessions and limits",
+    arg: "N",
+    kind: { t: "int", min: 0, max: 1 << 20 },
+    default: WORKER_DEFAULTS.maxConnections,
+    help: "connections held at once, at most half of them before HELLO (0 = no limit; CONTRACT 11)",
+  },
+  "max-buffered-bytes": {
+    section: "Sessions and limits",
+    arg: "BYTES",
+    kind: { t: "int", min: 0, max: Number.MAX_SAFE_INTEGER },
+    note: "4 x the largest STEP",
+    help: "bytes buffered for all connections together (0 = no budget; CONTRACT 11)",
+  },
+  "unbound-idle-ms": {
+    section: "Sessions and limits",
+    arg: "MS",
+    kind: { t: "int", min: 0, max: MS },
+    default: WORKER_DEFAULTS.unboundIdleMs,
+    help: "close a connection that has not said HELLO and sent no whole message this long (0 = never)",
+  },
+  token: {
+    section: "Sessions and limits",
+    arg: "TOKEN",
+    kind: { t: "str" },
+    note: "env TAPWIRE_TOKEN; none: no auth",
+    help: "shared HELLO token",
+  },
+  takeover: {
+    section: "Sessions and limits",
+    arg: "POLICY",
+    kind: { t: "choice", of: ["allow", "refuse"] },
+    note: "refuse with a token, else allow",
+    help: "allow: another session's HELLO takes over; refuse: it gets BUSY while the current session is leased",
+  },
+  "session-lease-ms": {
+    section: "Sessions and limits",
+    arg: "MS",
+    kind: { t: "int", min: 0, max: MS },
+    default: CORE_DEFAULTS.sessionLease,
+    help: "lease after the last OK frame",
+  },
+  name: {
+    section: "Sessions and limits",
+    arg: "NAME",
+    kind: { t: "str" },
+    default: CORE_DEFAULTS.name,
+    help: "worker_name in HelloReply",
+  },
+  "slot-buffer-windows": {
+    section: "Sessions and limits",
+    arg: "N",
+    kind: { t: "int", min: 2, max: 16 },
+    default: CORE_DEFAULTS.slotBufferWindows,
+    help: "slot buffers hold up to N windows of rows",
+  },
+  "receive-in-place": {
+    section: "Sessions and limits",
+    arg: "yes|no",
+    kind: { t: "choice", of: ["yes", "no"] },
+    default: "yes",
+    note: "yes, or env TAPWIRE_WORKER_RECEIVE_IN_PLACE",
+    help: "receive large STEPs' rows straight into the slot windows (tcp, unix, tls)",
+  },
+  "log-level": {
+    section: "Other",
+    arg: "LEVEL",
+    kind: { t: "choice", of: LOG_LEVELS },
+    default: "info",
+    help: "pino level",
+  },
+  help: { section: "Other", kind: { t: "bool" }, help: "this text" },
+} as const satisfies Record<string, FlagSpec>;
+
+/** A flag name of {@link FLAGS}. */
+export type FlagName = keyof typeof FLAGS;
+
+/** Parsed flags: strings as given, `listen` as a list, `help` as a boolean. */
+export type ParsedFlags = Partial<Record<Exclude<FlagName, "listen" | "help">, string>> & {
+  listen?: string[];
+  help?: boolean;
+};
+
+function wrap(text: string, width: number, indent: string): string[] {
+  const out: string[] = [];
+  let line = "";
+  for (const word of text.split(" ")) {
+    if (line !== "" && line.length + 1 + word.length > width) {
+      out.push(line);
+      line = word;
+    } else line = line === "" ? word : `${line} ${word}`;
+  }
+  if (line !== "") out.push(line);
+  return out.map((l, i) => (i === 0 ? l : indent + l));
+}
+
+/** The text of `tapwire-worker --help`, generated from {@link FLAGS}. */
+export function helpText(): string {
+  const lines = [
+    "Usage: tapwire-worker [options]",
+    "",
+    "Serves the tapwire remote drafter link (STEP/HELLO/PING/STATS/RESET) on one or more endpoints.",
+  ];
+  let section = "";
+  const COL = 27;
+  for (const [name, raw] of Object.entries(FLAGS)) {
+    const f = raw as FlagSpec;
+    if (f.section !== section) {
+      section = f.section;
+      lines.push("", section);
+    }
+    const head = `  --${name}${f.arg !== undefined ? ` ${f.arg}` : ""}`;
+    const choices = f.kind.t === "choice" && f.arg !== "yes|no" ? ` (${f.kind.of.join("|")})` : "";
+    const dflt = f.note ?? (f.default !== undefined ? String(f.default) : undefined);
+    const text = `${f.help}${choices}${dflt !== undefined ? ` (default ${dflt})` : ""}`;
+    const pad = head.length < COL - 1 ? head.padEnd(COL) : `${head}\n${" ".repeat(COL)}`;
+    lines.push(pad + wrap(text, 96 - COL, " ".repeat(COL)).join("\n"));
+  }
+  return `${lines.join("\n")}\n`;
+}
+
+/**
+ * Parses `argv` (`--flag value`, `--flag=value`; a value may start with "-", so `--max-slots -1`
+ * is read as the value -1 and refused by its range) against {@link FLAGS}.
+ * @throws {UsageError} naming the flag, in one line.
+ */
+export function parseFlags(argv: readonly string[]): ParsedFlags {
+  const out: Record<string, string | string[] | boolean> = {};
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (!a.startsWith("--")) throw new UsageError(`unexpected argument ${JSON.stringify(a)}`);
+    const eq = a.indexOf("=");
+    const name = a.slice(2, eq < 0 ? undefined : eq);
+    const f = (FLAGS as Record<string, FlagSpec>)[name];
+    if (f === undefined) throw new UsageError(`unknown flag --${name}`);
+    if (f.kind.t === "bool") {
+      if (eq >= 0) throw new UsageError(`--${name} takes no value`);
+      out[name] = true;
+      continue;
+    }
+    let v: string;
+    if (eq >= 0) v = a.slice(eq + 1);
+    else {
+      if (i + 1 >= argv.length) throw new UsageError(`--${name} needs a value (${f.arg ?? "value"})`);
+      v = argv[++i]!;
+    }
+    checkValue(name, f, v);
+    if (f.kind.t === "list") out[name] = [...((out[name] as string[] | undefined) ?? []), v];
+    else if (out[name] !== undefined) throw new UsageError(`--${name} given twice`);
+    else out[name] = v;
+  }
+  return out as ParsedFlags;
+}
+
+function checkValue(name: string, f: FlagSpec, v: string): void {
+  const k = f.kind;
+  if (k.t === "int") {
+    const x = Number(v);
+    if (!/^-?\d+$/.test(v) || x < k.min || x > k.max) {
+      throw new UsageError(`--${name} ${v} is not an integer in ${k.min}..${k.max}`);
+    }
+  } else if (k.t === "num") {
+    const x = Number(v);
+    if (v.trim() === "" || !Number.isFinite(x) || x < k.min) {
+      throw new UsageError(`--${name} ${v} is not a number >= ${k.min}`);
+    }
+  } else if (k.t === "choice" && !k.of.includes(v)) {
+    throw new UsageError(`--${name} ${v} is not one of ${k.of.join(", ")}`);
+  }
+}
+
+/** The integer value of an int flag, or its table default (undefined when it has none). */
+export function intFlag(p: ParsedFlags, name: FlagName): number | undefined {
+  const v = (p as Record<string, unknown>)[name];
+  if (typeof v === "string") return Number(v);
+  const d = (FLAGS[name] as FlagSpec).default;
+  return typeof d === "number" ? d : undefined;
+}
+
+/** The number value of a num flag, or its table default. */
+export function numFlag(p: ParsedFlags, name: FlagName): number | undefined {
+  return intFlag(p, name);
+}
+
+/** The string value of a flag, or its table default. */
+export function strFlag(p: ParsedFlags, name: FlagName): string | undefined {
+  const v = (p as Record<string, unknown>)[name];
+  if (typeof v === "string") return v;
+  const d = (FLAGS[name] as FlagSpec).default;
+  return d === undefined ? undefined : String(d);
+}
