@@ -40,6 +40,8 @@ const rootPkg = JSON.parse(fs.readFileSync(path.join(root, "package.json"), "utf
 const tsc = path.join(root, "node_modules/typescript/bin/tsc");
 const bin = (name) => path.join(root, "node_modules/.bin", name);
 
+/** The client README's "Start a worker (`tapwire-worker …`), then:" before its example. */
+const PREREQ_RE = /Start a worker \(`(tapwire-worker[^`]*)`\)/;
 const results = [];
 const record = (group, name, problem, detail) => {
   results.push({ group, name, ok: problem === null, problem, detail });
@@ -218,6 +220,14 @@ try {
     }
     return "latest";
   };
+  // An example that needs a running worker (startPrerequisite) brings the worker's install along.
+  if (only !== null) {
+    for (const p of pkgs.filter((q) => only.has(q.folder))) {
+      const f = path.join(p.dir, "README.md");
+      if (fs.existsSync(f) && PREREQ_RE.test(fs.readFileSync(f, "utf8").replace(/\n/g, " ")))
+        only.add("worker");
+    }
+  }
   const scratchPkgs = pkgs.filter((p) => p.tgz && (only === null || only.has(p.folder)));
   await pool(scratchPkgs, INSTALL_CONCURRENCY, async (p) => {
     try {
@@ -297,6 +307,20 @@ try {
       `node_modules ${mib(total)}, ${mib(total - types)} without @types/node${zmq ? `, zeromq ${mib(zmq)}` : ", no zeromq"}`,
     );
     p.installed = notFromTarball.length === 0;
+    // zeromq (33 MB) belongs in an install only when a package of it depends on it outright;
+    // an optional peer (transport's) must not drag it in.
+    const needsZmq = [...tap].some((n) => byName.get(n)?.tpkg?.dependencies?.zeromq !== undefined);
+    const hasZmq = zmq > 0;
+    record(
+      "install without unneeded zeromq",
+      p.pkg.name,
+      needsZmq === hasZmq
+        ? null
+        : needsZmq
+          ? "zeromq missing"
+          : `zeromq installed (${mib(zmq)}) though nothing depends on it`,
+      needsZmq ? "a dependency needs it" : "not installed",
+    );
 
     // README examples: every ts block compiled under --strict
     const blocks = codeBlocks(readme);
@@ -429,7 +453,7 @@ try {
  * another scratch project's installed bin, with the command line the README gives.
  */
 async function startPrerequisite(readme) {
-  const m = /Start a worker \(`(tapwire-worker[^`]*)`\)/.exec(readme.replace(/\n/g, " "));
+  const m = PREREQ_RE.exec(readme.replace(/\n/g, " "));
   if (!m) return null;
   const worker = byName.get("@tapwire/worker");
   if (!worker?.installed) throw new Error("needs the @tapwire/worker scratch install (not run or failed)");
