@@ -1,9 +1,10 @@
 /**
  * The serving harness (apps/harness: engine + worker + encoder processes over real sockets) with
  * `--drafter onnx`: the worker serves the head's ONNX export; the run is lossless and its mean
- * accepted length equals the reference drafter's for the same seed (the default workload, 24 requests, with a
- * fixed verification depth so that the depth cannot follow machine timing); the worker's
- * identities are those the engine HELLOs with (a mismatch would leave every round target-only).
+ * accepted length equals the reference drafter's for the same seed (the default workload with 24
+ * requests and a fixed verification depth, so that the depth cannot follow machine timing); the
+ * worker's identities are those the engine HELLOs with (a mismatch would leave every round
+ * target-only).
  */
 import { spawn } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
