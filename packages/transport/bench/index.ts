@@ -74,7 +74,8 @@ function adoptDirect(orig: net.Socket): void {
         let off = 0;
         while (off < n) {
           if (hdr < 4) {
-            len = len * 256 + (rbuf[off++] as number);
+            // CONTRACT 3: little-endian, byte i weighs 256^i.
+            len += (rbuf[off++] as number) * 2 ** (8 * hdr);
             if (++hdr === 4) {
               got = 0;
               if (asm.length < len) asm = Buffer.allocUnsafe(len);
@@ -116,7 +117,8 @@ async function rawNet(kind: "tcp" | "unix", direct = false): Promise<Rt> {
       let off = 0;
       while (off < c.length) {
         if (hdr < 4) {
-          len = len * 256 + (c[off++] as number);
+          // CONTRACT 3: little-endian, byte i weighs 256^i.
+          len += (c[off++] as number) * 2 ** (8 * hdr);
           if (++hdr === 4) {
             got = 0;
             if (asm.length < len) asm = Buffer.allocUnsafe(len);
@@ -155,7 +157,8 @@ async function rawNet(kind: "tcp" | "unix", direct = false): Promise<Rt> {
       let off = 0;
       while (off < n) {
         if (hdr < 4) {
-          len = len * 256 + (buf[off++] as number);
+          // CONTRACT 3: little-endian, byte i weighs 256^i.
+          len += (buf[off++] as number) * 2 ** (8 * hdr);
           hdr++;
           continue;
         }

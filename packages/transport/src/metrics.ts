@@ -1,4 +1,5 @@
 import type { Counter, Gauge, Registry } from "@tapwire/stats";
+import { TlsFailureReason } from "./options.js";
 
 /** Server-side metrics (stable names; the registry adds its prefix, and `_total` to counters in Prometheus). */
 export interface ServerMetrics {
@@ -12,6 +13,17 @@ export interface ServerMetrics {
   placedMessages: Counter;
   placedBytes: Counter;
   placedCopiedBytes: Counter;
+  allocFailures: Counter;
+  bufferedBytes: Gauge;
+  budgetWaits: Counter;
+  budgetRefused: Counter;
+  connectionsRefused: Counter;
+  connectionsEvicted: Counter;
+  unbound: Gauge;
+  unboundIdleClosed: Counter;
+  oversizeReplies: Counter;
+  tlsFailures: Counter;
+  tlsFailuresBy: Readonly<Record<TlsFailureReason, Counter>>;
 }
 
 export function serverMetrics(r: Registry): ServerMetrics {
@@ -38,6 +50,46 @@ export function serverMetrics(r: Registry): ServerMetrics {
       "transport_server_placed_copied_bytes",
       "the part of transport_server_placed_bytes copied from a read buffer, not read in place",
     ),
+    allocFailures: r.counter(
+      "transport_server_alloc_failures",
+      "connections closed because a receive buffer could not be allocated",
+    ),
+    bufferedBytes: r.gauge(
+      "transport_server_buffered_bytes",
+      "receive bytes charged to maxBufferedBytes now (reassembly buffers, ZeroMQ messages in flight)",
+    ),
+    budgetWaits: r.counter(
+      "transport_server_budget_waits",
+      "times a bound connection was paused until its next message fit maxBufferedBytes",
+    ),
+    budgetRefused: r.counter(
+      "transport_server_budget_refused",
+      "unbound connections closed because their next message did not fit maxBufferedBytes",
+    ),
+    connectionsRefused: r.counter(
+      "transport_server_connections_refused",
+      "new connections refused at maxConnections (no unbound connection to evict)",
+    ),
+    connectionsEvicted: r.counter(
+      "transport_server_connections_evicted",
+      "unbound connections closed to make room for a new one (maxConnections)",
+    ),
+    unbound: r.gauge("transport_server_connections_unbound", "connections open now and not bound"),
+    unboundIdleClosed: r.counter(
+      "transport_server_unbound_idle_closed",
+      "unbound connections closed after unboundIdleMs without a whole message",
+    ),
+    oversizeReplies: r.counter(
+      "transport_server_oversize_replies",
+      "replies written by onOversize before closing an unbound connection",
+    ),
+    tlsFailures: r.counter("transport_server_tls_failures", "TLS handshakes refused or failed"),
+    tlsFailuresBy: Object.fromEntries(
+      Object.values(TlsFailureReason).map((reason) => [
+        reason,
+        r.counter(`transport_server_tls_failures_${reason}`, `TLS handshakes failed: ${reason}`),
+      ]),
+    ) as Record<TlsFailureReason, Counter>,
   };
 }
 

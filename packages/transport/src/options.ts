@@ -10,8 +10,8 @@ export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
 export const DEFAULT_CLOSE_TIMEOUT_MS = 5_000;
 /** Largest value a u32 length prefix can hold. */
 export const MAX_U32 = 0xffff_ffff;
-// Node timers overflow (and fire immediately) above 2^31-1 ms.
-const MAX_TIMER_MS = 0x7fff_ffff;
+/** Longest timer Node supports: timers overflow (and fire immediately) above 2^31-1 ms. */
+export const MAX_TIMER_MS = 0x7fff_ffff;
 
 /** TLS material for clients (PEM strings or buffers). */
 export interface ClientTlsOptions {
@@ -77,7 +77,85 @@ export interface ServerOptions {
    * See {@link ReceiveInto}. Default: none (every request is reassembled by the transport).
    */
   receiveInto?: ReceiveInto;
+  /**
+   * Largest message accepted on a connection that is not bound ({@link ConnInfo.bind}), checked
+   * from the length prefix like `maxMessageBytes` (CONTRACT 11 "Before HELLO"). An integer in
+   * `[0, maxMessageBytes]`. Default `maxMessageBytes`: no lower limit (a server that never calls
+   * `bind()` behaves as before). The worker passes 4096.
+   */
+  unboundMaxMessageBytes?: number;
+  /**
+   * Called when a length prefix on an unbound connection is above its limit
+   * (`unboundMaxMessageBytes`): the transport reads only the first `min(24, declaredLength)` body
+   * bytes (a CONTRACT 4 frame header), calls the hook with them, writes the returned reply
+   * (length-prefixed; ZeroMQ: one message) when it is not null, then closes the connection. When
+   * those bytes do not arrive within {@link OVERSIZE_HEAD_WAIT_MS} (or the unbound idle timeout,
+   * when shorter) the connection is just closed. Without the hook, or on a bound connection, an
+   * oversize prefix just closes the connection. Counted in `transport_server_too_large` either
+   * way, replies in `transport_server_oversize_replies`. A hook that throws is reported to
+   * `onError` and the connection closed. `head` is valid during the call only.
+   */
+  onOversize?: OnOversize;
+  /**
+   * Budget of received bytes buffered for all connections together (reassembly buffers, kept
+   * ones included; ZeroMQ: messages received and not yet answered). A bound connection whose next
+   * message does not fit is not read until it does (backpressure); an unbound one is closed
+   * (`transport_server_budget_refused`). Must be `>= maxMessageBytes` so that one message always
+   * fits an idle server. 0 = no budget (default); the worker passes 4 x its largest STEP.
+   * Not counted: each tcp/unix connection's fixed 64 KiB read buffer (bounded by
+   * `maxConnections`), and what libzmq buffers itself.
+   */
+  maxBufferedBytes?: number;
+  /**
+   * Most connections held at once (ZeroMQ: peers with state), of which at most
+   * `max(1, floor(maxConnections / 2))` unbound. A new connection that would pass either limit
+   * closes the unbound connection idle longest (`transport_server_connections_evicted`); with
+   * none to close the new one is refused (`transport_server_connections_refused`). TLS
+   * connections count from their TCP accept (handshakes included). 0 = no limit (default).
+   */
+  maxConnections?: number;
+  /**
+   * Close an unbound connection that has completed no whole message for this long (a
+   * connection's accept counts as its first); counted in `transport_server_unbound_idle_closed`.
+   * It also bounds the TLS handshake time. 0 = off (default, so servers that never bind are
+   * unaffected); the worker passes 10000. Independent of `idleTimeoutMs`.
+   */
+  unboundIdleMs?: number;
+  /**
+   * A TLS handshake refused by this server (bad or missing client certificate with
+   * `requestCert`, protocol error, timeout): `reason` is one of {@link TlsFailureReason}, `remote`
+   * the peer address, `error` Node's error. Counted in `transport_server_tls_failures` and
+   * `transport_server_tls_failures_<reason>`.
+   */
+  onTlsError?(reason: TlsFailureReason, remote: string, error: Error): void;
 }
+
+/** How long an unbound connection with an oversize prefix has to send its 24-byte frame header. */
+export const OVERSIZE_HEAD_WAIT_MS = 1_000;
+
+/**
+ * {@link ServerOptions.onOversize}: `head` is the first `min(24, declaredLength)` bytes of the
+ * refused message, `declaredLength` its length prefix. Returns the reply to write before closing,
+ * or null to just close.
+ */
+export type OnOversize = (head: Uint8Array, declaredLength: number, conn: ConnInfo) => Uint8Array | null;
+
+/** Why a TLS handshake was refused ({@link ServerOptions.onTlsError}), also the counter suffix. */
+export const TlsFailureReason = {
+  /** `requestCert` with `rejectUnauthorized`: the client sent no certificate. */
+  NO_CERTIFICATE: "no_certificate",
+  /** The client certificate did not verify against `tls.ca` (unknown CA, expired, bad usage). */
+  BAD_CERTIFICATE: "bad_certificate",
+  /** Not TLS 1.3, not TLS at all, or another protocol failure. */
+  PROTOCOL: "protocol",
+  /** The handshake did not finish in time (`unboundIdleMs`, else Node's 120 s). */
+  TIMEOUT: "timeout",
+  /** The peer reset or closed the connection during the handshake, or anything else. */
+  OTHER: "other",
+} as const;
+
+/** Union of the {@link TlsFailureReason} strings. */
+export type TlsFailureReason = (typeof TlsFailureReason)[keyof typeof TlsFailureReason];
 
 /**
  * Where the rest of a request goes, as returned by a {@link ReceiveInto} hook: bytes
@@ -128,6 +206,24 @@ export interface ConnInfo {
   readonly remote: string;
   /** Closes this connection (after nothing: any reply in progress is dropped). */
   close(): void;
+  /**
+   * True once {@link ConnInfo.bind} was called (and not undone by `unbind()`): the connection
+   * then accepts messages up to `maxMessageBytes` and is exempt from the unbound limits
+   * (CONTRACT 6.2, 11). Every connection starts unbound.
+   */
+  readonly bound: boolean;
+  /**
+   * Binds this connection (the worker: after an OK HELLO, CONTRACT 6.2): its limit becomes
+   * `maxMessageBytes`, its unbound idle timer stops, it no longer counts as unbound for
+   * `maxConnections`. Idempotent.
+   */
+  bind(): void;
+  /**
+   * Undoes {@link ConnInfo.bind} (the worker: its session was replaced): the limit is
+   * `unboundMaxMessageBytes` again from the next message on, the unbound idle timer restarts.
+   * Idempotent.
+   */
+  unbind(): void;
 }
 
 /** A reply: one buffer, or parts sent back to back without copying, or `null` to close the connection. */

@@ -20,6 +20,20 @@ const State = { CLOSED: 0, CONNECTING: 1, OPEN: 2 } as const;
 type State = (typeof State)[keyof typeof State];
 
 const EMPTY: readonly Uint8Array[] = [];
+// TLS 1.3: a server checks the client certificate after the client's handshake is done; its
+// verdict is a session ticket (accepted) or an alert. connect() waits this long for either.
+const TLS_VERDICT_WAIT_MS = 500;
+
+/** A TLS failure in words: which side refused what (the client's TRANSPORT_CONNECT message). */
+export function tlsRefusal(e: Error): string {
+  const code = String((e as NodeJS.ErrnoException).code ?? "");
+  if (code.includes("CERTIFICATE_REQUIRED")) return "the server requires a client certificate";
+  if (/ALERT_(BAD_CERTIFICATE|UNKNOWN_CA|CERTIFICATE_UNKNOWN|DECRYPT_ERROR|ACCESS_DENIED)/.test(code)) {
+    return "the server refused the client certificate";
+  }
+  if (code.includes("ALERT")) return "the server refused the TLS handshake";
+  return "";
+}
 
 /**
  * Client for the length-prefixed stream schemes (tcp, unix, tls), CONTRACT 3.
@@ -96,10 +110,17 @@ export class StreamClient implements RpcClient {
     const p = new Promise<void>((resolve, reject) => {
       const sock = this.openSocket();
       const secure = this.ep.scheme === "tls";
+      let verdict: NodeJS.Timeout | undefined;
+      let done = false;
       const finish = (err: Error | null): void => {
+        if (done) return;
+        done = true;
         clearTimeout(timer);
+        clearTimeout(verdict);
         sock.removeListener("error", onError);
         sock.removeListener(secure ? "secureConnect" : "connect", onConnect);
+        sock.removeListener("session", onSession);
+        sock.removeListener("close", onEarlyClose);
         this.connectPromise = null;
         this.connectAbort = null;
         if (err !== null) {
@@ -111,9 +132,42 @@ export class StreamClient implements RpcClient {
         this.attach(sock);
         resolve();
       };
-      const onConnect = (): void => finish(null);
-      const onError = (e: Error): void =>
-        finish(site.error("TRANSPORT_CONNECT", `connect to ${this.endpoint} failed: ${e.message}`, e));
+      let handshaken = false;
+      let ticket = false;
+      const onConnect = (): void => {
+        if (!secure || ticket) {
+          finish(null);
+          return;
+        }
+        // CONTRACT 11: a refused client certificate must fail connect(), naming why.
+        handshaken = true;
+        verdict = setTimeout(() => finish(null), TLS_VERDICT_WAIT_MS);
+      };
+      const onSession = (): void => {
+        ticket = true;
+        // Not from inside OpenSSL's ticket callback: a write made there (by the caller resuming
+        // on connect()) would never be sent.
+        if (handshaken) setImmediate(() => finish(null));
+      };
+      const onEarlyClose = (): void => {
+        // A Node server refusing a client certificate closes right after the handshake, no alert.
+        const why = !handshaken
+          ? "closed by the server during the TLS handshake"
+          : this.tlsOptions?.cert !== undefined
+            ? "the server refused the client certificate (it closed the connection right after the TLS handshake)"
+            : "closed by the server right after the TLS handshake (does it require a client certificate?)";
+        finish(site.error("TRANSPORT_CONNECT", `connect to ${this.endpoint} failed: ${why}`));
+      };
+      const onError = (e: Error): void => {
+        const why = secure ? tlsRefusal(e) : "";
+        finish(
+          site.error(
+            "TRANSPORT_CONNECT",
+            `connect to ${this.endpoint} failed: ${why === "" ? "" : `${why} (`}${e.message.trim()}${why === "" ? "" : ")"}`,
+            e,
+          ),
+        );
+      };
       const timer = setTimeout(
         () => finish(site.error("TRANSPORT_CONNECT", `connect to ${this.endpoint} timed out after ${ms} ms`)),
         ms,
@@ -121,6 +175,10 @@ export class StreamClient implements RpcClient {
       this.connectAbort = (code, why) => finish(site.error(code, why));
       sock.once(secure ? "secureConnect" : "connect", onConnect);
       sock.once("error", onError);
+      if (secure) {
+        sock.on("session", onSession);
+        sock.once("close", onEarlyClose);
+      }
     });
     this.connectPromise = p;
     return p;

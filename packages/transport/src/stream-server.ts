@@ -2,17 +2,19 @@ import { lstatSync, unlinkSync } from "node:fs";
 import * as net from "node:net";
 import * as tls from "node:tls";
 import type { Registry } from "@tapwire/stats";
+import type { ServerConfig } from "./config.js";
 import { type Endpoint, formatEndpoint } from "./endpoint.js";
 import { TransportError } from "./errors.js";
-import type { ServerMetrics } from "./metrics.js";
-import type {
-  ConnInfo,
-  Handler,
-  ReceiveInto,
-  ReceivePlan,
-  Reply,
-  RpcServer,
-  ServerOptions,
+import { type Limited, ServerLimits } from "./limits.js";
+import {
+  type ConnInfo,
+  type Handler,
+  OVERSIZE_HEAD_WAIT_MS,
+  type ReceiveInto,
+  type ReceivePlan,
+  type Reply,
+  type RpcServer,
+  type TlsFailureReason,
 } from "./options.js";
 
 const HEADER_BYTES = 4; // CONTRACT 3: u32 little-endian length prefix (CONTRACT 2)
@@ -29,19 +31,32 @@ const PLACE_HEAD = 1;
 /** A plan was accepted: the rest of the message goes into its segments. */
 const PLACE_SEGMENTS = 2;
 const NO_SEGMENTS: readonly Uint8Array[] = [];
+// CONTRACT 4: the frame header an oversize prefix's onOversize hook gets (CONTRACT 11).
+const FRAME_HEADER_BYTES = 24;
 
-export interface StreamServerConfig {
-  maxMessageBytes: number;
-  idleTimeoutMs: number;
-  closeTimeoutMs: number;
-  options: ServerOptions;
-  metrics: ServerMetrics;
-  registry: Registry;
+export interface StreamServerConfig extends ServerConfig {
   /**
    * Internal, for tests: read tcp/unix connections through 'data' events, as when Node does not
    * honour the handle move of adoptWithOnread.
    */
   dataEvents?: boolean;
+  /** Internal, for tests: allocates receive buffers (default Buffer.allocUnsafe). */
+  allocate?: (size: number) => Buffer;
+}
+
+/** Classifies a refused TLS handshake (Node/OpenSSL error codes) for onTlsError and the counters. */
+export function tlsFailureReason(e: unknown): TlsFailureReason {
+  const code = String((e as { code?: unknown } | null)?.code ?? "");
+  const msg = String((e as { message?: unknown } | null)?.message ?? "");
+  if (code === "ERR_SSL_PEER_DID_NOT_RETURN_A_CERTIFICATE" || /did not return a certificate/i.test(msg)) {
+    return "no_certificate";
+  }
+  if (/CERT|VERIFY|ISSUER|SIGNATURE/i.test(code) || /certificate/i.test(msg)) return "bad_certificate";
+  if (code === "ERR_TLS_HANDSHAKE_TIMEOUT" || /timed? ?out/i.test(msg)) return "timeout";
+  if (code.startsWith("ERR_SSL_") || /wrong version|unsupported protocol|http request/i.test(msg)) {
+    return "protocol";
+  }
+  return "other";
 }
 
 function isThenable(v: unknown): v is PromiseLike<Reply> {
@@ -104,9 +119,27 @@ function adoptWithOnread(orig: net.Socket, onread: net.OnReadOpts): net.Socket |
  * the rest of a message whose start has been parsed is read by the kernel straight into the
  * reassembly buffer; without it (tls, or the fallback) 'data' chunks are copied there.
  */
-class Conn implements ConnInfo {
+class Conn implements ConnInfo, Limited {
   readonly id: number;
   readonly remote: string;
+  /** Date.now() of the accept or of the last whole message (maxConnections evicts the oldest). */
+  lastActive = Date.now();
+  #bound = false;
+  /** Message limit now: unboundMaxMessageBytes, or maxMessageBytes once bound. */
+  #limit: number;
+  /** Bytes charged to the server's receive budget (the reassembly buffer, present or planned). */
+  #charge = 0;
+  /** Paused until the next message fits the receive budget. */
+  #budgetWait = false;
+  /** Closes an unbound connection with no whole message for unboundIdleMs. */
+  #unboundTimer: NodeJS.Timeout | null = null;
+  /** An oversize prefix on an unbound connection: the frame header being read for onOversize. */
+  #ovHead: Buffer | null = null;
+  #ovGot = 0;
+  #ovTimer: NodeJS.Timeout | null = null;
+  /** A receive buffer could not be allocated in the buffer callback: close at the next callback. */
+  #allocFailed = false;
+  #released = false;
   private readonly sock: net.Socket;
   private readonly srv: StreamServer;
   private readonly cfg: StreamServerConfig;
@@ -146,6 +179,8 @@ class Conn implements ConnInfo {
     this.cfg = cfg;
     this.rbuf = rbuf;
     this.remote = sock.remoteAddress !== undefined ? `${sock.remoteAddress}:${sock.remotePort}` : "unix";
+    this.#limit = cfg.unboundMaxMessageBytes;
+    this.#armUnboundTimer();
     if (rbuf === null) sock.on("data", this.onData);
     sock.on("error", this.onError);
     sock.on("close", this.onClose);
@@ -160,8 +195,122 @@ class Conn implements ConnInfo {
   }
 
   get isBusy(): boolean {
-    return this.busy;
+    return this.busy && !this.#budgetWait;
   }
+
+  get bound(): boolean {
+    return this.#bound;
+  }
+
+  bind(): void {
+    if (this.#bound || this.closed) return;
+    this.#bound = true;
+    this.#limit = this.cfg.maxMessageBytes;
+    if (this.#unboundTimer !== null) {
+      clearTimeout(this.#unboundTimer);
+      this.#unboundTimer = null;
+    }
+    this.srv.limits.setBound(this, true);
+  }
+
+  unbind(): void {
+    if (!this.#bound || this.closed) return;
+    this.#bound = false;
+    this.#limit = this.cfg.unboundMaxMessageBytes;
+    // A kept reassembly buffer above the unbound limit is not needed any more.
+    if (this.hdrGot === 0 && this.asm !== null && this.asm.length > this.#limit) this.#dropAsm();
+    this.#armUnboundTimer();
+    this.srv.limits.setBound(this, false);
+  }
+
+  /** maxConnections: closed to make room for a new connection. */
+  evict(): void {
+    this.close();
+  }
+
+  #armUnboundTimer(): void {
+    const ms = this.cfg.unboundIdleMs;
+    if (ms === 0 || this.#unboundTimer !== null) return;
+    this.#unboundTimer = setTimeout(this.#onUnboundIdle, ms);
+    this.#unboundTimer.unref();
+  }
+
+  readonly #onUnboundIdle = (): void => {
+    if (this.closed || this.#bound) return;
+    if (this.busy && !this.#budgetWait) {
+      // A handler runs: its message was whole. Look again once it is done.
+      this.#unboundTimer?.refresh();
+      return;
+    }
+    this.cfg.metrics.unboundIdleClosed.inc();
+    this.close();
+  };
+
+  /** Frees the kept reassembly buffer and its budget (only between messages). */
+  #dropAsm(): void {
+    this.asm = null;
+    const c = this.#charge;
+    this.#charge = 0;
+    if (c > 0) this.srv.limits.release(c);
+  }
+
+  /** Budget reclaim: a kept reassembly buffer of an idle connection goes. */
+  reclaimIdle(): void {
+    if (!this.busy && !this.closed && this.hdrGot === 0 && this.#charge > 0) {
+      this.asm = null;
+      this.srv.limits.uncharge(this.#charge);
+      this.#charge = 0;
+    }
+  }
+
+  /** The capacity `reserve` reaches for a message of `len` bytes (see reserve). */
+  #capacityFor(len: number): number {
+    const cur = this.asm === null ? 0 : this.asm.length;
+    if (cur >= len) return cur;
+    let size = cur === 0 ? MIN_ASSEMBLY : Math.max(MIN_ASSEMBLY, cur * 2);
+    while (size < len) size *= 2;
+    return Math.min(size, Math.max(len, this.#limit));
+  }
+
+  /**
+   * CONTRACT 11: charges the budget for a message of `len` bytes that does not arrive whole in
+   * one read. Returns false when it does not fit: a bound connection is then paused (and retried
+   * when budget is released), an unbound one closed.
+   */
+  #admitMessage(len: number): boolean {
+    const limits = this.srv.limits;
+    const need = this.#capacityFor(len) - this.#charge;
+    if (need <= 0 || limits.tryCharge(need)) {
+      if (need > 0) this.#charge += need;
+      return true;
+    }
+    if (!this.#bound) {
+      this.cfg.metrics.budgetRefused.inc();
+      this.close();
+      return false;
+    }
+    this.#budgetWait = true;
+    this.busy = true;
+    limits.wait(this.#budgetRetry);
+    return false;
+  }
+
+  readonly #budgetRetry = (): boolean => {
+    if (this.closed) return true;
+    const limits = this.srv.limits;
+    // The prefix was pushed back onto the backlog: peek its length.
+    const head = this.backlog[0] as Buffer;
+    const len = head.readUInt32LE(0);
+    const need = this.#capacityFor(len) - this.#charge;
+    if (need > 0 && !limits.tryCharge(need)) return false;
+    if (need > 0) this.#charge += need;
+    this.#budgetWait = false;
+    // Charged: the prefix is parsed again without a second charge (need <= 0 then).
+    setImmediate(() => {
+      if (!this.closed) this.resume();
+    });
+    return true;
+  };
 
   private readonly onData = (chunk: Buffer): void => {
     if (this.busy || this.backlog.length > 0) {
@@ -181,7 +330,14 @@ class Conn implements ConnInfo {
    */
   nextBuffer(): Uint8Array {
     const rbuf = this.rbuf as Buffer;
-    if (this.busy || this.closed || this.hdrGot < HEADER_BYTES || this.asm === null) {
+    if (
+      this.busy ||
+      this.closed ||
+      this.hdrGot < HEADER_BYTES ||
+      this.asm === null ||
+      this.#ovHead !== null ||
+      this.#allocFailed
+    ) {
       this.direct = null;
       return rbuf;
     }
@@ -203,13 +359,17 @@ class Conn implements ConnInfo {
         return rbuf;
       }
       // Exactly up to the head the hook asked for, growing with what arrived (as below).
-      if (this.got >= this.asm.length) this.reserve(Math.min(this.headWant, this.got * 2));
+      if (this.got >= this.asm.length && !this.reserve(Math.min(this.headWant, this.got * 2))) {
+        return this.#allocFailedInCallback();
+      }
       const asm = this.asm as Buffer;
       this.direct = asm.subarray(this.got, Math.min(this.headWant, asm.length));
       return this.direct;
     }
     // Full but the message goes on: double it (bytes that arrived, not the prefix, size it).
-    if (this.got >= this.asm.length) this.reserve(Math.min(this.len, this.got * 2));
+    if (this.got >= this.asm.length && !this.reserve(Math.min(this.len, this.got * 2))) {
+      return this.#allocFailedInCallback();
+    }
     const asm = this.asm as Buffer;
     this.direct = asm.subarray(this.got, Math.min(this.len, asm.length));
     return this.direct;
@@ -222,20 +382,47 @@ class Conn implements ConnInfo {
    * memory (CONTRACT 11: no length from the wire is trusted). Once grown it is reused, so only
    * the first large message of a connection pays for the copies.
    */
-  private reserve(need: number): void {
+  private reserve(need: number): boolean {
     const cur = this.asm;
-    if (cur !== null && cur.length >= need) return;
+    if (cur !== null && cur.length >= need) return true;
     let size = cur === null ? MIN_ASSEMBLY : Math.max(MIN_ASSEMBLY, cur.length * 2);
     while (size < need) size *= 2;
-    if (size > this.cfg.maxMessageBytes) size = Math.max(need, this.cfg.maxMessageBytes);
-    const next = Buffer.allocUnsafe(size);
+    // Capped at the connection's limit (unbound: 4 KiB for the worker), as #capacityFor assumes.
+    if (size > this.#limit) size = Math.max(need, this.#limit);
+    let next: Buffer;
+    try {
+      next = this.cfg.allocate === undefined ? Buffer.allocUnsafe(size) : this.cfg.allocate(size);
+    } catch (e) {
+      // CONTRACT 11: failing to allocate a receive buffer closes this connection, never the process.
+      if (!(e instanceof RangeError)) throw e;
+      this.cfg.metrics.allocFailures.inc();
+      this.cfg.options.onError?.(
+        new TransportError("TRANSPORT_TOO_LARGE", `receive buffer of ${size} bytes: ${e.message}`, {
+          cause: e,
+        }),
+        this,
+      );
+      return false;
+    }
     if (cur !== null && this.got > 0) cur.copy(next, 0, 0, this.got);
     this.asm = next;
+    return true;
+  }
+
+  /** Allocation failed in the buffer callback: read into rbuf, then close in onRead. */
+  #allocFailedInCallback(): Uint8Array {
+    this.#allocFailed = true;
+    this.direct = null;
+    return this.rbuf as Buffer;
   }
 
   /** `onread` callback: returns false to stop reading (busy). */
   onRead(n: number, buf: Uint8Array): boolean {
     if (this.closed) return false;
+    if (this.#allocFailed) {
+      this.close();
+      return false;
+    }
     if (buf === this.direct) {
       // The kernel wrote into the reassembly buffer at `got`, or into a segment of the plan.
       this.direct = null;
@@ -257,6 +444,10 @@ class Conn implements ConnInfo {
 
   private feed(chunk: Buffer, off: number, end: number): void {
     while (off < end && !this.closed) {
+      if (this.#ovHead !== null) {
+        this.#feedOversizeHead(chunk, off, end);
+        return;
+      }
       if (this.hdrGot < HEADER_BYTES) {
         if (this.hdrGot === 0 && end - off >= HEADER_BYTES) {
           this.len = chunk.readUInt32LE(off);
@@ -270,13 +461,28 @@ class Conn implements ConnInfo {
           if (++this.hdrGot < HEADER_BYTES) continue;
         }
         // CONTRACT 3 / 11: refuse from the prefix, before buffering or allocating.
-        if (this.len > this.cfg.maxMessageBytes) {
+        if (this.len > this.#limit) {
           this.cfg.metrics.tooLarge.inc();
-          this.close();
-          return;
+          if (this.#bound || this.cfg.options.onOversize === undefined) {
+            this.close();
+            return;
+          }
+          this.#startOversize(this.len);
+          continue;
         }
         this.got = 0;
         this.place = PLACE_NONE;
+        if (end - off < this.len && this.srv.limits.budgeted && !this.#admitMessage(this.len)) {
+          if (this.#budgetWait) {
+            // Parsed again (and charged then) once budget is released.
+            const prefix = Buffer.allocUnsafe(HEADER_BYTES);
+            prefix.writeUInt32LE(this.len, 0);
+            if (off < end) this.backlog.unshift(chunk.subarray(off, end));
+            this.backlog.unshift(prefix);
+            this.hdrGot = 0;
+          }
+          return;
+        }
         if (end - off >= this.len) {
           const len = this.len;
           this.hdrGot = 0;
@@ -294,7 +500,10 @@ class Conn implements ConnInfo {
           this.place = PLACE_HEAD;
           this.headWant = 0;
         }
-        this.reserve(Math.min(this.len, Math.max(MIN_ASSEMBLY, end - off)));
+        if (!this.reserve(Math.min(this.len, Math.max(MIN_ASSEMBLY, end - off)))) {
+          this.close();
+          return;
+        }
         continue;
       }
       if (this.place === PLACE_SEGMENTS) {
@@ -315,7 +524,10 @@ class Conn implements ConnInfo {
       if (this.place === PLACE_HEAD && this.headWant > 0 && this.got + n > this.headWant) {
         n = this.headWant - this.got;
       }
-      this.reserve(this.got + n);
+      if (!this.reserve(this.got + n)) {
+        this.close();
+        return;
+      }
       const asm = this.asm as Buffer;
       chunk.copy(asm, this.got, off, off + n);
       this.got += n;
@@ -335,6 +547,56 @@ class Conn implements ConnInfo {
         return;
       }
     }
+  }
+
+  /** CONTRACT 11: an unbound connection's oversize prefix; read its frame header for onOversize. */
+  #startOversize(declared: number): void {
+    this.#ovHead = Buffer.allocUnsafe(Math.min(FRAME_HEADER_BYTES, declared));
+    this.#ovGot = 0;
+    const idle = this.cfg.unboundIdleMs;
+    this.#ovTimer = setTimeout(
+      () => this.close(),
+      idle > 0 ? Math.min(idle, OVERSIZE_HEAD_WAIT_MS) : OVERSIZE_HEAD_WAIT_MS,
+    );
+    this.#ovTimer.unref();
+  }
+
+  #feedOversizeHead(chunk: Buffer, off: number, end: number): void {
+    const head = this.#ovHead as Buffer;
+    const n = Math.min(end - off, head.length - this.#ovGot);
+    chunk.copy(head, this.#ovGot, off, off + n);
+    this.#ovGot += n;
+    if (this.#ovGot < head.length) return;
+    if (this.#ovTimer !== null) clearTimeout(this.#ovTimer);
+    this.#ovTimer = null;
+    const hook = this.cfg.options.onOversize;
+    let r: Uint8Array | null;
+    try {
+      r = (hook as NonNullable<typeof hook>)(head, this.len, this);
+    } catch (e) {
+      this.handlerFailed(e);
+      return;
+    }
+    if (r === null || this.closed) {
+      this.close();
+      return;
+    }
+    if (!(r instanceof Uint8Array) || r.length > this.cfg.maxMessageBytes) {
+      this.handlerFailed(
+        new TransportError(
+          "TRANSPORT_BAD_OPTION",
+          "onOversize returned neither a Uint8Array (within maxMessageBytes) nor null",
+        ),
+      );
+      return;
+    }
+    this.cfg.metrics.oversizeReplies.inc();
+    // Written, then closed: nothing more is read (busy), bounded by the head wait if it never drains.
+    this.closeAfterReply = true;
+    this.#ovHead = null;
+    this.#ovTimer = setTimeout(() => this.close(), OVERSIZE_HEAD_WAIT_MS);
+    this.#ovTimer.unref();
+    this.reply(r);
   }
 
   /**
@@ -394,6 +656,12 @@ class Conn implements ConnInfo {
     this.segOff = 0;
     // Bytes that arrived with the head and belong to the segments.
     if (got > headBytes) this.copyIn(asm, headBytes, got);
+    // The rest goes into the plan's segments, not into transport memory: uncharge what was planned.
+    if (this.#charge > asm.length) {
+      const c = this.#charge - asm.length;
+      this.#charge = asm.length;
+      this.srv.limits.release(c);
+    }
     return true;
   }
 
@@ -437,6 +705,8 @@ class Conn implements ConnInfo {
   /** Runs the handler; returns true when the connection can go on parsing right away. */
   private dispatch(req: Buffer, plan?: ReceivePlan): boolean {
     const m = this.cfg.metrics;
+    if (this.#unboundTimer !== null) this.#unboundTimer.refresh();
+    if (this.srv.limits.tracksIdle) this.lastActive = Date.now();
     m.requests.inc();
     m.bytesIn.inc((plan === undefined ? req.length : this.len) + HEADER_BYTES);
     let result: Reply | PromiseLike<Reply>;
@@ -544,6 +814,7 @@ class Conn implements ConnInfo {
       return false;
     }
     this.busy = false;
+    if (this.#charge > 0 && this.srv.limits.hasWaiters) this.#dropAsm();
     return true;
   }
 
@@ -557,6 +828,8 @@ class Conn implements ConnInfo {
 
   private resume(): void {
     this.busy = false;
+    // Someone waits for budget: between messages, a kept reassembly buffer goes back.
+    if (this.#charge > 0 && this.hdrGot === 0 && this.srv.limits.hasWaiters) this.#dropAsm();
     while (!this.busy && !this.closed && this.backlog.length > 0) {
       const b = this.backlog.shift() as Buffer;
       this.feed(b, 0, b.length);
@@ -579,24 +852,63 @@ class Conn implements ConnInfo {
     // (never handed to the handler) and counted, unless the socket error was counted already.
     if (!this.closed && !this.errored && this.hdrGot > 0) this.cfg.metrics.errors.inc();
     this.closed = true;
+    this.#release();
     this.backlog.length = 0;
     this.srv.removeConn(this);
   };
 
+  /** Stops the timers and returns the budget and the connection slot (once). */
+  #release(): void {
+    if (this.#unboundTimer !== null) clearTimeout(this.#unboundTimer);
+    if (this.#ovTimer !== null) clearTimeout(this.#ovTimer);
+    this.#unboundTimer = null;
+    this.#ovTimer = null;
+    if (this.#released) return;
+    this.#released = true;
+    this.asm = null;
+    const c = this.#charge;
+    this.#charge = 0;
+    this.srv.limits.untrack(this);
+    this.srv.limits.release(c);
+  }
+
   /** Graceful: close now when idle, else after the in-flight reply is written. */
   shutdown(): void {
-    if (this.busy) this.closeAfterReply = true;
+    if (this.busy && !this.#budgetWait) this.closeAfterReply = true;
     else this.close();
   }
 
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    this.#release();
     this.sock.destroy();
   }
 
   destroy(): void {
     this.close();
+  }
+}
+
+/** A TLS connection in its handshake, as maxConnections sees it: unbound, evictable. */
+class Handshake implements Limited {
+  readonly bound = false;
+  readonly isBusy = false;
+  readonly lastActive = Date.now();
+  readonly #raw: net.Socket;
+  readonly #refused: WeakSet<net.Socket>;
+  readonly #gone: () => void;
+
+  constructor(raw: net.Socket, refused: WeakSet<net.Socket>, gone: () => void) {
+    this.#raw = raw;
+    this.#refused = refused;
+    this.#gone = gone;
+  }
+
+  evict(): void {
+    this.#refused.add(this.#raw);
+    this.#gone();
+    this.#raw.destroy();
   }
 }
 
@@ -609,6 +921,8 @@ export class StreamServer implements RpcServer {
   private readonly cfg: StreamServerConfig;
   private readonly server: net.Server;
   private readonly conns = new Set<Conn>();
+  /** Receive budget and connection cap (CONTRACT 11), shared by every connection. */
+  readonly limits: ServerLimits<Limited>;
   private nextId = 1;
   private closePromise: Promise<void> | null = null;
   private drained: (() => void) | null = null;
@@ -618,6 +932,10 @@ export class StreamServer implements RpcServer {
     this.handler = handler;
     this.cfg = cfg;
     this.registry = cfg.registry;
+    this.limits = new ServerLimits<Limited>(cfg.maxBufferedBytes, cfg.maxConnections, cfg.metrics);
+    this.limits.reclaim = () => {
+      for (const c of this.conns) c.reclaimIdle();
+    };
     if (ep.scheme === "tls") {
       const t = cfg.options.tls;
       if (t === undefined) {
@@ -634,10 +952,12 @@ export class StreamServer implements RpcServer {
         rejectUnauthorized: t.rejectUnauthorized !== false,
         noDelay: true,
       };
+      // An unbound connection's time limit covers its handshake too (Node's default is 120 s).
+      if (cfg.unboundIdleMs > 0) o.handshakeTimeout = cfg.unboundIdleMs;
       if (t.ca !== undefined) o.ca = t.ca;
-      const s = tls.createServer(o, (sock) => this.accept(sock));
-      s.on("connection", (raw: net.Socket) => raw.setNoDelay(true));
-      s.on("tlsClientError", () => cfg.metrics.errors.inc());
+      const s = tls.createServer(o, (sock) => this.#acceptTls(sock));
+      s.on("connection", (raw: net.Socket) => this.#onTlsConnection(raw));
+      s.on("tlsClientError", (e: Error, sock: tls.TLSSocket) => this.#onTlsClientError(e, sock));
       this.server = s;
     } else {
       // Paused until adopted (adoptWithOnread): no read may happen on the original socket.
@@ -651,13 +971,86 @@ export class StreamServer implements RpcServer {
     return this.conns.size;
   }
 
+  /** TLS connections still in their handshake, by TCP socket (admitted, unbound, evictable). */
+  readonly #handshaking = new Map<net.Socket, Handshake>();
+  /** TCP sockets we closed (refused, evicted): their failed handshake is not a TLS failure. */
+  readonly #refusedRaw = new WeakSet<net.Socket>();
+
+  /** TLS: maxConnections applies from the TCP accept, so handshakes that never end count. */
+  #onTlsConnection(raw: net.Socket): void {
+    raw.setNoDelay(true);
+    if (this.closePromise !== null || !this.limits.admit()) {
+      this.#refusedRaw.add(raw);
+      raw.destroy();
+      return;
+    }
+    const gone = (): void => {
+      if (this.#handshaking.delete(raw)) this.limits.untrack(h);
+    };
+    const h = new Handshake(raw, this.#refusedRaw, gone);
+    this.#handshaking.set(raw, h);
+    this.limits.track(h);
+    raw.once("close", gone);
+  }
+
+  #acceptTls(sock: tls.TLSSocket): void {
+    const raw = (sock as unknown as { _parent?: net.Socket })._parent;
+    const h = raw === undefined ? undefined : this.#handshaking.get(raw);
+    if (raw !== undefined && h !== undefined) {
+      this.#handshaking.delete(raw);
+      this.accept(sock, null, h);
+    } else if (raw === undefined && this.limits.admit()) {
+      // Node did not expose the TCP socket: admitted here instead.
+      this.accept(sock, null);
+    } else {
+      sock.destroy();
+    }
+  }
+
+  #onTlsClientError(e: Error, sock: tls.TLSSocket): void {
+    const raw = (sock as unknown as { _parent?: net.Socket })._parent;
+    if ((e as NodeJS.ErrnoException).code === "ERR_TLS_HANDSHAKE_TIMEOUT") {
+      // Node leaves the socket open after a handshake timeout (others close after their alert).
+      sock.destroy();
+      raw?.destroy();
+    }
+    if (raw !== undefined && this.#refusedRaw.has(raw)) return;
+    const m = this.cfg.metrics;
+    m.errors.inc();
+    // Node verifies a client certificate after the handshake and then just destroys the socket
+    // (reported here as a hang-up); the verification error is on the socket.
+    const authErr = (sock as { authorizationError?: unknown }).authorizationError;
+    let err = e;
+    if (authErr !== undefined && authErr !== null) {
+      err = new Error(`client certificate refused: ${String(authErr)}`, { cause: e });
+      (err as NodeJS.ErrnoException).code = String(authErr);
+    }
+    const reason = authErr !== undefined && authErr !== null ? "bad_certificate" : tlsFailureReason(e);
+    m.tlsFailures.inc();
+    m.tlsFailuresBy[reason].inc();
+    const remote =
+      raw?.remoteAddress !== undefined
+        ? `${raw.remoteAddress}:${raw.remotePort}`
+        : (sock.remoteAddress ?? "");
+    this.cfg.options.onTlsError?.(reason, remote, err);
+  }
+
   /** tcp/unix: read the connection with `onread` when Node lets us (see adoptWithOnread). */
   private acceptStream(orig: net.Socket): void {
-    if (this.closePromise !== null) {
+    if (this.closePromise !== null || !this.limits.admit()) {
       orig.destroy();
       return;
     }
-    const rbuf = Buffer.allocUnsafe(READ_CHUNK);
+    let rbuf: Buffer;
+    try {
+      rbuf = this.cfg.allocate === undefined ? Buffer.allocUnsafe(READ_CHUNK) : this.cfg.allocate(READ_CHUNK);
+    } catch (e) {
+      if (!(e instanceof RangeError)) throw e;
+      this.limits.untrack(null);
+      this.cfg.metrics.allocFailures.inc();
+      orig.destroy();
+      return;
+    }
     let conn: Conn | null = null;
     const sock =
       this.cfg.dataEvents === true
@@ -675,12 +1068,20 @@ export class StreamServer implements RpcServer {
     conn = this.accept(sock, rbuf);
   }
 
-  private accept(sock: net.Socket, rbuf: Buffer | null = null): Conn | null {
+  /**
+   * Creates the connection of an admitted socket (`limits.admit()` was true); `handshake`: the
+   * admitted TLS handshake it replaces.
+   */
+  private accept(sock: net.Socket, rbuf: Buffer | null, handshake?: Handshake): Conn | null {
+    const h = handshake;
     if (this.closePromise !== null) {
+      this.limits.untrack(h ?? null);
       sock.destroy();
       return null;
     }
     const c = new Conn(this.nextId++, sock, this, this.cfg, rbuf);
+    if (h === undefined) this.limits.track(c);
+    else this.limits.replace(h, c);
     this.conns.add(c);
     this.cfg.metrics.connections.inc();
     this.cfg.metrics.open.inc();

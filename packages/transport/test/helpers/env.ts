@@ -1,17 +1,15 @@
 // Shared test environment: the scheme matrix, deterministic payloads. Socket paths and TLS
 // credentials come from the private @tapwire/testing package.
-import { Registry } from "@tapwire/stats";
 import { makeTlsCredentials, uniqueSocketPath } from "@tapwire/testing";
+import { serverConfig } from "../../src/config.js";
 import {
   type ClientOptions,
-  DEFAULT_MAX_MESSAGE_BYTES,
   type Handler,
   type listen,
   parseEndpoint,
   type RpcServer,
   type ServerOptions,
 } from "../../src/index.js";
-import { serverMetrics } from "../../src/metrics.js";
 import { StreamServer } from "../../src/stream-server.js";
 
 export { uniqueSocketPath };
@@ -42,16 +40,24 @@ export async function listenDataEvents(
   handler: Handler,
   options: ServerOptions = {},
 ): Promise<RpcServer> {
-  const registry = options.registry ?? new Registry();
-  const s = new StreamServer(parseEndpoint(endpoint), handler, {
-    maxMessageBytes: options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
-    idleTimeoutMs: options.idleTimeoutMs ?? 0,
-    closeTimeoutMs: options.closeTimeoutMs ?? 5000,
-    options,
-    metrics: serverMetrics(registry),
-    registry,
-    dataEvents: true,
-  });
+  const ep = parseEndpoint(endpoint);
+  const s = new StreamServer(ep, handler, { ...serverConfig(ep, options), dataEvents: true });
+  await s.start();
+  return s;
+}
+
+/**
+ * Like `listen` for stream schemes, with the receive buffers allocated by `allocate` (to make
+ * an allocation fail on purpose, CONTRACT 11).
+ */
+export async function listenWithAllocator(
+  endpoint: string,
+  handler: Handler,
+  options: ServerOptions,
+  allocate: (size: number) => Buffer,
+): Promise<RpcServer> {
+  const ep = parseEndpoint(endpoint);
+  const s = new StreamServer(ep, handler, { ...serverConfig(ep, options), allocate });
   await s.start();
   return s;
 }
