@@ -5,6 +5,9 @@
  * `@tapwire/wire`'s constants are shared) and talks over node:net, node:tls and zeromq directly.
  * @packageDocumentation
  */
+
+export type { ClientSuiteOptions } from "./client/suite.js";
+export { CLIENT_CASES, runClientSuite } from "./client/suite.js";
 export type { Endpoint, RawConn, Received, TlsClientOptions } from "./conn.js";
 export { connect, parseEndpoint } from "./conn.js";
 export { ConformanceError, ConformanceErrorCode } from "./errors.js";

@@ -20,7 +20,7 @@ import { WindowOracle } from "../src/oracle.js";
 
 describe("framing-v1.json (shipped in the package)", () => {
   it("is the byte-identical copy of the shared vectors", () => {
-    const b = readFileSync(new URL("../fixtures/framing-v1.json", import.meta.url));
+    const b = readFileSync(new URL("./fixtures/framing-v1.json", import.meta.url));
     expect(createHash("sha256").update(b).digest("hex")).toBe(
       "a39c795d148791e12d00cbcddeb4e16d0946e8ce3d3cd0afa250e5e15d69482f",
     );

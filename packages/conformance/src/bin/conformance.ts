@@ -5,6 +5,7 @@
  */
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
+import { CLIENT_CASES, runClientSuite } from "../client/suite.js";
 import { ConformanceError } from "../errors.js";
 import type { RunReport } from "../report.js";
 import { formatJunit, formatText } from "../report.js";
@@ -30,9 +31,12 @@ Worker options (flag names as tapwire-worker's; anything not given is discovered
   --tls-ca FILE --tls-cert FILE --tls-key FILE --tls-servername NAME
 
 Client options
-  --listen URL              where the scripted worker listens (tcp://, unix://, zmq+tcp://)
-  (and --window --num-spec --vocab --num-taps --hidden --drafter-identity --markov-identity:
-   the geometry the scripted worker announces; the client must be configured the same)
+  --listen URL              where the scripted worker listens (tcp://, unix://, zmq+tcp://, zmq+ipc://)
+  --backoff-ms MS           the client's backoff_ms: judge "after backoff" and "at once" by time
+  --token T                 the client's token (its HELLO auth is checked as HMAC)
+  (--window --num-spec --vocab --num-taps --hidden --drafter-identity --markov-identity: the
+   geometry the scripted worker announces; configure the client the same. A case that must
+   disable the client needs a fresh one afterwards: restart it when the tester says so)
 
 EC options
   --mm-hash H --compatibility-hash X   an entry the producer holds ready (ec-producer)
@@ -99,6 +103,7 @@ async function main(): Promise<number> {
       json: str,
       junit: str,
       "timeout-ms": str,
+      "backoff-ms": str,
       seed: str,
       verbose: { type: "boolean" },
       help: { type: "boolean" },
@@ -113,9 +118,10 @@ async function main(): Promise<number> {
   const mode = positionals[0]!;
   const defsOf: Record<string, readonly CaseDef<never>[]> = {
     worker: WORKER_CASES as readonly CaseDef<never>[],
+    client: CLIENT_CASES as readonly CaseDef<never>[],
   };
   const defs = defsOf[mode];
-  if (defs === undefined) throw new UsageError(`mode ${mode} is not worker`);
+  if (defs === undefined) throw new UsageError(`mode ${mode} is not worker or client`);
   if (v.list === true) {
     process.stdout.write(`${listCases(defs, v.cases)}\n`);
     return 0;
@@ -160,6 +166,26 @@ async function main(): Promise<number> {
           keyFile: v["tls-key"],
           servername: v["tls-servername"],
         }),
+      }),
+      run,
+    );
+  } else if (mode === "client") {
+    const listen = v.listen ?? positionals[1];
+    if (listen === undefined) throw new UsageError("client needs --listen <endpoint>");
+    rep = await runClientSuite(
+      defined({
+        listen,
+        window: int("window", v.window, 1, 4096),
+        numSpec: int("num-spec", v["num-spec"], 1, 32),
+        vocab: int("vocab", v.vocab, 1, 0xffffffff),
+        numTaps: int("num-taps", v["num-taps"], 1, 0xffff),
+        hidden: int("hidden", v.hidden, 1, 0xffffffff),
+        drafterIdentity: v["drafter-identity"],
+        markovIdentity: v["markov-identity"],
+        timeoutMs,
+        backoffMs: int("backoff-ms", v["backoff-ms"], 0, 2 ** 31 - 1),
+        token: v.token,
+        onListening: (ep: string) => process.stderr.write(`listening on ${ep}\n`),
       }),
       run,
     );

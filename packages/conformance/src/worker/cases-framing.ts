@@ -22,7 +22,7 @@ let vectors: FramingCase[] | null = null;
 /** The framing vectors shipped in this package (`fixtures/framing-v1.json`, CONTRACT 3). */
 export function framingVectors(): FramingCase[] {
   if (vectors === null) {
-    const url = new URL("../../fixtures/framing-v1.json", import.meta.url);
+    const url = new URL("../../test/fixtures/framing-v1.json", import.meta.url);
     vectors = (JSON.parse(readFileSync(url, "utf8")) as { cases: FramingCase[] }).cases;
   }
   return vectors;
