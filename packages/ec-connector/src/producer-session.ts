@@ -11,6 +11,7 @@ import {
   EXPECTED_NACKS,
   encodeXferAck,
   int,
+  MAX_CONTROL_MESSAGE_BYTES,
   nackAck,
   str,
   unpackMap,
@@ -225,10 +226,27 @@ export class ProducerSession {
       connectorVersion: int(m, "connector_version", "XferReq", Number.MIN_SAFE_INTEGER),
     };
     this.#m.requests.inc();
-    const ack = this.#grantOrNack(req, Buffer.from(msg.identity).toString("hex"), now);
+    let ack = this.#grantOrNack(req, Buffer.from(msg.identity).toString("hex"), now);
+    let bytes = encodeXferAck(ack);
+    if (ack.status === XferStatus.OK && bytes.length > MAX_CONTROL_MESSAGE_BYTES) {
+      // EC-CONTRACT 9.1: the consumer's socket would drop an ack over 64 KiB (an entry of more
+      // than ~13 000 blocks): end the grant and answer a terminal NACK instead of retrying forever.
+      const key = `${req.sessionId}:${req.mmHash}`;
+      const g = this.#grants.get(key);
+      if (g !== undefined) {
+        this.#grants.delete(key);
+        this.#end(key, g);
+      }
+      this.#log.warn(
+        { mmHash: req.mmHash, blocks: ack.srcBlockIndices.length, bytes: bytes.length },
+        "ack over the 64 KiB control-message limit; NACK_INTERNAL",
+      );
+      ack = nackAck(req.mmHash, XferStatus.NACK_INTERNAL);
+      bytes = encodeXferAck(ack);
+    }
     if (ack.status === XferStatus.OK) this.#m.grants.inc();
     else this.#m.nacks[ack.status]?.inc();
-    return encodeXferAck(ack);
+    return bytes;
   }
 
   /** EC-CONTRACT 4.2, in order: version → hash → session id → pin_if_ready. */

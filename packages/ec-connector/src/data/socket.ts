@@ -6,8 +6,10 @@ import type { Logger } from "pino";
 import type { Crc32Impl } from "../crc.js";
 import { checkFunctionOption, checkIntOption, checkNumberOption, EcError } from "../errors.js";
 import { dataMetrics, EC_METRICS_PREFIX, silentLogger } from "../metrics.js";
-import type { ReaderTlsOptions, SocketFault } from "./reader.js";
-import { DataReader, socketConnect } from "./reader.js";
+import type { ReaderTlsOptions } from "./connect.js";
+import { socketConnect } from "./connect.js";
+import type { SocketFault } from "./reader.js";
+import { DataReader } from "./reader.js";
 import { DataServer } from "./server.js";
 import type { AgentMetadata, DataTransport, ReadOptions, XferHandle, XferHandleState } from "./transport.js";
 import {
