@@ -59,16 +59,19 @@ describe("CONTRACT 6.2 (1.1): bound connections", () => {
     // Check order: bound before seq, size and structure.
     const stale = stepFrame({ seq: s.seq, session: s.session, entries: oneRow() });
     expect((await x.send(stale)).status).toBe(FrameStatus.NO_SESSION);
+    const badStructure = stepFrame({ seq: s.seq + 6, session: s.session, entries: [entry({ slot: 40 })] });
+    expect((await x.send(badStructure)).status).toBe(FrameStatus.NO_SESSION);
+    // Above 4 KiB before HELLO the transport hands over only the header (CONTRACT 11): NO_SESSION,
+    // and the connection is closed.
     const huge = stepFrame({
       seq: s.seq + 5,
       session: s.session,
       entries: [entry({ slot: 0, anchorPos: 300, nRows: 300 })],
     });
     expect((await x.send(huge)).status).toBe(FrameStatus.NO_SESSION);
-    const badStructure = stepFrame({ seq: s.seq + 6, session: s.session, entries: [entry({ slot: 40 })] });
-    expect((await x.send(badStructure)).status).toBe(FrameStatus.NO_SESSION);
     expect({ seq: w.stats().highest_seq, win: w.debugWindow(0) }).toEqual(before);
-    expect(counters(w).unbound_refused).toBe(5);
+    expect(counters(w).unbound_refused).toBe(4);
+    expect(counters(w).oversize_unbound).toBe(1);
     // The session's own connection goes on with the next seq.
     expect((await s.step([entry({ slot: 0, anchorPos: 2, rowStart: 1, nRows: 1 })])).status).toBe(
       FrameStatus.OK,

@@ -1,7 +1,7 @@
 import { makeTlsCredentials, uniqueSocketPath } from "@tapwire/testing";
 import type { ClientOptions } from "@tapwire/transport";
 import { TransportError } from "@tapwire/transport";
-import { FrameStatus, frame, Op, ReqStatus } from "@tapwire/wire";
+import { FrameStatus, frame, Op, ReqStatus, splitFrame } from "@tapwire/wire";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import type { Worker, WorkerOptions } from "../src/index.js";
 import { createWorker } from "../src/index.js";
@@ -75,10 +75,21 @@ describe.each(CASES.map((c, i) => [c.scheme, c, i] as const))("worker over %s", 
     const raw = await new Raw(ep(), { ...c.client, maxMessageBytes: 1 << 26 }).connect();
     const big = frame({ op: Op.PING, seq: 1, session: 0 }, new Uint8Array(worker.core.maxMessageBytes));
     try {
-      const err = await raw.client.request(big, new Uint8Array(64), 1500).then(
-        () => null,
+      const buf = new Uint8Array(64);
+      const err = await raw.client.request(big, buf, 1500).then(
+        (n: number) => n,
         (e: unknown) => e,
       );
+      if (c.stream) {
+        // CONTRACT 11 (1.1): before HELLO the worker reads the header alone, answers TOO_LARGE
+        // (NO_SESSION for a STEP or RESET) and closes the connection.
+        expect(typeof err).toBe("number");
+        expect(splitFrame(buf, err as number).header).toMatchObject({
+          op: Op.PING,
+          status: FrameStatus.TOO_LARGE,
+        });
+        return;
+      }
       expect(err).toBeInstanceOf(TransportError);
       // Stream servers close at once; libzmq drops the pipe (the client may only see its timeout).
       expect(["TRANSPORT_CLOSED", "TRANSPORT_TIMEOUT"]).toContain((err as TransportError).code);
