@@ -212,8 +212,13 @@ function checkUnits() {
       `${unit}: every ExecStart flag is in ${name} --help`,
       unknown.length === 0 ? null : unknown.join(", "),
     );
-    // verify wants ExecStart to exist and an EnvironmentFile it can read: point both here.
-    const local = text.replace(cmd, bins[name]).replace(/^EnvironmentFile=(?!-)/m, "EnvironmentFile=-");
+    // verify wants an executable ExecStart and an EnvironmentFile it can read: point both here
+    // (a wrapper, since a fresh build leaves dist/bin/*.js without the exec bit; npm sets it).
+    const wrapper = path.join(scratch, name);
+    fs.writeFileSync(wrapper, `#!/bin/sh\nexec "${process.execPath}" "${bins[name]}" "$@"\n`, {
+      mode: 0o755,
+    });
+    const local = text.replace(cmd, wrapper).replace(/^EnvironmentFile=(?!-)/m, "EnvironmentFile=-");
     fs.writeFileSync(path.join(scratch, unit), local);
     const v = spawnSync("systemd-analyze", ["verify", path.join(scratch, unit)], { encoding: "utf8" });
     const said = `${v.stdout}${v.stderr}`.trim();
