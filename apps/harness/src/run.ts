@@ -41,6 +41,10 @@ export interface RunHooks {
    * `--metrics-port`), before anything else starts.
    */
   onMetrics?: (port: number) => void | Promise<void>;
+  /** Called (and awaited) with the encoder's own metrics URL once it listens (with `--metrics-listen`). */
+  onEncoderMetrics?: (url: string) => void | Promise<void>;
+  /** Called (and awaited) when decoding ends, before anything stops: every metric has moved. */
+  onDecoded?: () => void | Promise<void>;
   /** Called (and awaited) when decoding starts: the link is up, `/readyz` answers 200. */
   onDecoding?: () => void | Promise<void>;
   /** Log lines for humans (stderr). */
@@ -281,6 +285,7 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
   const clientRegistry = new Registry({ prefix: "tapwire_client_" });
   let metricsClient: RemoteDraftClient | null = null;
   let workerMetricsUrl: string | null = null;
+  let encoderMetricsUrl: string | null = null;
   const metricsAt = metricsListenOf(cfg);
   try {
     // 0. metrics and health endpoint first, so that /healthz answers while the run starts
@@ -452,10 +457,19 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
         "--log-level",
         "info",
       ];
+      const encoderScript = binPath("@tapwire/ec-connector", "tapwire-ec-producer");
+      // the producer's own metrics endpoint, announced (not merged into ours: its tapwire_ec_
+      // families would clash with the engine-side consumer's)
+      const encoderMetrics: string[] = [];
+      if (metricsAt !== null && binHasFlag(encoderScript, "--metrics-listen")) {
+        const port = await freePort();
+        encoderMetrics.push("--metrics-listen", `tcp://127.0.0.1:${port}`);
+        encoderMetricsUrl = `http://127.0.0.1:${port}/metrics`;
+      }
       encoder = new ChildService({
         name: "encoder",
-        script: binPath("@tapwire/ec-connector", "tapwire-ec-producer"),
-        args: encoderArgs("tcp://127.0.0.1:0"),
+        script: encoderScript,
+        args: [...encoderArgs("tcp://127.0.0.1:0"), ...encoderMetrics],
         ...(childLog ? { log: childLog } : {}),
       });
       const enc = encoder;
@@ -477,7 +491,11 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
         typeof el["admin"] === "string" && binHasFlag(encoder.script, "--admin")
           ? ["--admin", el["admin"]]
           : [];
-      encoder.setArgs([...encoderArgs(producerEndpoint), ...pinAdmin]);
+      encoder.setArgs([...encoderArgs(producerEndpoint), ...encoderMetrics, ...pinAdmin]);
+      if (encoderMetricsUrl !== null) {
+        note(`encoder metrics on ${encoderMetricsUrl} (also /healthz, /readyz)`);
+        await hooks.onEncoderMetrics?.(encoderMetricsUrl);
+      }
       const ecLogger = createLogger({
         name: "tapwire-ec",
         level: cfg.verbose ? "info" : "error",
@@ -639,6 +657,7 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
     await hooks.onDecoding?.();
     decodeStartEpoch = Date.now();
     const res = await engine.run();
+    await hooks.onDecoded?.();
     decoding = false;
     phase = "finished decoding: checking the output";
     await faults?.settle();
