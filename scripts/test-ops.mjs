@@ -143,8 +143,15 @@ try {
 
   const wrongToken = clientWith(goodTls, "not-the-token");
   const wt = await wrongToken.waitReady(3_000);
+  const disabled = wrongToken.disabled;
+  const why = wrongToken.disabledReason;
   await wrongToken.close();
-  record("client with a wrong token: not ready", wt === false ? null : "ready");
+  record(
+    "client with a wrong token: disabled (UNAUTHORIZED, CONTRACT 9.3)",
+    wt === false && disabled && /unauthori[sz]ed/i.test(String(why))
+      ? null
+      : `ready ${wt}, disabled ${disabled}: ${why}`,
+  );
 
   // The TLS refusals, on the transport alone (no HELLO involved).
   const tryConnect = async (tls) => {
