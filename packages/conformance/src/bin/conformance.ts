@@ -6,6 +6,7 @@
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { CLIENT_CASES, runClientSuite } from "../client/suite.js";
+import { EC_PRODUCER_CASES, runEcProducerSuite } from "../ec/suite.js";
 import { ConformanceError } from "../errors.js";
 import type { RunReport } from "../report.js";
 import { formatJunit, formatText } from "../report.js";
@@ -19,7 +20,6 @@ Modes
   worker <endpoint>            test a drafter worker (CONTRACT 3-11) at tcp://, unix://, tls://, zmq+tcp://, zmq+ipc://
   client --listen <endpoint>   act as a scripted worker; a rank-0 client connects and is judged (CONTRACT 9)
   ec-producer <endpoint>       test an encoder-cache producer's control socket (EC-CONTRACT 3, 4, 9)
-  ec-consumer --listen <endpoint>  act as a scripted producer for a consumer (EC-CONTRACT 3, 6, 9)
 
 Worker options (flag names as tapwire-worker's; anything not given is discovered from a HelloReply)
   --token T                 shared HELLO token (default env TAPWIRE_TOKEN)
@@ -38,9 +38,12 @@ Client options
    geometry the scripted worker announces; configure the client the same. A case that must
    disable the client needs a fresh one afterwards: restart it when the tester says so)
 
-EC options
-  --mm-hash H --compatibility-hash X   an entry the producer holds ready (ec-producer)
-  --blocks N --block-bytes N           the scripted producer's geometry (ec-consumer)
+EC producer options (flag names as tapwire-ec-producer's)
+  --compatibility-hash HEX  the producer's compatibility_hash, or its inputs:
+  --model-id S --dtype S --hidden-size N --block-bytes N
+  --mm-hash H               an entry the producer holds ready (the grant cases)
+  --num-blocks N            its cache size (the quota cases)
+  --pin-lease-ms MS         its pin lease (the lease case waits it out)
 
 Report
   --list                    print every case of the mode, one per line: number, title, sentence
@@ -96,7 +99,11 @@ async function main(): Promise<number> {
       listen: str,
       "mm-hash": str,
       "compatibility-hash": str,
-      blocks: str,
+      "num-blocks": str,
+      "model-id": str,
+      dtype: str,
+      "hidden-size": str,
+      "pin-lease-ms": str,
       "block-bytes": str,
       list: { type: "boolean" },
       cases: str,
@@ -119,9 +126,10 @@ async function main(): Promise<number> {
   const defsOf: Record<string, readonly CaseDef<never>[]> = {
     worker: WORKER_CASES as readonly CaseDef<never>[],
     client: CLIENT_CASES as readonly CaseDef<never>[],
+    "ec-producer": EC_PRODUCER_CASES as readonly CaseDef<never>[],
   };
   const defs = defsOf[mode];
-  if (defs === undefined) throw new UsageError(`mode ${mode} is not worker or client`);
+  if (defs === undefined) throw new UsageError(`mode ${mode} is not worker, client or ec-producer`);
   if (v.list === true) {
     process.stdout.write(`${listCases(defs, v.cases)}\n`);
     return 0;
@@ -186,6 +194,25 @@ async function main(): Promise<number> {
         backoffMs: int("backoff-ms", v["backoff-ms"], 0, 2 ** 31 - 1),
         token: v.token,
         onListening: (ep: string) => process.stderr.write(`listening on ${ep}\n`),
+      }),
+      run,
+    );
+  } else if (mode === "ec-producer") {
+    const endpoint = positionals[1];
+    if (endpoint === undefined) throw new UsageError("ec-producer needs an endpoint");
+    rep = await runEcProducerSuite(
+      defined({
+        endpoint,
+        mmHash: v["mm-hash"],
+        compatibilityHash: v["compatibility-hash"],
+        modelId: v["model-id"],
+        dtype: v.dtype,
+        hiddenSize: int("hidden-size", v["hidden-size"], 1, 2 ** 31 - 1),
+        blockBytes: int("block-bytes", v["block-bytes"], 1, 2 ** 31 - 1),
+        numBlocks: int("num-blocks", v["num-blocks"], 1, 2 ** 31 - 1),
+        pinLeaseMs: int("pin-lease-ms", v["pin-lease-ms"], 0, 2 ** 31 - 1),
+        timeoutMs,
+        seed,
       }),
       run,
     );
