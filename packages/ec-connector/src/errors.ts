@@ -41,6 +41,7 @@ const EC_ERROR_BRAND: unique symbol = Symbol.for("@tapwire/ec-connector.EcError"
 export class EcError extends Error {
   /** Stable machine-readable code. */
   readonly code: EcErrorCode;
+  /** The cross-copy brand read by `instanceof` (internal). */
   readonly [EC_ERROR_BRAND] = true;
 
   constructor(code: EcErrorCode, message: string, options?: { cause?: unknown }) {

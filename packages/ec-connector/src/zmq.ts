@@ -1,6 +1,6 @@
 import type { Logger } from "pino";
 import { Dealer, Router } from "zeromq";
-import type { CurveServerOptions } from "./curve.js";
+import type { CurveKeyPair, CurveServerOptions } from "./curve.js";
 import { checkCurveKey, checkCurveServer, zap } from "./curve.js";
 import { checkIntOption, EcError } from "./errors.js";
 import { silentLogger } from "./metrics.js";
@@ -44,7 +44,9 @@ function socketOptions(hb: HeartbeatOptions | undefined) {
 
 /** Options of {@link ZmqRouterServer.bind}. */
 export interface RouterOptions {
+  /** ZeroMQ heartbeats (default 2/4/8 s). */
   heartbeat?: HeartbeatOptions;
+  /** pino logger (default: silent). */
   logger?: Logger;
   /** EC-CONTRACT 9.4: be a CURVE server accepting only `curve.allow` (a ZAP handler). */
   curve?: CurveServerOptions;
@@ -56,10 +58,15 @@ export interface RouterOptions {
 
 /** Options of {@link ZmqDealerClient}. */
 export interface DealerOptions {
+  /** ZeroMQ heartbeats (default 2/4/8 s). */
   heartbeat?: HeartbeatOptions;
+  /** pino logger (default: silent). */
   logger?: Logger;
-  /** EC-CONTRACT 9.4: authenticate with this key pair to a producer with `curve.serverKey`. */
-  curve?: { publicKey: string; secretKey: string; serverKey: string };
+  /** EC-CONTRACT 9.4: authenticate with this key pair to the producer whose public key is `serverKey`. */
+  curve?: CurveKeyPair & {
+    /** Z85 public key of the producer. */
+    serverKey: string;
+  };
 }
 
 /** Serialises sends (a zeromq 6 socket allows one send in flight) without blocking the caller. */

@@ -1,7 +1,7 @@
 import { readFile } from "node:fs/promises";
 import * as net from "node:net";
 import { Registry } from "@tapwire/stats";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { EmbeddingCache, SocketDataTransport, syntheticEmbedding } from "../src/index.js";
 import { until } from "./helpers/proc.js";
 import type { HandFrame } from "./helpers/wire.js";
@@ -136,5 +136,35 @@ describe("data plane wire format (docs/ec-protocol.md, little-endian, EC-CONTRAC
     c.s.write(f);
     await until(() => c.closed || undefined);
     expect(registry.snapshot().counters["data_malformed_frames"]).toBe(1);
+  });
+
+  it("an allocation failure while buffering a frame closes that connection, counted; the server serves on (EC-CONTRACT 9.5)", async () => {
+    const { t, put, registry } = await server();
+    const e = put("img", 100);
+    t.grant("sess:img", e.blocks, Number.POSITIVE_INFINITY);
+    const f = handRead({
+      key: "sess:img",
+      reader: "r",
+      instance: t.meta.instance,
+      blocks: e.blocks,
+      nbytes: 100,
+    });
+    const c = rawClient(t.endpoint);
+    c.s.write(f.subarray(0, 10));
+    await new Promise((r) => setTimeout(r, 50)); // the server holds the first 10 bytes
+    const spy = vi.spyOn(Buffer, "concat").mockImplementationOnce(() => {
+      throw new RangeError("Array buffer allocation failed");
+    });
+    try {
+      c.s.write(f.subarray(10));
+      await until(() => c.closed || undefined);
+    } finally {
+      spy.mockRestore();
+    }
+    expect(registry.snapshot().counters["data_alloc_failures"]).toBe(1);
+    const ok = rawClient(t.endpoint);
+    ok.s.write(f);
+    expect((await ok.next()).f.op).toBe("data");
+    ok.s.destroy();
   });
 });

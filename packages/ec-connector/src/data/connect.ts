@@ -12,13 +12,17 @@ export interface ReadHooks {
   callback: (n: number, buf: Uint8Array) => boolean;
 }
 
-/** TLS material of a reader (EC-CONTRACT 9.4): its client certificate and the producers' certificates it trusts. */
-export interface ReaderTlsOptions {
-  /** PEM client certificate (in the producer's allow list). */
+/**
+ * TLS material (PEM) of a data-plane agent (EC-CONTRACT 9.4). As a `tls://` server: its
+ * certificate and key, and in `ca` the client certificates (or CA) allowed to read. As a reader:
+ * its client certificate and key, and in `ca` the producers' certificates (or CA) it trusts.
+ */
+export interface DataTlsOptions {
+  /** PEM certificate. */
   cert: string | Buffer;
   /** PEM private key of `cert`. */
   key: string | Buffer;
-  /** PEM certificate(s) of the producers (or their CA) this reader trusts. */
+  /** PEM certificate(s) trusted for the other side. */
   ca: string | Buffer | (string | Buffer)[];
 }
 
@@ -27,7 +31,7 @@ export interface ReaderTlsOptions {
  * (`net.connect({ onread })`), and `tls://` ones when `tls` is given (decrypted bytes are copied
  * into the destination: TLS has no zero-copy receive in Node).
  */
-export function socketConnect(tlsOptions: ReaderTlsOptions | undefined): DataConnect {
+export function socketConnect(tlsOptions: DataTlsOptions | undefined): DataConnect {
   return (target, hooks) => {
     if ("path" in target) return net.connect({ path: target.path, onread: hooks });
     if (!target.tls)

@@ -32,14 +32,23 @@ import {
  * - `throw_on_check` / `throw_on_post`: `checkXferState` / `postRead` throw.
  */
 export type LoopbackFault =
-  | { kind: "delay"; ms: number }
-  | { kind: "stuck" }
-  | { kind: "stuck_unguaranteed" }
-  | { kind: "error" }
-  | { kind: "lost_notification" }
-  | { kind: "corrupt" }
-  | { kind: "throw_on_check" }
-  | { kind: "throw_on_post" };
+  | {
+      /** Which fault. */
+      kind: "delay";
+      /** How long the read stays PROC, ms. */
+      ms: number;
+    }
+  | {
+      /** Which fault (see above). */
+      kind:
+        | "stuck"
+        | "stuck_unguaranteed"
+        | "error"
+        | "lost_notification"
+        | "corrupt"
+        | "throw_on_check"
+        | "throw_on_post";
+    };
 
 interface Grant {
   blocks: readonly number[];
@@ -101,7 +110,16 @@ export class LoopbackDataTransport implements DataTransport {
   readonly meta: AgentMetadata;
   onNotification: (() => void) | null = null;
   /** Reads served / refused by this agent as the remote side (5.3). */
-  readonly stats = { served: 0, refused: 0, landedAfterRelease: 0, staleNotifications: 0 };
+  readonly stats: {
+    /** Reads served from this agent's region. */
+    served: number;
+    /** Reads refused (no grant, wrong blocks, expired: EC-CONTRACT 5.3). */
+    refused: number;
+    /** Bytes that landed after their handle was released without the guarantee (EC-CONTRACT 5.2). */
+    landedAfterRelease: number;
+    /** Notifications dropped because their grant was replaced or revoked. */
+    staleNotifications: number;
+  } = { served: 0, refused: 0, landedAfterRelease: 0, staleNotifications: 0 };
 
   readonly #fabric: LoopbackFabric;
   readonly #region: Uint8Array;

@@ -37,10 +37,17 @@ const CRC_BATCH = 512 * 1024;
 
 /** Test/demo faults the socket reader can apply to its next reads (EC-CONTRACT 5.4 for real sockets). */
 export type SocketFault =
-  | { kind: "lost_notification" }
-  | { kind: "stall"; ms: number }
-  | { kind: "abort" }
-  | { kind: "corrupt" };
+  | {
+      /** `lost_notification`: the read completes, its notification is never sent; `abort`: the
+       * connection dies before the first body byte; `corrupt`: one landed byte is flipped. */
+      kind: "lost_notification" | "abort" | "corrupt";
+    }
+  | {
+      /** The reader stops receiving before the first body byte... */
+      kind: "stall";
+      /** ...for this long, ms. */
+      ms: number;
+    };
 
 interface Peer {
   meta: AgentMetadata;

@@ -6,7 +6,7 @@ import type { Logger } from "pino";
 import type { Crc32Impl } from "../crc.js";
 import { checkFunctionOption, checkIntOption, checkNumberOption, EcError } from "../errors.js";
 import { dataMetrics, EC_METRICS_PREFIX, silentLogger } from "../metrics.js";
-import type { ReaderTlsOptions } from "./connect.js";
+import type { DataTlsOptions } from "./connect.js";
 import { socketConnect } from "./connect.js";
 import type { SocketFault } from "./reader.js";
 import { DataReader } from "./reader.js";
@@ -25,8 +25,7 @@ export { MAX_DATA_FRAME_BYTES } from "./frame.js";
 /** EC-CONTRACT 9.5 defaults of the data server. */
 export const DATA_SERVER_DEFAULTS = { maxConnections: 256, idleTimeoutMs: 30_000 } as const;
 
-/** TLS material of a data-plane agent (PEM): see {@link SocketDataTransportOptions.tls}. */
-export type DataTlsOptions = ReaderTlsOptions;
+export type { DataTlsOptions } from "./connect.js";
 
 function checkTls(t: DataTlsOptions): void {
   if (t === null || typeof t !== "object")
