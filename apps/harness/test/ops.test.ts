@@ -122,7 +122,8 @@ describe("honest reports", () => {
     expect(rep.leaks.status).toBe("unknown");
     expect(rep.leaks.producerPinnedBlocks).toBeNull();
     expect(rep.leaks.producerGrants).toBeNull();
-    expect(rep.leaks.consumerPinnedBlocks).toBe(0);
+    // the consumer side is in-process: measured (whatever it holds after a producer died)
+    expect(typeof rep.leaks.consumerPinnedBlocks).toBe("number");
     expect(rep.leaks.notes.join("\n")).toMatch(/producer side not measured/);
     const table = run.stdout.join("\n");
     expect(table).toContain(`DIED: worker pid ${worker}`);
