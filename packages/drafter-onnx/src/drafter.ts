@@ -36,7 +36,7 @@ export type GraphOptimization = (typeof GraphOptimization)[keyof typeof GraphOpt
 export interface OnnxDrafterOptions {
   /** Window `W` announced in the HelloReply (1..4096, at least the rows the model reads; default `tapwire.window`). */
   window?: number;
-  /** `N` (1..32; default `tapwire.num_spec`). */
+  /** `N` (1..32, at most `tapwire.num_spec`: the positions the head was made for; default `tapwire.num_spec`). */
   numSpec?: number;
   /** ONNX Runtime intra-op threads (1..64; default 1: the worker's thread drafts). */
   intraOpThreads?: number;
@@ -202,6 +202,9 @@ export class OnnxDrafter implements Drafter {
       bad(`window ${this.window} is below the ${info.windowRows} rows the model reads`);
     }
     this.numSpec = o.numSpec ?? info.numSpec;
+    if (this.numSpec > info.numSpec) {
+      bad(`numSpec ${this.numSpec} is above the model's tapwire.num_spec ${info.numSpec}`);
+    }
     this.vocabSize = info.vocabSize;
     this.numTaps = info.numTaps;
     this.hidden = info.hidden;

@@ -274,6 +274,7 @@ describe("options are validated before loading, naming the bad one", () => {
     [{ cudaDeviceId: 1 }, /cudaDeviceId needs executionProvider cuda/],
     [{ numSpec: 33 }, /numSpec 33 outside 1..32/],
     [{ window: 1 }, /window 1 is below the 2 rows the model reads/],
+    [{ numSpec: 4 }, /numSpec 4 is above the model's tapwire.num_spec 3/],
     [{ thread: 2 }, /unknown option thread/],
   ];
   for (const [opts, msg] of bad) {
