@@ -11,6 +11,8 @@ import { exportReferenceHead, OnnxDrafter } from "../src/index.js";
 import { defaultPair, makeOutput, randomStep, rowPool } from "./helpers.js";
 
 const STEPS = Number(process.env["TAPWIRE_PARITY_STEPS"] ?? 1200);
+/** Per-test timeout that grows with STEPS (test:soak), never below vitest's 60 s. */
+const TIMEOUT = Math.max(60_000, STEPS * 50);
 
 function close(a: number, b: number): boolean {
   return a === b || Math.abs(a - b) <= 1e-5 * Math.max(Math.abs(a), Math.abs(b));
@@ -99,7 +101,7 @@ describe("parity with ReferenceDrafter (default head: W 16, N 4, rows 3 x 1024, 
       );
       expect(positions).toBeGreaterThan(STEPS * 4);
       if (sampled) expect(sampledPositions).toBeGreaterThan(STEPS * 2);
-    });
+    }, TIMEOUT);
   }
 });
 
@@ -139,5 +141,5 @@ describe("parity on another geometry (W 8, N 8, rows 2 x 64 read whole, vocab 51
         }
       }
     }
-  });
+  }, TIMEOUT);
 });
