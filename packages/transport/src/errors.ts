@@ -23,6 +23,8 @@ export const TransportErrorCode = {
   LISTEN: "TRANSPORT_LISTEN",
   /** The peer broke the framing: unsolicited bytes, bytes after the reply. The connection was closed. */
   PROTOCOL: "TRANSPORT_PROTOCOL",
+  /** A `zmq+` endpoint was used but the optional peer dependency `zeromq` is not installed (the message names the install command). */
+  ZMQ_MISSING: "TRANSPORT_ZMQ_MISSING",
 } as const;
 
 /** Union of the stable error code strings. */

@@ -1,6 +1,6 @@
 import { unlinkSync } from "node:fs";
 import type { Registry } from "@tapwire/stats";
-import * as zmq from "zeromq";
+import type * as zmq from "zeromq";
 import type { ServerConfig } from "./config.js";
 import { type Endpoint, formatEndpoint } from "./endpoint.js";
 import { CallSite, Failure, TransportError, type TransportErrorCode } from "./errors.js";
@@ -17,6 +17,7 @@ import {
   type ServerOptions,
   timeoutArg,
 } from "./options.js";
+import { loadedZmq, loadZmq } from "./zmq-loader.js";
 
 const EMPTY_PART = new Uint8Array(0);
 const EMPTY: readonly Uint8Array[] = [];
@@ -102,8 +103,10 @@ export class ZmqClient implements RpcClient {
     } catch (e) {
       return Promise.reject(e);
     }
+    const z = loadedZmq();
+    if (z === null) return this.#loadThenConnect(ms, site);
     const p = new Promise<void>((resolve, reject) => {
-      const d = new zmq.Dealer({
+      const d = new z.Dealer({
         linger: 0,
         // ZMQ_MAXMSGSIZE: libzmq drops a connection announcing a bigger frame before reading it.
         maxMessageSize: this.maxMessageBytes,
@@ -160,6 +163,38 @@ export class ZmqClient implements RpcClient {
           site.error("TRANSPORT_CONNECT", `connect to ${this.endpoint} failed: ${(e as Error).message}`, e),
         );
       }
+    });
+    this.connectPromise = p;
+    return p;
+  }
+
+  /**
+   * The first connect of a process loads zeromq (an optional peer dependency, issue 15) and
+   * then connects; `close()` meanwhile rejects it with TRANSPORT_CLOSED.
+   */
+  #loadThenConnect(ms: number, site: CallSite): Promise<void> {
+    const p = new Promise<void>((resolve, reject) => {
+      let aborted = false;
+      this.connectAbort = (why) => {
+        aborted = true;
+        this.connectPromise = null;
+        this.connectAbort = null;
+        reject(site.error("TRANSPORT_CLOSED", why));
+      };
+      loadZmq().then(
+        () => {
+          if (aborted) return;
+          this.connectPromise = null;
+          this.connectAbort = null;
+          this.connect(ms).then(resolve, reject);
+        },
+        (e: unknown) => {
+          if (aborted) return;
+          this.connectPromise = null;
+          this.connectAbort = null;
+          reject(e);
+        },
+      );
     });
     this.connectPromise = p;
     return p;
@@ -393,7 +428,8 @@ export class ZmqServer implements RpcServer {
   private readonly peerIdleMs: number;
   private readonly options: ServerOptions;
   private readonly m: ServerMetrics;
-  private readonly router: zmq.Router;
+  // Made in start(), once zeromq is loaded (an optional peer dependency).
+  private router!: zmq.Router;
   private readonly peers = new Map<string, Peer>();
   private nextId = 1;
   private closing = false;
@@ -419,7 +455,6 @@ export class ZmqServer implements RpcServer {
     this.peerIdleMs = cfg.idleTimeoutMs > 0 ? cfg.idleTimeoutMs : DEFAULT_PEER_IDLE_MS;
     this.options = cfg.options;
     this.m = cfg.metrics;
-    this.router = new zmq.Router({ linger: 0, maxMessageSize: cfg.maxMessageBytes, ipv6: isIpv6(ep) });
   }
 
   get connections(): number {
@@ -427,6 +462,10 @@ export class ZmqServer implements RpcServer {
   }
 
   async start(): Promise<void> {
+    const z = await loadZmq();
+    // ZMQ_MAXMSGSIZE: libzmq drops a peer announcing a larger frame before reading it. It is one
+    // value per socket, so it is the bound limit; unbound peers are held to theirs in dispatch.
+    this.router = new z.Router({ linger: 0, maxMessageSize: this.maxMessageBytes, ipv6: isIpv6(this.ep) });
     try {
       await this.router.bind(zmqAddress(this.ep));
     } catch (e) {
