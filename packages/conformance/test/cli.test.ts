@@ -1,5 +1,5 @@
 import { execFile } from "node:child_process";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -96,6 +96,19 @@ describe("tapwire-conformance worker", () => {
     } finally {
       await proxy.close();
     }
+  });
+  it("the README example runs (against this worker) and prints its summary line", async () => {
+    const md = readFileSync(new URL("../README.md", import.meta.url), "utf8");
+    const code = /```ts\n([\s\S]*?)```/.exec(md)![1]!;
+    const dist = new URL("../dist/index.js", import.meta.url).href;
+    const js = code
+      .replace('"@tapwire/conformance"', JSON.stringify(dist))
+      .replace("tcp://127.0.0.1:7878", w.endpoints.tcp!);
+    const dir = mkdtempSync(join(tmpdir(), "tapwire-conf-readme-"));
+    writeFileSync(join(dir, "example.mjs"), js);
+    const r = await run(process.execPath, [join(dir, "example.mjs")], { maxBuffer: 16 << 20 });
+    expect(r.stdout.split("\n")[0]).toMatch(/^\d+ cases, 0 FAILED$/);
+    expect(r.stdout).toMatch(/^CONTRACT 7\.2$/m);
   });
   it("exits 3 when the worker cannot be reached", async () => {
     const r = await bin(["worker", "tcp://127.0.0.1:1", "--timeout-ms", "300"]);

@@ -33,6 +33,7 @@ Worker options (flag names as tapwire-worker's; anything not given is discovered
 Client options
   --listen URL              where the scripted worker listens (tcp://, unix://, zmq+tcp://, zmq+ipc://)
   --backoff-ms MS           the client's backoff_ms: judge "after backoff" and "at once" by time
+  --disable-wait-ms MS      how long a disabled client must stay silent (default max(4 x backoff, 1500))
   --token T                 the client's token (its HELLO auth is checked as HMAC)
   (--window --num-spec --vocab --num-taps --hidden --drafter-identity --markov-identity: the
    geometry the scripted worker announces; configure the client the same. A case that must
@@ -111,6 +112,7 @@ async function main(): Promise<number> {
       junit: str,
       "timeout-ms": str,
       "backoff-ms": str,
+      "disable-wait-ms": str,
       seed: str,
       verbose: { type: "boolean" },
       help: { type: "boolean" },
@@ -192,6 +194,8 @@ async function main(): Promise<number> {
         markovIdentity: v["markov-identity"],
         timeoutMs,
         backoffMs: int("backoff-ms", v["backoff-ms"], 0, 2 ** 31 - 1),
+        disableWaitMs: int("disable-wait-ms", v["disable-wait-ms"], 0, 2 ** 31 - 1),
+        onNeedClient: (why: string) => process.stderr.write(`restart the client now (${why})\n`),
         token: v.token,
         onListening: (ep: string) => process.stderr.write(`listening on ${ep}\n`),
       }),
@@ -228,7 +232,8 @@ async function main(): Promise<number> {
 main().then(
   (code) => {
     process.exitCode = code;
-    setImmediate(() => process.exit(code));
+    // Exit once stdout is flushed (a pipe is written asynchronously; zeromq handles would keep the process up).
+    process.stdout.write("", () => process.exit(code));
   },
   (e: unknown) => {
     if (

@@ -165,7 +165,10 @@ export class EcProducerCtx {
     ty("mem_descriptor", "bin");
     ty("nbytes", "int");
     ty("crc32", "int");
-    const get = <T extends Typed["t"]>(k: string, tt: T) => m.get(k) as Extract<Typed, { t: T }> | undefined;
+    const get = <T extends Typed["t"]>(k: string, t: T) => {
+      const x = m.get(k);
+      return x !== undefined && x.t === t ? (x as Extract<Typed, { t: T }>) : undefined;
+    };
     const blocksT = get("src_block_indices", "array");
     const blocks = (blocksT?.v ?? []).map((x) => (x.t === "int" ? x.v : Number.NaN));
     if (blocks.some((x) => !Number.isInteger(x) || x < 0))
