@@ -1,122 +1,35 @@
-import type { Counter, Gauge, Registry } from "@tapwire/stats";
+import type { Registry } from "@tapwire/stats";
 import type { Logger } from "pino";
 import type { BackoffPolicy } from "./backoff.js";
 import { Backoff } from "./backoff.js";
 import { EmbeddingCache } from "./cache.js";
+import type {
+  ConnectorStepResults,
+  ConsumerConnectorOptions,
+  ControlClient,
+  CreateConsumerConnectorOptions,
+  FailedRequest,
+} from "./connector-options.js";
+import { dealerFactory, RETRY_DEFAULTS } from "./connector-options.js";
 import type { ConsumerSessionResults } from "./consumer-session.js";
 import { CONSUMER_DEFAULTS, ConsumerSession } from "./consumer-session.js";
-import type { CurveClientOptions } from "./curve.js";
-import { checkCurveKey } from "./curve.js";
-import type { DataTlsOptions } from "./data/socket.js";
 import { SocketDataTransport } from "./data/socket.js";
 import type { DataTransport } from "./data/transport.js";
 import { checkFunctionOption, checkNumberOption, EcError, isIntInRange } from "./errors.js";
-import { defaultRegistry, silentLogger } from "./metrics.js";
-import type { CompatibilityInfo } from "./protocol.js";
+import type { ConnectorMetrics } from "./metrics.js";
+import { connectorMetrics, defaultRegistry, silentLogger } from "./metrics.js";
 import { compatibilityHash } from "./protocol.js";
-import type { HeartbeatOptions } from "./zmq.js";
-import { validateHeartbeat, ZmqDealerClient } from "./zmq.js";
+import { validateHeartbeat } from "./zmq.js";
 
-/** The consumer's control connection to one producer (a ZeroMQ DEALER, or a fake in tests). */
-export interface ControlClient {
-  /** Queues one message; never blocks or throws. */
-  send(payload: Uint8Array): void;
-  /** Drains received messages without blocking. */
-  poll(): Uint8Array[];
-  /** Closes the connection; no callback fires afterwards. */
-  close(): void;
-  /** Set by the connector: called when the peer is seen down (heartbeat timeout, disconnect). */
-  onPeerDown: ((why: string) => void) | null;
-  /** Set by the connector: called when a message arrives. */
-  onMessage: (() => void) | null;
-}
-
-/** Retry policy for retryable outcomes (NOT_READY, ack timeout, peer down), bounded by each request's deadline. */
-export interface RetryPolicy {
-  /** First delay (default 10 ms). */
-  initialMs?: number;
-  /** Largest delay (default 200 ms). */
-  maxMs?: number;
-  /** Growth per attempt (default 2). */
-  multiplier?: number;
-}
-
-/** Default {@link RetryPolicy}. */
-export const RETRY_DEFAULTS = { initialMs: 10, maxMs: 200, multiplier: 2 } as const;
-
-/** Options of {@link ConsumerConnector}. */
-export interface ConsumerConnectorOptions {
-  /** The local cache (the single owner of the blocks reads land in). */
-  cache: EmbeddingCache;
-  /** The local data plane over `cache.region`. */
-  data: DataTransport;
-  /** Compatibility inputs (EC-CONTRACT 2) or a precomputed hash. `blockBytes` must equal the cache's. */
-  compatibility: CompatibilityInfo | string;
-  /** `ack_timeout_s` in ms: an XferReq without an ack by then is retried (default 2 000, EC-CONTRACT 6.3). */
-  ackTimeoutMs?: number;
-  /** `read_timeout_s` in ms: a read still PROC after it is quarantined (default 20 000, EC-CONTRACT 6.3). */
-  readTimeoutMs?: number;
-  /** `quarantine_timeout_s` in ms: a quarantined read still PROC after it is released (default 60 000, EC-CONTRACT 6.3). */
-  quarantineTimeoutMs?: number;
-  /** Verify each read's CRC-32 (default true). */
-  verifyChecksum?: boolean;
-  /** Delays between re-requests of retryable outcomes (default {@link RETRY_DEFAULTS}). */
-  retry?: RetryPolicy;
-  /** Close a producer's session after this long without requests (default 60 000 ms). */
-  idleCloseMs?: number;
-  /** ZeroMQ heartbeats of the DEALERs (default 2/4/8 s). */
-  heartbeat?: HeartbeatOptions;
-  /**
-   * EC-CONTRACT 9.4: authenticate every DEALER with this CURVE key pair; `serverKey` is the
-   * producer's public key (a function of the producer address for several producers).
-   */
-  curve?: CurveClientOptions;
-  /** Monotonic clock (ms) used when `poll()` is called without `now` (default `performance.now`). */
-  now?: () => number;
-  /** Builds the control connection to a producer (default: a ZeroMQ DEALER). */
-  connect?: (producer: string) => ControlClient;
-  /** Where the `connector_*`, `consumer_*` and `data_*` metrics go (default: a fresh `@tapwire/stats` Registry). */
-  registry?: Registry;
-  /** pino logger (default: silent). */
-  logger?: Logger;
-}
-
-/** Options of {@link ConsumerConnector.create}: the cache and a socket data plane are built for you. */
-export interface CreateConsumerConnectorOptions extends Omit<ConsumerConnectorOptions, "cache" | "data"> {
-  /** Blocks of the local cache (integer >= 1). */
-  numBlocks: number;
-  /** Bytes per block (integer >= 1); must equal the producer's (it is part of the compatibility hash). */
-  blockBytes: number;
-  /** Agent name (default "ec-consumer"). */
-  name?: string;
-  /** Run a data server too (`tcp://…` or `unix://…`); a consumer only reads, so it is optional. */
-  dataListen?: string;
-  /**
-   * Checksum on a worker thread (a `SharedArrayBuffer` cache region) so the CRC-32 overlaps the
-   * receive; worth it with a spare core (default false).
-   */
-  checksumThread?: boolean;
-  /** EC-CONTRACT 9.4: the client certificate, key and trusted producer certificates for `tls://` data planes. */
-  tls?: DataTlsOptions;
-}
-
-/** A request that will not complete: compute the embedding locally. */
-export interface FailedRequest {
-  /** The embedding's content hash. */
-  mmHash: string;
-  /** Why it failed, in words (the NACK name, a read failure, a checksum mismatch, the deadline, an allocation failure...). */
-  reason: string;
-}
-
-/** EC-CONTRACT 7: what a scheduler needs per step. */
-export interface ConnectorStepResults {
-  /** Promoted to ready local entries this step: read them with `cache.view(mmHash)`. */
-  loaded: string[];
-  /** Given up this step (NACK, read failure, checksum, deadline, cache full...). */
-  failed: FailedRequest[];
-  /** Still in progress after this step. */
-  pending: string[];
-}
+export type {
+  ConnectorStepResults,
+  ConsumerConnectorOptions,
+  ControlClient,
+  CreateConsumerConnectorOptions,
+  FailedRequest,
+  RetryPolicy,
+} from "./connector-options.js";
+export { RETRY_DEFAULTS } from "./connector-options.js";
 
 interface Request {
   mmHash: string;
@@ -137,19 +50,6 @@ interface Pooled {
   session: ConsumerSession;
   down: string | null;
   lastUsed: number;
-}
-
-interface ConnectorMetrics {
-  requests: Counter;
-  loaded: Counter;
-  failed: Counter;
-  retries: Counter;
-  evictions: Counter;
-  pending: Gauge;
-  sessions: Gauge;
-  freeBlocks: Gauge;
-  pinnedBlocks: Gauge;
-  retiredBlocks: Gauge;
 }
 
 /**
@@ -254,45 +154,10 @@ export class ConsumerConnector {
     }
     this.#log = options.logger ?? silentLogger();
     const hb = options.heartbeat;
-    const curve = options.curve;
-    if (curve !== undefined) {
-      if (curve === null || typeof curve !== "object")
-        throw new EcError("EC_BAD_OPTION", "option curve: expected an object");
-      checkCurveKey("curve.publicKey", curve.publicKey);
-      checkCurveKey("curve.secretKey", curve.secretKey);
-      if (typeof curve.serverKey !== "function") checkCurveKey("curve.serverKey", curve.serverKey);
-    }
-    this.#connect =
-      options.connect ??
-      ((addr) =>
-        new ZmqDealerClient(addr, {
-          logger: this.#log,
-          ...(hb === undefined ? {} : { heartbeat: hb }),
-          ...(curve === undefined
-            ? {}
-            : {
-                curve: {
-                  publicKey: curve.publicKey,
-                  secretKey: curve.secretKey,
-                  serverKey: typeof curve.serverKey === "function" ? curve.serverKey(addr) : curve.serverKey,
-                },
-              }),
-        }));
+    this.#connect = options.connect ?? dealerFactory(hb, options.curve, this.#log);
     if (hb !== undefined) validateHeartbeat(hb);
     this.registry = options.registry ?? defaultRegistry();
-    const r = this.registry;
-    this.#m = {
-      requests: r.counter("connector_requests", "requests accepted by the connector (EC-CONTRACT 7)"),
-      loaded: r.counter("connector_loaded", "embeddings promoted to ready local entries"),
-      failed: r.counter("connector_failed", "requests given up (compute locally)"),
-      retries: r.counter("connector_retries", "re-requests after NOT_READY, ack timeout or peer down"),
-      evictions: r.counter("consumer_evictions", "local cache entries evicted (LRU)"),
-      pending: r.gauge("connector_pending", "requests in progress"),
-      sessions: r.gauge("connector_sessions", "producer sessions open"),
-      freeBlocks: r.gauge("consumer_free_blocks", "free local cache blocks"),
-      pinnedBlocks: r.gauge("consumer_pinned_blocks", "pinned local cache blocks"),
-      retiredBlocks: r.gauge("consumer_retired_blocks", "retired local cache blocks (never reused)"),
-    };
+    this.#m = connectorMetrics(this.registry);
     this.#lastEvictions = this.cache.evictions;
     const wake = () => this.onActivity?.();
     this.data.onReadDone = wake;

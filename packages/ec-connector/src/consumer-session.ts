@@ -1,3 +1,6 @@
+// One file over ~500 lines on purpose: the ConsumerXfer state machine of EC-CONTRACT 6.3 (its
+// transition table) and the session that drives it; apart, each transition would be read in two places.
+
 import { randomUUID } from "node:crypto";
 import type { Registry } from "@tapwire/stats";
 import type { Logger } from "pino";

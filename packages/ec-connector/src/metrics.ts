@@ -211,3 +211,33 @@ export function dataMetrics(r: Registry): DataMetrics {
     ),
   };
 }
+
+/** Connector-level metrics (EC-CONTRACT 7). */
+export interface ConnectorMetrics {
+  requests: Counter;
+  loaded: Counter;
+  failed: Counter;
+  retries: Counter;
+  evictions: Counter;
+  pending: Gauge;
+  sessions: Gauge;
+  freeBlocks: Gauge;
+  pinnedBlocks: Gauge;
+  retiredBlocks: Gauge;
+}
+
+/** Registers (idempotently) and returns the connector metrics. */
+export function connectorMetrics(r: Registry): ConnectorMetrics {
+  return {
+    requests: r.counter("connector_requests", "requests accepted by the connector (EC-CONTRACT 7)"),
+    loaded: r.counter("connector_loaded", "embeddings promoted to ready local entries"),
+    failed: r.counter("connector_failed", "requests given up (compute locally)"),
+    retries: r.counter("connector_retries", "re-requests after NOT_READY, ack timeout or peer down"),
+    evictions: r.counter("consumer_evictions", "local cache entries evicted (LRU)"),
+    pending: r.gauge("connector_pending", "requests in progress"),
+    sessions: r.gauge("connector_sessions", "producer sessions open"),
+    freeBlocks: r.gauge("consumer_free_blocks", "free local cache blocks"),
+    pinnedBlocks: r.gauge("consumer_pinned_blocks", "pinned local cache blocks"),
+    retiredBlocks: r.gauge("consumer_retired_blocks", "retired local cache blocks (never reused)"),
+  };
+}
