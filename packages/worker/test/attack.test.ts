@@ -18,7 +18,7 @@ import {
   watchRss,
   withFdLimit,
 } from "@tapwire/testing";
-import { encodeHeader, FrameStatus, frame, Op, splitFrame } from "@tapwire/wire";
+import { encodeHeader, encodeHello, FrameStatus, frame, Op, splitFrame } from "@tapwire/wire";
 import { afterEach, describe, expect, test } from "vitest";
 import { createWorker, NullDrafter } from "../src/index.js";
 import { entry, helloFor, Raw, Sess } from "./helpers.js";
@@ -180,7 +180,17 @@ describe("CONTRACT 11 before HELLO: a worker under attack", () => {
   test("slowloris: unbound connections dripping bytes are closed after unbound-idle-ms", async () => {
     const { ep } = await startWorker(["--unbound-idle-ms", "800"]);
     const { s, round } = await legit(ep, 0xa003);
-    const attack = slowloris(ep, { connections: 20 * SCALE, intervalMs: 100, durationMs: 5000 * SCALE });
+    // A well-formed HELLO (188 bytes with its prefix), one byte every 100 ms: it would take 19 s.
+    const hello = frame({ op: Op.HELLO, seq: 1, session: 0xbad }, encodeHello(helloFor(drafter)));
+    const payload = new Uint8Array(4 + hello.length);
+    new DataView(payload.buffer).setUint32(0, hello.length, true);
+    payload.set(hello, 4);
+    const attack = slowloris(ep, {
+      connections: 20 * SCALE,
+      payload,
+      intervalMs: 100,
+      durationMs: 5000 * SCALE,
+    });
     let done = false;
     void attack.then(() => {
       done = true;
@@ -193,6 +203,8 @@ describe("CONTRACT 11 before HELLO: a worker under attack", () => {
     const r = await attack;
     expect(r.closedByPeer).toBe(r.opened);
     expect(r.stillOpen).toBe(0);
+    // Closed by the unbound idle timer, not by the end of the drip.
+    expect(r.closeAfterMs[r.closeAfterMs.length - 1]!).toBeLessThan(4000);
     const c = await counters(s);
     expect(c.transport_server_unbound_idle_closed).toBeGreaterThanOrEqual(r.opened);
   });
