@@ -232,7 +232,7 @@ export class Session {
       if (this.id !== 0) this.#m.takeovers.inc();
       this.#store.resetAll();
       this.id = session;
-      this.#newEpoch();
+      this.#newEpoch(conn);
       this.#m.sessions.inc();
       log.info({ session, client: hello.clientName, sampleMode: hello.sampleMode }, "new session");
     }
@@ -243,10 +243,12 @@ export class Session {
     return this.#small(Op.HELLO, FrameStatus.OK, seq, session, reply);
   }
 
-  // A new session is current: every connection bound to the old one is unbound (CONTRACT 6.2).
-  #newEpoch(): void {
+  // A new session is current: every other connection bound to the old one is unbound
+  // (CONTRACT 6.2); `conn`, which said the HELLO, is bound again right after.
+  #newEpoch(conn: FrameConn): void {
     this.#epoch++;
     for (const c of this.#bound) {
+      if (c === conn) continue;
       this.#m.unbinds.inc();
       c.unbind?.();
     }
@@ -257,7 +259,7 @@ export class Session {
     if (this.#bindings.get(conn) === this.#epoch) return;
     this.#bindings.set(conn, this.#epoch);
     this.#bound.add(conn);
-    conn.bind?.();
+    conn.bind?.(); // idempotent in the transport
   }
 
   #small(op: number, status: number, seq: number, session: number, body?: Uint8Array): Uint8Array {

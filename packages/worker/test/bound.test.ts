@@ -131,6 +131,8 @@ describe("CONTRACT 6.2 (1.1): bound connections", () => {
     const back = await a.doHello();
     expect(back.status).toBe(FrameStatus.OK);
     expect(back.reply!.windowsKept).toBe(0);
+    // Only B's connection was unbound by it (the HELLO's own connection is bound to the new take).
+    expect(counters(w).connections_unbound).toBe(3);
     expect((await a.step(oneRow())).status).toBe(FrameStatus.OK);
     // ... and A's other connection, bound to the earlier take of A, stays unbound.
     a2.seq = a.seq;
