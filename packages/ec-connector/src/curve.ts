@@ -27,6 +27,8 @@ export function newCurveKeyPair(): CurveKeyPair {
   return curveKeyPair();
 }
 
+/** Where libzmq asks for ZAP decisions (ZeroMQ RFC 27), in the default context. */
+const ZAP_ENDPOINT = "inproc://zeromq.zap.01";
 const Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
 
 /** Z85 (ZeroMQ RFC 32) of `bytes` (a multiple of 4 long). */
@@ -88,17 +90,8 @@ class ZapService {
     const domain = `tapwire-ec-${process.pid}-${this.#next++}`;
     this.#domains.set(domain, { allow: new Set(allow), onRefused });
     this.#log ??= log;
-    if (this.#sock === null) {
-      const sock = new Reply({ linger: 0 });
-      this.#sock = sock;
-      this.#binding = sock.bind("inproc://zeromq.zap.01");
-      void this.#binding.then(
-        () => this.#loop(sock),
-        () => undefined,
-      );
-    }
     try {
-      await this.#binding;
+      await this.#bound();
     } catch (err) {
       this.release(domain);
       throw new EcError("EC_BAD_ENDPOINT", `ZAP handler: ${(err as Error).message}`, { cause: err });
@@ -111,7 +104,38 @@ class ZapService {
     if (this.#domains.size === 0 && this.#sock !== null) {
       this.#sock.close();
       this.#sock = null;
+      this.#binding = null;
     }
+  }
+
+  /**
+   * Binds the handler once. A handler closed a moment ago (the last producer of the process went
+   * away) may still hold the inproc name: EADDRINUSE is retried for up to half a second.
+   */
+  #bound(): Promise<void> {
+    if (this.#sock !== null && this.#binding !== null) return this.#binding;
+    const sock = new Reply({ linger: 0 });
+    this.#sock = sock;
+    this.#binding = (async () => {
+      for (let i = 0; ; i++) {
+        try {
+          await sock.bind(ZAP_ENDPOINT);
+          break;
+        } catch (err) {
+          if (i >= 50 || (err as { code?: unknown }).code !== "EADDRINUSE") {
+            if (this.#sock === sock) {
+              this.#sock = null;
+              this.#binding = null;
+            }
+            sock.close();
+            throw err;
+          }
+          await new Promise((r) => setTimeout(r, 10));
+        }
+      }
+      void this.#loop(sock);
+    })();
+    return this.#binding;
   }
 
   async #loop(sock: Reply): Promise<void> {

@@ -141,4 +141,47 @@ describe("CURVE control plane and tls:// data plane (EC-CONTRACT 9.4)", () => {
     expect(k.secretKey).toMatch(/^.{40}$/);
     expect(k.publicKey).not.toBe(server.publicKey);
   });
+
+  it("several CURVE producers in one process share the ZAP handler, each with its own allow list", async () => {
+    const other = newCurveKeyPair();
+    const keysB = newCurveKeyPair();
+    const start = (keys: CurveKeyPair, allow: string[]) =>
+      EcProducer.start({
+        numBlocks: 64,
+        blockBytes: BB,
+        data: "tls://127.0.0.1:0",
+        curve: { ...keys, allow },
+        tls: { cert: pCert.cert, key: pCert.key, ca: tls.ca },
+        prepopulate: [["img", N]],
+      });
+    const fetchFrom = async (prod: EcProducer, keys: CurveKeyPair, serverKey: string, ms: number) => {
+      const c = await ConsumerConnector.create({
+        numBlocks: 64,
+        blockBytes: BB,
+        compatibility: prod.compatibilityHash,
+        registry: new Registry(),
+        ackTimeoutMs: 300,
+        tls: { cert: cCert.cert, key: cCert.key, ca: tls.ca },
+        curve: { ...keys, serverKey },
+      });
+      const d = new Driver(c).start();
+      try {
+        return await d.fetch("img", prod.controlEndpoint, N, ms);
+      } finally {
+        d.stop();
+        await c.close();
+      }
+    };
+    const b = await start(keysB, [other.publicKey]);
+    try {
+      // `allowed` gets into the suite's producer, not into b; `other` only into b
+      expect(await fetchFrom(b, allowed, keysB.publicKey, 1_000)).not.toBe("loaded");
+      expect(await fetchFrom(b, other, keysB.publicKey, 10_000)).toBe("loaded");
+      expect(await fetchFrom(producer, other, server.publicKey, 1_000)).not.toBe("loaded");
+    } finally {
+      await b.close();
+    }
+    // the handler outlives b (the suite's producer still has its domain)
+    expect(await fetchFrom(producer, allowed, server.publicKey, 10_000)).toBe("loaded");
+  });
 });

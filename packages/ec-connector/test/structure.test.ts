@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { Backoff } from "../src/backoff.js";
 import { ChecksumThread } from "../src/data/checksum.js";
+import { decodeToReader, encodeFrame } from "../src/data/frame.js";
 import { crc32Info, EcError } from "../src/index.js";
 
 describe("package structure (issue 12)", () => {
@@ -54,4 +55,11 @@ describe("package structure (issue 12)", () => {
       expect(crc32Info.impl).toBeTypeOf("string");
     },
   );
+
+  it("an ERROR frame's message is cut to 1 024 bytes on a UTF-8 boundary", () => {
+    // "a" then 2-byte characters: byte 1 024 is a continuation byte, so the cut backs off by one
+    const f = encodeFrame({ op: "error", code: "no_grant", message: `a${"é".repeat(2000)}` });
+    const back = decodeToReader(f.subarray(4));
+    expect(back.op === "error" && back.message).toBe(`a${"é".repeat(511)}`);
+  });
 });

@@ -144,7 +144,13 @@ export function encodeFrame(f: ToServer | ToReader): Buffer {
       return b;
     }
     case "error": {
-      const msg = UTF8.encode(f.message).subarray(0, MAX_ERROR_MESSAGE_BYTES);
+      let msg = UTF8.encode(f.message);
+      if (msg.length > MAX_ERROR_MESSAGE_BYTES) {
+        // Cut before a UTF-8 lead byte so the message stays valid UTF-8.
+        let end = MAX_ERROR_MESSAGE_BYTES;
+        while (end > 0 && (msg[end]! & 0xc0) === 0x80) end--;
+        msg = msg.subarray(0, end);
+      }
       const b = Buffer.alloc(LEN_BYTES + ERROR_FIXED + msg.length);
       b.writeUInt32LE(ERROR_FIXED + msg.length, 0);
       b[4] = DATA_OPS.error;
