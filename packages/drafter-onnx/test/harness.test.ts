@@ -42,6 +42,10 @@ function harness(
         "24",
         "--depth-policy",
         "fixed:4",
+        // A STEP that timed out on a loaded machine would make a round target-only and shift
+        // the rounds after it: the comparison wants every round drafted in both runs.
+        "--step-timeout-ms",
+        "20000",
         "--progress",
         "off",
         "--json",
