@@ -206,7 +206,10 @@ describe("CONTRACT 11 before HELLO: a worker under attack", () => {
     // Closed by the unbound idle timer, not by the end of the drip.
     expect(r.closeAfterMs[r.closeAfterMs.length - 1]!).toBeLessThan(4000);
     const c = await counters(s);
-    expect(c.transport_server_unbound_idle_closed).toBeGreaterThanOrEqual(r.opened);
+    // At most half of --max-connections (32) are held unbound: the rest are evicted at once.
+    const idleClosed = c.transport_server_unbound_idle_closed ?? 0;
+    expect(idleClosed).toBeGreaterThanOrEqual(Math.min(r.opened, 32));
+    expect(idleClosed + (c.transport_server_connections_evicted ?? 0)).toBeGreaterThanOrEqual(r.opened);
   });
 
   test("idle flood past max-connections: the longest-idle unbound connections are evicted, clients still get in", async () => {
