@@ -19,6 +19,7 @@ const BRAND = Symbol.for("@tapwire/drafter-onnx/OnnxDrafterError");
 
 /** The one error class of `@tapwire/drafter-onnx`; `code` is stable, the message names the first problem. */
 export class OnnxDrafterError extends Error {
+  /** Stable code of the failure ({@link OnnxDrafterErrorCode}). */
   readonly code: OnnxDrafterErrorCode;
   constructor(code: OnnxDrafterErrorCode, message: string, options?: { cause?: unknown }) {
     super(message, options);
@@ -27,6 +28,7 @@ export class OnnxDrafterError extends Error {
     Object.defineProperty(this, BRAND, { value: true });
   }
 
+  /** True for an OnnxDrafterError of any installed copy of this package (branded with `Symbol.for`). */
   static override [Symbol.hasInstance](x: unknown): boolean {
     return typeof x === "object" && x !== null && (x as Record<symbol, unknown>)[BRAND] === true;
   }

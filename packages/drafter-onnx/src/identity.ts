@@ -20,6 +20,14 @@ export interface IdentityRule {
   markovPrefix: string;
 }
 
+/** The two identities of a model (CONTRACT 6.1), 32 bytes each. */
+export interface ModelIdentities {
+  /** SHA-256 of the drafter's initializers (HELLO `drafter_identity`). */
+  drafterIdentity: Uint8Array;
+  /** SHA-256 of the Markov head's initializers (HELLO `markov_identity`). */
+  markovIdentity: Uint8Array;
+}
+
 /** The identity rule of a model's metadata (defaults for absent keys). */
 export function identityRule(meta: ReadonlyMap<string, string>): IdentityRule {
   return {
@@ -140,7 +148,7 @@ export function initializerTensors(graph: OnnxNs.IGraphProto): Map<string, Safet
 export function modelIdentities(
   tensors: Map<string, SafetensorsTensor>,
   rule: IdentityRule,
-): { drafterIdentity: Uint8Array; markovIdentity: Uint8Array } {
+): ModelIdentities {
   const counted = (n: string) => !n.startsWith(RESERVED_PREFIX);
   const markov = (n: string) => rule.markovPrefix !== "" && n.startsWith(rule.markovPrefix);
   return {

@@ -11,7 +11,7 @@ export { ExecutionProvider, GraphOptimization, OnnxDrafter } from "./drafter.js"
 export { OnnxDrafterError, OnnxDrafterErrorCode } from "./errors.js";
 export type { ExportOptions } from "./export.js";
 export { exportReferenceHead } from "./export.js";
-export type { IdentityRule } from "./identity.js";
+export type { IdentityRule, ModelIdentities } from "./identity.js";
 export { identityRule, initializerTensors, modelIdentities } from "./identity.js";
 export type { ModelInfo } from "./model.js";
 export { decodeModel, inspectModel } from "./model.js";

@@ -14,8 +14,11 @@ export interface ModelInfo {
   window: number;
   /** `tapwire.num_spec`. */
   numSpec: number;
+  /** `tapwire.vocab_size`. */
   vocabSize: number;
+  /** `tapwire.num_taps`. */
   numTaps: number;
+  /** `tapwire.hidden`. */
   hidden: number;
   /** Rows the model reads per entry (the static second dim of `rows`, at most `window`). */
   windowRows: number;
