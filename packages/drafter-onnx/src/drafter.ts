@@ -142,7 +142,7 @@ function bucketSize(n: number): number {
 }
 
 /**
- * A {@link Drafter} on ONNX Runtime for a head that follows the signature of
+ * A `Drafter` of `@tapwire/worker` on ONNX Runtime for a head that follows the signature of
  * docs/onnx-drafter.md. Every STEP runs the model once per draft position for the whole batch
  * (the position's input token is the previous position's draft, for Markov-style heads);
  * greedy ids are the top-1 logit, TOP32 entries get their dyadic q (CONTRACT 8) computed in
@@ -152,13 +152,21 @@ function bucketSize(n: number): number {
  * a run that throws fails the STEP's batch. Build with {@link OnnxDrafter.create}.
  */
 export class OnnxDrafter implements Drafter {
+  /** SHA-256 of the model's drafter initializers (CONTRACT 6.1; docs/onnx-drafter.md). */
   readonly drafterIdentity: Uint8Array;
+  /** SHA-256 of the model's Markov initializers. */
   readonly markovIdentity: Uint8Array;
+  /** Window `W` (the option, else `tapwire.window`). */
   readonly window: number;
+  /** `N` (the option, else `tapwire.num_spec`). */
   readonly numSpec: number;
+  /** `tapwire.vocab_size`. */
   readonly vocabSize: number;
+  /** `tapwire.num_taps`. */
   readonly numTaps: number;
+  /** `tapwire.hidden`. */
   readonly hidden: number;
+  /** CONTRACT 6.1 capability bits: TAPS_BF16 and MARGIN, and TOP32 when the model can return 32 candidates. */
   readonly capabilities: number;
   /** What the model declares (signature, geometry, identities). */
   readonly info: Readonly<ModelInfo>;
