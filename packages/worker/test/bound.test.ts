@@ -143,11 +143,26 @@ describe("CONTRACT 6.2 (1.1): bound connections", () => {
 
   test("zmq: a connection is the peer routing id", async () => {
     const w = await start({}, "zmq+tcp://127.0.0.1:0");
-    const s = await session(w, 0x3001);
+    const s = new Sess(await conn(w), 0x3001, d, helloFor(d, { maxRowsPerStep: 256 }));
+    expect((await s.doHello()).status).toBe(FrameStatus.OK);
     const x = await conn(w);
     const st = stepFrame({ seq: s.seq + 1, session: s.session, entries: oneRow() });
     expect((await x.send(st)).status).toBe(FrameStatus.NO_SESSION);
+    // Above 4 KiB from a peer that never said HELLO (CONTRACT 11): answered from the header.
+    const big = stepFrame({
+      seq: s.seq + 2,
+      session: s.session,
+      entries: [entry({ slot: 0, anchorPos: 300, nRows: 300 })],
+    });
+    expect((await x.send(big)).status).toBe(FrameStatus.NO_SESSION);
     expect((await s.step(oneRow())).status).toBe(FrameStatus.OK);
+    // The bound peer may send more than 4 KiB.
+    const own = stepFrame({
+      seq: s.seq + 1,
+      session: s.session,
+      entries: [entry({ slot: 1, anchorPos: 256, nRows: 256 })],
+    });
+    expect((await s.raw.send(own)).status).toBe(FrameStatus.OK);
   });
 });
 
