@@ -42,66 +42,97 @@ describe("parity with ReferenceDrafter (default head: W 16, N 4, rows 3 x 1024, 
     }
   });
 
-  for (const sampled of [false, true]) {
-    it(`${sampled ? "TOP32" : "greedy"}: ${STEPS} random STEPs give identical drafts`, async () => {
-      const rng = new Xoshiro128(sampled ? 0x70b32 : 0x9eed);
+  it("large batches in padded buckets (100 and 203 entries, then 3 again) give identical drafts", async () => {
+    const rng = new Xoshiro128(0xb16);
+    const rowBytes = ref.numTaps * ref.hidden * 2;
+    const pool = rowPool(rng, rowBytes, 48);
+    for (const n of [100, 203, 3]) {
       const geo = {
-        maxBatch: 12,
+        maxBatch: 1,
         window: ref.window,
         numSpec: ref.numSpec,
         vocab: ref.vocabSize,
-        rowBytes: ref.numTaps * ref.hidden * 2,
-        sampled,
+        rowBytes,
+        sampled: true,
       };
-      const pool = rowPool(rng, geo.rowBytes, 96);
-      let positions = 0;
-      let sampledPositions = 0;
-      let maxConfErr = 0;
-      for (let s = 0; s < STEPS; s++) {
-        const batch = randomStep(rng, geo, pool);
-        const a = makeOutput(batch.length, ref.numSpec, sampled);
-        const b = makeOutput(batch.length, ref.numSpec, sampled);
-        ref.draft(batch, a);
-        await onnxDrafter.draft(batch, b);
-        const where = (i: number) =>
-          `step ${s} entry ${Math.floor(i / ref.numSpec)} position ${i % ref.numSpec}`;
-        expect(Array.from(b.failed!)).toEqual(Array.from(a.failed!));
-        for (let i = 0; i < a.draftIds.length; i++) {
-          if (a.draftIds[i] !== b.draftIds[i])
-            expect.fail(`${where(i)}: id ${b.draftIds[i]} != ${a.draftIds[i]}`);
-          if (!close(a.confidence[i]!, b.confidence[i]!)) {
-            expect.fail(`${where(i)}: confidence ${b.confidence[i]} vs ${a.confidence[i]}`);
-          }
-          if (!close(a.margin![i]!, b.margin![i]!))
-            expect.fail(`${where(i)}: margin ${b.margin![i]} vs ${a.margin![i]}`);
-          if (a.confidence[i]! > 0) {
-            positions++;
-            maxConfErr = Math.max(
-              maxConfErr,
-              Math.abs(a.confidence[i]! - b.confidence[i]!) / a.confidence[i]!,
-            );
-          }
-        }
-        if (sampled) {
-          for (let i = 0; i < a.sampledMask!.length; i++) {
-            if (a.sampledMask![i] !== b.sampledMask![i]) expect.fail(`${where(i)}: sampled mask differs`);
-            if (a.sampledMask![i] === 1) sampledPositions++;
-          }
-          for (let i = 0; i < a.proposalQ!.length; i++) {
-            if (a.supportIds![i] !== b.supportIds![i] || a.proposalQ![i] !== b.proposalQ![i]) {
-              expect.fail(
-                `${where(Math.floor(i / 32))} support ${i % 32}: (${b.supportIds![i]}, q ${b.proposalQ![i]}) != (${a.supportIds![i]}, q ${a.proposalQ![i]})`,
+      const batch = Array.from({ length: n }, (_, i) => ({
+        ...randomStep(rng, geo, pool)[0]!,
+        index: i,
+        slot: i,
+      }));
+      const a = makeOutput(n, ref.numSpec, true);
+      const b = makeOutput(n, ref.numSpec, true);
+      ref.draft(batch, a);
+      await onnxDrafter.draft(batch, b);
+      expect(Array.from(b.draftIds), `${n} entries`).toEqual(Array.from(a.draftIds));
+      expect(Array.from(b.proposalQ!), `${n} entries`).toEqual(Array.from(a.proposalQ!));
+    }
+  });
+
+  for (const sampled of [false, true]) {
+    it(
+      `${sampled ? "TOP32" : "greedy"}: ${STEPS} random STEPs give identical drafts`,
+      async () => {
+        const rng = new Xoshiro128(sampled ? 0x70b32 : 0x9eed);
+        const geo = {
+          maxBatch: 12,
+          window: ref.window,
+          numSpec: ref.numSpec,
+          vocab: ref.vocabSize,
+          rowBytes: ref.numTaps * ref.hidden * 2,
+          sampled,
+        };
+        const pool = rowPool(rng, geo.rowBytes, 96);
+        let positions = 0;
+        let sampledPositions = 0;
+        let maxConfErr = 0;
+        for (let s = 0; s < STEPS; s++) {
+          const batch = randomStep(rng, geo, pool);
+          const a = makeOutput(batch.length, ref.numSpec, sampled);
+          const b = makeOutput(batch.length, ref.numSpec, sampled);
+          ref.draft(batch, a);
+          await onnxDrafter.draft(batch, b);
+          const where = (i: number) =>
+            `step ${s} entry ${Math.floor(i / ref.numSpec)} position ${i % ref.numSpec}`;
+          expect(Array.from(b.failed!)).toEqual(Array.from(a.failed!));
+          for (let i = 0; i < a.draftIds.length; i++) {
+            if (a.draftIds[i] !== b.draftIds[i])
+              expect.fail(`${where(i)}: id ${b.draftIds[i]} != ${a.draftIds[i]}`);
+            if (!close(a.confidence[i]!, b.confidence[i]!)) {
+              expect.fail(`${where(i)}: confidence ${b.confidence[i]} vs ${a.confidence[i]}`);
+            }
+            if (!close(a.margin![i]!, b.margin![i]!))
+              expect.fail(`${where(i)}: margin ${b.margin![i]} vs ${a.margin![i]}`);
+            if (a.confidence[i]! > 0) {
+              positions++;
+              maxConfErr = Math.max(
+                maxConfErr,
+                Math.abs(a.confidence[i]! - b.confidence[i]!) / a.confidence[i]!,
               );
             }
           }
+          if (sampled) {
+            for (let i = 0; i < a.sampledMask!.length; i++) {
+              if (a.sampledMask![i] !== b.sampledMask![i]) expect.fail(`${where(i)}: sampled mask differs`);
+              if (a.sampledMask![i] === 1) sampledPositions++;
+            }
+            for (let i = 0; i < a.proposalQ!.length; i++) {
+              if (a.supportIds![i] !== b.supportIds![i] || a.proposalQ![i] !== b.proposalQ![i]) {
+                expect.fail(
+                  `${where(Math.floor(i / 32))} support ${i % 32}: (${b.supportIds![i]}, q ${b.proposalQ![i]}) != (${a.supportIds![i]}, q ${a.proposalQ![i]})`,
+                );
+              }
+            }
+          }
         }
-      }
-      console.log(
-        `parity ${sampled ? "TOP32" : "greedy"}: ${STEPS} STEPs, ${positions} positions (${sampledPositions} sampled), max confidence rel err ${maxConfErr.toExponential(2)}`,
-      );
-      expect(positions).toBeGreaterThan(STEPS * 4);
-      if (sampled) expect(sampledPositions).toBeGreaterThan(STEPS * 2);
-    }, TIMEOUT);
+        console.log(
+          `parity ${sampled ? "TOP32" : "greedy"}: ${STEPS} STEPs, ${positions} positions (${sampledPositions} sampled), max confidence rel err ${maxConfErr.toExponential(2)}`,
+        );
+        expect(positions).toBeGreaterThan(STEPS * 4);
+        if (sampled) expect(sampledPositions).toBeGreaterThan(STEPS * 2);
+      },
+      TIMEOUT,
+    );
   }
 });
 
@@ -118,28 +149,32 @@ describe("parity on another geometry (W 8, N 8, rows 2 x 64 read whole, vocab 51
   });
   afterAll(() => onnxDrafter.release());
 
-  it(`${STEPS2} greedy and ${STEPS2} TOP32 STEPs give identical drafts`, async () => {
-    expect(onnxDrafter.numSpec).toBe(8);
-    for (const sampled of [false, true]) {
-      const rng = new Xoshiro128(sampled ? 77 : 78);
-      const geo = { maxBatch: 10, window: 8, numSpec: 8, vocab: 512, rowBytes: 2 * 64 * 2, sampled };
-      const pool = rowPool(rng, geo.rowBytes, 40);
-      for (let s = 0; s < STEPS2; s++) {
-        const batch = randomStep(rng, geo, pool);
-        const a = makeOutput(batch.length, 8, sampled);
-        const b = makeOutput(batch.length, 8, sampled);
-        ref.draft(batch, a);
-        await onnxDrafter.draft(batch, b);
-        expect(Array.from(b.draftIds), `step ${s}`).toEqual(Array.from(a.draftIds));
-        if (sampled) {
-          expect(Array.from(b.proposalQ!), `step ${s}`).toEqual(Array.from(a.proposalQ!));
-          expect(Array.from(b.supportIds!), `step ${s}`).toEqual(Array.from(a.supportIds!));
-        }
-        for (let i = 0; i < a.confidence.length; i++) {
-          expect(close(a.confidence[i]!, b.confidence[i]!), `step ${s} conf ${i}`).toBe(true);
-          expect(close(a.margin![i]!, b.margin![i]!), `step ${s} margin ${i}`).toBe(true);
+  it(
+    `${STEPS2} greedy and ${STEPS2} TOP32 STEPs give identical drafts`,
+    async () => {
+      expect(onnxDrafter.numSpec).toBe(8);
+      for (const sampled of [false, true]) {
+        const rng = new Xoshiro128(sampled ? 77 : 78);
+        const geo = { maxBatch: 10, window: 8, numSpec: 8, vocab: 512, rowBytes: 2 * 64 * 2, sampled };
+        const pool = rowPool(rng, geo.rowBytes, 40);
+        for (let s = 0; s < STEPS2; s++) {
+          const batch = randomStep(rng, geo, pool);
+          const a = makeOutput(batch.length, 8, sampled);
+          const b = makeOutput(batch.length, 8, sampled);
+          ref.draft(batch, a);
+          await onnxDrafter.draft(batch, b);
+          expect(Array.from(b.draftIds), `step ${s}`).toEqual(Array.from(a.draftIds));
+          if (sampled) {
+            expect(Array.from(b.proposalQ!), `step ${s}`).toEqual(Array.from(a.proposalQ!));
+            expect(Array.from(b.supportIds!), `step ${s}`).toEqual(Array.from(a.supportIds!));
+          }
+          for (let i = 0; i < a.confidence.length; i++) {
+            expect(close(a.confidence[i]!, b.confidence[i]!), `step ${s} conf ${i}`).toBe(true);
+            expect(close(a.margin![i]!, b.margin![i]!), `step ${s} margin ${i}`).toBe(true);
+          }
         }
       }
-    }
-  }, TIMEOUT);
+    },
+    TIMEOUT,
+  );
 });
