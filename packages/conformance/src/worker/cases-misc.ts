@@ -585,6 +585,8 @@ export const miscCases: W[] = [
           await ctx.resetOk(t, b);
         }
       }
+      // The last flip may have been an unreadable header (the worker closes that connection).
+      b = await ctx.bound(t);
       await ctx.stepOk(t, b, [ctx.entry(b, { slot: 0, anchorPos: 1, nRows: 1, flags: 3 })]);
     },
   },
@@ -616,7 +618,10 @@ export const miscCases: W[] = [
     cite: GARBAGE,
     async run(ctx: WorkerCtx, t: CaseCheck) {
       const b = await withWindow(ctx, t);
-      const conns = await Promise.all(Array.from({ length: 50 }, () => ctx.conn()));
+      // CONTRACT 11 lets a worker refuse or evict unbound connections beyond its limits.
+      const settled = await Promise.allSettled(Array.from({ length: 50 }, () => ctx.conn()));
+      const conns = settled.flatMap((x) => (x.status === "fulfilled" ? [x.value] : []));
+      if (conns.length < 50) t.note(`${50 - conns.length} of 50 connections refused (connection limits)`);
       conns.forEach((c, i) => {
         if (i % 3 === 1) c.sendRaw(Uint8Array.of(0x40, 0));
         if (i % 3 === 2) c.sendRaw(new Uint8Array([...lePrefix(64), 0x44, 0x53]));

@@ -221,6 +221,7 @@ export class WorkerCtx {
   /** Every frame status seen in replies (CONTRACT 5). */
   readonly statuses = new Map<number, number>();
   private open: RawConn[] = [];
+  private zmqBinds = 0;
   private rowPool: Uint8Array | null = null;
   private readonly opts: WorkerSuiteOptions;
 
@@ -357,6 +358,12 @@ export class WorkerCtx {
 
   /** A connection bound to `sess` (default the main session), windows emptied by RESET. */
   async bound(t: CaseCheck, o: ShapeOptions = {}): Promise<Bound> {
+    // ZeroMQ peers never close: a DEALER the tester dropped stays bound at the worker and counts
+    // against its max_connections (CONTRACT 11). A new main session now and then unbinds them all.
+    if (!this.stream && o.sess === undefined && ++this.zmqBinds > 12) {
+      this.zmqBinds = 0;
+      this.main = this.newSess();
+    }
     const sess = o.sess ?? this.main;
     const peer = await this.peer();
     const sampled = o.sampled ?? this.sampleMode === "top32";
