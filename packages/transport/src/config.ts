@@ -1,6 +1,7 @@
 // Option validation of makeClient and listen: every option checked (type, range) and a bad one
 // named in a TRANSPORT_BAD_OPTION error before anything is connected or bound.
 import { Registry } from "@tapwire/stats";
+import { intOption } from "./check.js";
 import type { Endpoint } from "./endpoint.js";
 import { TransportError } from "./errors.js";
 import { type ServerMetrics, serverMetrics } from "./metrics.js";
@@ -10,7 +11,6 @@ import {
   DEFAULT_CLOSE_TIMEOUT_MS,
   DEFAULT_CONNECT_TIMEOUT_MS,
   DEFAULT_MAX_MESSAGE_BYTES,
-  intOption,
   MAX_TIMER_MS,
   MAX_U32,
   type ServerOptions,

@@ -30,9 +30,14 @@ export const TransportErrorCode = {
 /** Union of the stable error code strings. */
 export type TransportErrorCode = (typeof TransportErrorCode)[keyof typeof TransportErrorCode];
 
+// Brand shared by every installed copy of this package, so `instanceof` holds across two copies
+// (undici lib/core/errors.js does the same).
+const kTransportError = Symbol.for("@tapwire/transport.TransportError");
+
 /**
  * The one error class of `@tapwire/transport`. Errors of a request are created when the request is
- * made, so their stack names the caller, even when the failure is detected later.
+ * made, so their stack names the caller, even when the failure is detected later. `instanceof
+ * TransportError` is true for errors of any installed copy of this package (a `Symbol.for` brand).
  */
 export class TransportError extends Error {
   /** Stable machine-readable code. */
@@ -42,6 +47,19 @@ export class TransportError extends Error {
     super(message, options);
     this.name = "TransportError";
     this.code = code;
+  }
+
+  /** True for a TransportError of any copy of this package. */
+  static override [Symbol.hasInstance](instance: unknown): boolean {
+    return (
+      typeof instance === "object" &&
+      instance !== null &&
+      (instance as { [kTransportError]?: unknown })[kTransportError] === true
+    );
+  }
+
+  get [kTransportError](): true {
+    return true;
   }
 }
 

@@ -1,23 +1,17 @@
 import * as net from "node:net";
 import * as tls from "node:tls";
 import type { Registry } from "@tapwire/stats";
+import { checkRequestArgs, checkRequestState, timeoutArg } from "./check.js";
+import type { ClientConfig } from "./config.js";
 import type { Endpoint } from "./endpoint.js";
-import { CallSite, Failure, TransportError, type TransportErrorCode } from "./errors.js";
+import { CallSite, type Failure, TransportError, type TransportErrorCode } from "./errors.js";
 import type { ClientMetrics } from "./metrics.js";
-import {
-  type ClientTlsOptions,
-  checkRequestArgs,
-  checkRequestState,
-  type RpcClient,
-  timeoutArg,
-} from "./options.js";
+import type { ClientTlsOptions, RpcClient } from "./options.js";
+import { RequestCore, State } from "./request.js";
 
 // Size of the reused receive buffer handed to the kernel (onread): one read takes at most this much.
 const RECV_CHUNK = 64 * 1024;
 const HEADER_BYTES = 4; // CONTRACT 3: u32 little-endian length prefix (CONTRACT 2)
-
-const State = { CLOSED: 0, CONNECTING: 1, OPEN: 2 } as const;
-type State = (typeof State)[keyof typeof State];
 
 const EMPTY: readonly Uint8Array[] = [];
 // TLS 1.3: a server checks the client certificate after the client's handshake is done; its
@@ -46,70 +40,57 @@ export function tlsRefusal(e: Error): string {
 export class StreamClient implements RpcClient {
   readonly endpoint: string;
   readonly registry: Registry;
-  private readonly ep: Endpoint;
-  private readonly maxMessageBytes: number;
-  private readonly defaultConnectTimeoutMs: number;
-  private readonly tlsOptions: ClientTlsOptions | undefined;
-  private readonly m: ClientMetrics;
+  readonly #ep: Endpoint;
+  readonly #maxMessageBytes: number;
+  readonly #defaultConnectTimeoutMs: number;
+  readonly #tlsOptions: ClientTlsOptions | undefined;
+  readonly #m: ClientMetrics;
 
-  private state: State = State.CLOSED;
-  private sock: net.Socket | null = null;
-  private connectPromise: Promise<void> | null = null;
-  private connectAbort: ((code: TransportErrorCode, why: string) => void) | null = null;
-  private closeReason = "not connected (call connect() first)";
-  private readonly recvBuf = Buffer.allocUnsafe(RECV_CHUNK);
-  private readonly header = Buffer.allocUnsafe(HEADER_BYTES);
+  #state: State = State.CLOSED;
+  #sock: net.Socket | null = null;
+  #connectPromise: Promise<void> | null = null;
+  #connectAbort: ((code: TransportErrorCode, why: string) => void) | null = null;
+  #closeReason = "not connected (call connect() first)";
+  readonly #recvBuf = Buffer.allocUnsafe(RECV_CHUNK);
+  readonly #header = Buffer.allocUnsafe(HEADER_BYTES);
 
-  // The outstanding request, if any.
-  private pending = false;
-  private replyBuf: Uint8Array = new Uint8Array(0);
-  private hdrGot = 0;
-  private len = 0;
-  private got = 0;
-  private resolveFn: ((r: number | Failure) => void) | null = null;
+  // The outstanding request, if any, and how much of its reply arrived.
+  readonly #req: RequestCore;
+  #hdrGot = 0;
+  #len = 0;
+  #got = 0;
   /** The reply-buffer view handed out for the next read, if any (see nextBuffer). */
-  private direct: Uint8Array | null = null;
-  private timer: NodeJS.Timeout | null = null;
-  private timeoutMs = 0;
+  #direct: Uint8Array | null = null;
 
-  constructor(
-    endpoint: string,
-    ep: Endpoint,
-    opts: {
-      maxMessageBytes: number;
-      connectTimeoutMs: number;
-      tls: ClientTlsOptions | undefined;
-      registry: Registry;
-    },
-    metrics: ClientMetrics,
-  ) {
+  constructor(endpoint: string, ep: Endpoint, opts: ClientConfig, metrics: ClientMetrics) {
     this.endpoint = endpoint;
-    this.ep = ep;
+    this.#ep = ep;
     this.registry = opts.registry;
-    this.maxMessageBytes = opts.maxMessageBytes;
-    this.defaultConnectTimeoutMs = opts.connectTimeoutMs;
-    this.tlsOptions = opts.tls;
-    this.m = metrics;
+    this.#maxMessageBytes = opts.maxMessageBytes;
+    this.#defaultConnectTimeoutMs = opts.connectTimeoutMs;
+    this.#tlsOptions = opts.tls;
+    this.#m = metrics;
+    this.#req = new RequestCore(metrics, this.#onTimeout);
   }
 
   get connected(): boolean {
-    return this.state === State.OPEN;
+    return this.#state === State.OPEN;
   }
 
   connect(timeoutMs?: number): Promise<void> {
-    if (this.state === State.OPEN) return Promise.resolve();
-    if (this.connectPromise !== null) return this.connectPromise;
+    if (this.#state === State.OPEN) return Promise.resolve();
+    if (this.#connectPromise !== null) return this.#connectPromise;
     const site = new CallSite(this.connect);
     let ms: number;
     try {
-      ms = timeoutArg("connect timeoutMs", timeoutMs ?? this.defaultConnectTimeoutMs);
+      ms = timeoutArg("connect timeoutMs", timeoutMs ?? this.#defaultConnectTimeoutMs);
     } catch (e) {
       return Promise.reject(e);
     }
-    this.state = State.CONNECTING;
+    this.#state = State.CONNECTING;
     const p = new Promise<void>((resolve, reject) => {
-      const sock = this.openSocket();
-      const secure = this.ep.scheme === "tls";
+      const sock = this.#openSocket();
+      const secure = this.#ep.scheme === "tls";
       let verdict: NodeJS.Timeout | undefined;
       let done = false;
       const finish = (err: Error | null): void => {
@@ -121,15 +102,15 @@ export class StreamClient implements RpcClient {
         sock.removeListener(secure ? "secureConnect" : "connect", onConnect);
         sock.removeListener("session", onSession);
         sock.removeListener("close", onEarlyClose);
-        this.connectPromise = null;
-        this.connectAbort = null;
+        this.#connectPromise = null;
+        this.#connectAbort = null;
         if (err !== null) {
           sock.destroy();
-          this.state = State.CLOSED;
+          this.#state = State.CLOSED;
           reject(err);
           return;
         }
-        this.attach(sock);
+        this.#attach(sock);
         resolve();
       };
       let handshaken = false;
@@ -153,7 +134,7 @@ export class StreamClient implements RpcClient {
         // A Node server refusing a client certificate closes right after the handshake, no alert.
         const why = !handshaken
           ? "closed by the server during the TLS handshake"
-          : this.tlsOptions?.cert !== undefined
+          : this.#tlsOptions?.cert !== undefined
             ? "the server refused the client certificate (it closed the connection right after the TLS handshake)"
             : "closed by the server right after the TLS handshake (does it require a client certificate?)";
         finish(site.error("TRANSPORT_CONNECT", `connect to ${this.endpoint} failed: ${why}`));
@@ -172,7 +153,7 @@ export class StreamClient implements RpcClient {
         () => finish(site.error("TRANSPORT_CONNECT", `connect to ${this.endpoint} timed out after ${ms} ms`)),
         ms,
       );
-      this.connectAbort = (code, why) => finish(site.error(code, why));
+      this.#connectAbort = (code, why) => finish(site.error(code, why));
       sock.once(secure ? "secureConnect" : "connect", onConnect);
       sock.once("error", onError);
       if (secure) {
@@ -180,20 +161,20 @@ export class StreamClient implements RpcClient {
         sock.once("close", onEarlyClose);
       }
     });
-    this.connectPromise = p;
+    this.#connectPromise = p;
     return p;
   }
 
-  private openSocket(): net.Socket {
-    const ep = this.ep;
+  #openSocket(): net.Socket {
+    const ep = this.#ep;
     const onread = {
-      buffer: (): Uint8Array => this.nextBuffer(),
-      callback: (n: number, buf: Uint8Array): boolean => this.onRead(n, buf),
+      buffer: (): Uint8Array => this.#nextBuffer(),
+      callback: (n: number, buf: Uint8Array): boolean => this.#onRead(n, buf),
     };
     if (ep.scheme === "unix") return net.connect({ path: ep.path, onread });
     if (ep.scheme === "tcp") return net.connect({ host: ep.host, port: ep.port, noDelay: true, onread });
     if (ep.scheme === "tls") {
-      const t = this.tlsOptions ?? {};
+      const t = this.#tlsOptions ?? {};
       const o: tls.ConnectionOptions = {
         host: ep.host,
         port: ep.port,
@@ -208,23 +189,24 @@ export class StreamClient implements RpcClient {
       s.setNoDelay(true);
       // TLS sockets deliver decrypted records through 'data' (onread does not apply to TLSWrap).
       s.on("data", (chunk: Buffer) => {
-        if (this.sock === s) this.feed(chunk, 0, chunk.length);
+        if (this.#sock === s) this.#feed(chunk, 0, chunk.length);
       });
       return s;
     }
     throw new Error(`unreachable: scheme ${ep.scheme}`);
   }
 
-  private attach(sock: net.Socket): void {
-    this.sock = sock;
-    this.state = State.OPEN;
-    this.m.connects.inc();
+  #attach(sock: net.Socket): void {
+    this.#sock = sock;
+    this.#state = State.OPEN;
+    this.#m.connects.inc();
     sock.on("error", (e: Error) => {
-      if (this.sock === sock)
-        this.drop("TRANSPORT_CLOSED", `connection to ${this.endpoint} failed: ${e.message}`, e);
+      if (this.#sock === sock)
+        this.#drop("TRANSPORT_CLOSED", `connection to ${this.endpoint} failed: ${e.message}`, e);
     });
     sock.on("close", () => {
-      if (this.sock === sock) this.drop("TRANSPORT_CLOSED", `connection to ${this.endpoint} closed by peer`);
+      if (this.#sock === sock)
+        this.#drop("TRANSPORT_CLOSED", `connection to ${this.endpoint} closed by peer`);
     });
   }
 
@@ -233,40 +215,40 @@ export class StreamClient implements RpcClient {
    * (a read never goes past the reply's end, and after a failure the socket is destroyed, so no
    * read can land there later); otherwise the reused receive buffer.
    */
-  private nextBuffer(): Uint8Array {
-    if (this.pending && this.hdrGot === HEADER_BYTES && this.got < this.len) {
-      this.direct = this.replyBuf.subarray(this.got, this.len);
-      return this.direct;
+  #nextBuffer(): Uint8Array {
+    if (this.#req.pending && this.#hdrGot === HEADER_BYTES && this.#got < this.#len) {
+      this.#direct = this.#req.replyBuf.subarray(this.#got, this.#len);
+      return this.#direct;
     }
-    this.direct = null;
-    return this.recvBuf;
+    this.#direct = null;
+    return this.#recvBuf;
   }
 
-  private onRead(nread: number, buf: Uint8Array): boolean {
-    if (buf === this.direct) {
-      this.direct = null;
-      if (!this.pending) return false; // unreachable: failures destroy the socket
-      this.got += nread;
-      if (this.got === this.len) this.complete();
+  #onRead(nread: number, buf: Uint8Array): boolean {
+    if (buf === this.#direct) {
+      this.#direct = null;
+      if (!this.#req.pending) return false; // unreachable: failures destroy the socket
+      this.#got += nread;
+      if (this.#got === this.#len) this.#complete();
       return true;
     }
-    this.feed(buf as Buffer, 0, nread);
+    this.#feed(buf as Buffer, 0, nread);
     return true;
   }
 
   async request(msg: Uint8Array, replyBuf: Uint8Array, timeoutMs: number): Promise<number> {
-    const r = await this.send(msg, EMPTY, replyBuf, timeoutMs);
+    const r = await this.#send(msg, EMPTY, replyBuf, timeoutMs);
     if (typeof r === "number") return r;
     throw r.toError();
   }
 
   async requestParts(parts: readonly Uint8Array[], replyBuf: Uint8Array, timeoutMs: number): Promise<number> {
-    const r = await this.send(null, parts, replyBuf, timeoutMs);
+    const r = await this.#send(null, parts, replyBuf, timeoutMs);
     if (typeof r === "number") return r;
     throw r.toError();
   }
 
-  private send(
+  #send(
     msg: Uint8Array | null,
     parts: readonly Uint8Array[],
     replyBuf: Uint8Array,
@@ -275,21 +257,23 @@ export class StreamClient implements RpcClient {
     // Runs inside the caller's async frame: errors thrown here already name the caller.
     const total = checkRequestArgs(msg, parts, replyBuf);
     const ms = timeoutArg("request timeoutMs", timeoutMs);
-    const sock = this.sock;
-    const open = this.state === State.OPEN && sock !== null;
-    checkRequestState(this.endpoint, this.pending, open, this.closeReason, total, this.maxMessageBytes);
-    if (sock === null) throw new TransportError("TRANSPORT_CLOSED", `${this.endpoint}: ${this.closeReason}`);
-    return new Promise<number | Failure>((resolve) => {
-      this.pending = true;
-      this.replyBuf = replyBuf;
-      this.hdrGot = 0;
-      this.len = 0;
-      this.got = 0;
-      this.resolveFn = resolve;
-      this.timeoutMs = ms;
-      this.timer = setTimeout(this.onTimeout, ms);
+    const sock = this.#sock;
+    const open = this.#state === State.OPEN && sock !== null;
+    checkRequestState(
+      this.endpoint,
+      this.#req.pending,
+      open,
+      this.#closeReason,
+      total,
+      this.#maxMessageBytes,
+    );
+    if (sock === null) throw new TransportError("TRANSPORT_CLOSED", `${this.endpoint}: ${this.#closeReason}`);
+    this.#hdrGot = 0;
+    this.#len = 0;
+    this.#got = 0;
+    return this.#req.begin(replyBuf, ms, () => {
       // A still-queued previous write may reference the shared header; never overwrite it then.
-      const header = sock.writableLength === 0 ? this.header : Buffer.allocUnsafe(HEADER_BYTES);
+      const header = sock.writableLength === 0 ? this.#header : Buffer.allocUnsafe(HEADER_BYTES);
       header.writeUInt32LE(total, 0);
       sock.cork();
       sock.write(header);
@@ -302,56 +286,53 @@ export class StreamClient implements RpcClient {
         }
       }
       sock.uncork();
-      this.m.bytesOut.inc(total + HEADER_BYTES);
+      this.#m.bytesOut.inc(total + HEADER_BYTES);
     });
   }
 
-  private readonly onTimeout = (): void => {
-    this.timer = null;
-    if (!this.pending) return;
-    this.m.timeouts.inc();
+  readonly #onTimeout = (): void => {
     const why =
-      `no complete reply from ${this.endpoint} within ${this.timeoutMs} ms` +
-      (this.hdrGot === HEADER_BYTES ? ` (${this.got} of ${this.len} bytes received)` : "");
-    this.fail("TRANSPORT_TIMEOUT", why, undefined, "closed after a request timed out");
+      `no complete reply from ${this.endpoint} within ${this.#req.timeoutMs} ms` +
+      (this.#hdrGot === HEADER_BYTES ? ` (${this.#got} of ${this.#len} bytes received)` : "");
+    this.#fail("TRANSPORT_TIMEOUT", why, undefined, "closed after a request timed out");
   };
 
-  private feed(buf: Buffer, off: number, end: number): void {
-    if (!this.pending) {
+  #feed(buf: Buffer, off: number, end: number): void {
+    if (!this.#req.pending) {
       // CONTRACT 3: one reply per request. Bytes now are a duplicate or late reply: the stream
       // position can no longer be trusted, so the connection goes.
-      this.drop(
+      this.#drop(
         "TRANSPORT_CLOSED",
         `closed: ${this.endpoint} sent ${end - off} bytes with no request outstanding`,
       );
       return;
     }
     while (off < end) {
-      if (this.hdrGot < HEADER_BYTES) {
-        if (this.hdrGot === 0 && end - off >= HEADER_BYTES) {
-          this.len = buf.readUInt32LE(off);
+      if (this.#hdrGot < HEADER_BYTES) {
+        if (this.#hdrGot === 0 && end - off >= HEADER_BYTES) {
+          this.#len = buf.readUInt32LE(off);
           off += HEADER_BYTES;
-          this.hdrGot = HEADER_BYTES;
+          this.#hdrGot = HEADER_BYTES;
         } else {
           // CONTRACT 3: little-endian, so byte i of the prefix weighs 256^i.
-          this.len = (this.hdrGot === 0 ? 0 : this.len) + (buf[off] as number) * 2 ** (8 * this.hdrGot);
+          this.#len = (this.#hdrGot === 0 ? 0 : this.#len) + (buf[off] as number) * 2 ** (8 * this.#hdrGot);
           off++;
-          if (++this.hdrGot < HEADER_BYTES) continue;
+          if (++this.#hdrGot < HEADER_BYTES) continue;
         }
         // CONTRACT 3: refuse from the prefix, before buffering anything.
-        if (this.len > this.maxMessageBytes) {
-          this.fail(
+        if (this.#len > this.#maxMessageBytes) {
+          this.#fail(
             "TRANSPORT_TOO_LARGE",
-            `reply length ${this.len} above maxMessageBytes ${this.maxMessageBytes}`,
+            `reply length ${this.#len} above maxMessageBytes ${this.#maxMessageBytes}`,
             undefined,
             "closed after an oversized reply",
           );
           return;
         }
-        if (this.len > this.replyBuf.length) {
-          this.fail(
+        if (this.#len > this.#req.replyBuf.length) {
+          this.#fail(
             "TRANSPORT_REPLY_TOO_LARGE",
-            `reply of ${this.len} bytes does not fit replyBuf of ${this.replyBuf.length} bytes`,
+            `reply of ${this.#len} bytes does not fit replyBuf of ${this.#req.replyBuf.length} bytes`,
             undefined,
             "closed after a reply larger than replyBuf",
           );
@@ -359,69 +340,55 @@ export class StreamClient implements RpcClient {
         }
       } else {
         let n = end - off;
-        const want = this.len - this.got;
+        const want = this.#len - this.#got;
         if (n > want) n = want;
-        buf.copy(this.replyBuf, this.got, off, off + n);
-        this.got += n;
+        buf.copy(this.#req.replyBuf, this.#got, off, off + n);
+        this.#got += n;
         off += n;
       }
-      if (this.hdrGot === HEADER_BYTES && this.got === this.len) {
-        this.complete();
+      if (this.#hdrGot === HEADER_BYTES && this.#got === this.#len) {
+        this.#complete();
         if (off < end) {
-          this.drop("TRANSPORT_PROTOCOL", `closed: ${this.endpoint} sent ${end - off} bytes after its reply`);
+          this.#drop(
+            "TRANSPORT_PROTOCOL",
+            `closed: ${this.endpoint} sent ${end - off} bytes after its reply`,
+          );
         }
         return;
       }
     }
   }
 
-  private complete(): void {
-    const resolve = this.resolveFn as (r: number | Failure) => void;
-    const n = this.len;
-    this.clearPending();
-    this.m.requests.inc();
-    this.m.bytesIn.inc(n + HEADER_BYTES);
-    resolve(n);
-  }
-
-  private clearPending(): void {
-    if (this.timer !== null) {
-      clearTimeout(this.timer);
-      this.timer = null;
-    }
-    this.pending = false;
-    this.resolveFn = null;
-    this.replyBuf = new Uint8Array(0);
+  #complete(): void {
+    const n = this.#len;
+    const settle = this.#req.take();
+    if (settle !== null) this.#req.reply(settle, n, n + HEADER_BYTES);
   }
 
   /** Rejects the outstanding request (if any) and closes the connection. */
-  private fail(code: TransportErrorCode, why: string, cause: unknown, closeReason: string): void {
-    const resolve = this.resolveFn;
-    this.clearPending();
-    this.closeSocket(closeReason);
-    if (resolve !== null) {
-      if (code !== "TRANSPORT_TIMEOUT") this.m.errors.inc();
-      resolve(new Failure(code, why, cause));
-    }
+  #fail(code: TransportErrorCode, why: string, cause: unknown, closeReason: string): void {
+    const settle = this.#req.take();
+    this.#closeSocket(closeReason);
+    this.#req.failure(settle, code, why, cause);
   }
 
   /** The connection is gone (peer, error, protocol): fail what is outstanding. */
-  private drop(code: TransportErrorCode, why: string, cause?: unknown): void {
-    this.fail(this.pending ? "TRANSPORT_CLOSED" : code, why, cause, why);
+  #drop(code: TransportErrorCode, why: string, cause?: unknown): void {
+    this.#fail(this.#req.pending ? "TRANSPORT_CLOSED" : code, why, cause, why);
   }
 
-  private closeSocket(reason: string): void {
-    const sock = this.sock;
-    this.sock = null;
-    this.closeReason = reason;
-    if (this.state !== State.CONNECTING) this.state = State.CLOSED;
+  #closeSocket(reason: string): void {
+    const sock = this.#sock;
+    this.#sock = null;
+    this.#closeReason = reason;
+    if (this.#state !== State.CONNECTING) this.#state = State.CLOSED;
     if (sock !== null) sock.destroy();
   }
 
   close(): void {
-    if (this.connectAbort !== null)
-      this.connectAbort("TRANSPORT_CLOSED", `connect to ${this.endpoint} interrupted by close()`);
-    this.fail(
+    if (this.#connectAbort !== null)
+      this.#connectAbort("TRANSPORT_CLOSED", `connect to ${this.endpoint} interrupted by close()`);
+    this.#fail(
       "TRANSPORT_CLOSED",
       `request to ${this.endpoint} interrupted by close()`,
       undefined,

@@ -2,6 +2,7 @@ import { lstatSync, unlinkSync } from "node:fs";
 import * as net from "node:net";
 import * as tls from "node:tls";
 import type { Registry } from "@tapwire/stats";
+import { isIntIn, isThenable, replyBytes } from "./check.js";
 import type { ServerConfig } from "./config.js";
 import { type Endpoint, formatEndpoint } from "./endpoint.js";
 import { TransportError } from "./errors.js";
@@ -57,10 +58,6 @@ export function tlsFailureReason(e: unknown): TlsFailureReason {
     return "protocol";
   }
   return "other";
-}
-
-function isThenable(v: unknown): v is PromiseLike<Reply> {
-  return typeof v === "object" && v !== null && typeof (v as { then?: unknown }).then === "function";
 }
 
 /** The parts of a libuv stream handle that {@link adoptWithOnread} relies on. */
@@ -140,62 +137,62 @@ class Conn implements ConnInfo, Limited {
   /** A receive buffer could not be allocated in the buffer callback: close at the next callback. */
   #allocFailed = false;
   #released = false;
-  private readonly sock: net.Socket;
-  private readonly srv: StreamServer;
-  private readonly cfg: StreamServerConfig;
-  private readonly header = Buffer.allocUnsafe(HEADER_BYTES);
-  private asm: Buffer | null = null;
-  private hdrGot = 0;
-  private len = 0;
-  private got = 0;
+  readonly #sock: net.Socket;
+  readonly #srv: StreamServer;
+  readonly #cfg: StreamServerConfig;
+  readonly #header = Buffer.allocUnsafe(HEADER_BYTES);
+  #asm: Buffer | null = null;
+  #hdrGot = 0;
+  #len = 0;
+  #got = 0;
   /** A handler is running, or a reply is still being flushed: receive nothing meanwhile. */
-  private busy = false;
+  #busy = false;
   /** The last reply is still queued in the socket: wait for its write callback. */
-  private waitingWrite = false;
-  private readonly backlog: Buffer[] = [];
+  #waitingWrite = false;
+  readonly #backlog: Buffer[] = [];
   /** Reused read buffer of an `onread` socket, or null when reading through 'data' events. */
-  private readonly rbuf: Buffer | null;
+  readonly #rbuf: Buffer | null;
   /** The reassembly-buffer view handed out for the next read (`onread` sockets only). */
-  private direct: Uint8Array | null = null;
-  private closed = false;
+  #direct: Uint8Array | null = null;
+  #closed = false;
   /** Receive placement state of the current message (PLACE_*). */
-  private place = PLACE_NONE;
+  #place = PLACE_NONE;
   /** PLACE_HEAD: consult the hook once this many bytes are in (0: at the end of the read). */
-  private headWant = 0;
+  #headWant = 0;
   /** PLACE_SEGMENTS: the accepted plan, its head size, and the fill position in its segments. */
-  private plan: ReceivePlan | null = null;
-  private headBytes = 0;
-  private segs: readonly Uint8Array[] = NO_SEGMENTS;
-  private segIdx = 0;
-  private segOff = 0;
+  #plan: ReceivePlan | null = null;
+  #headBytes = 0;
+  #segs: readonly Uint8Array[] = NO_SEGMENTS;
+  #segIdx = 0;
+  #segOff = 0;
   /** A socket error was seen (and counted). */
-  private errored = false;
+  #errored = false;
   closeAfterReply = false;
 
   constructor(id: number, sock: net.Socket, srv: StreamServer, cfg: StreamServerConfig, rbuf: Buffer | null) {
     this.id = id;
-    this.sock = sock;
-    this.srv = srv;
-    this.cfg = cfg;
-    this.rbuf = rbuf;
+    this.#sock = sock;
+    this.#srv = srv;
+    this.#cfg = cfg;
+    this.#rbuf = rbuf;
     this.remote = sock.remoteAddress !== undefined ? `${sock.remoteAddress}:${sock.remotePort}` : "unix";
     this.#limit = cfg.unboundMaxMessageBytes;
     this.#armUnboundTimer();
-    if (rbuf === null) sock.on("data", this.onData);
-    sock.on("error", this.onError);
-    sock.on("close", this.onClose);
+    if (rbuf === null) sock.on("data", this.#onData);
+    sock.on("error", this.#onError);
+    sock.on("close", this.#onClose);
     if (cfg.idleTimeoutMs > 0) {
       // A persistent listener: setTimeout's callback argument is a one-time listener, and a
       // timeout that fires while a handler runs (and is ignored) must not disarm later ones.
       sock.setTimeout(cfg.idleTimeoutMs);
       sock.on("timeout", () => {
-        if (!this.busy) this.close();
+        if (!this.#busy) this.close();
       });
     }
   }
 
   get isBusy(): boolean {
-    return this.busy && !this.#budgetWait;
+    return this.#busy && !this.#budgetWait;
   }
 
   get bound(): boolean {
@@ -203,24 +200,24 @@ class Conn implements ConnInfo, Limited {
   }
 
   bind(): void {
-    if (this.#bound || this.closed) return;
+    if (this.#bound || this.#closed) return;
     this.#bound = true;
-    this.#limit = this.cfg.maxMessageBytes;
+    this.#limit = this.#cfg.maxMessageBytes;
     if (this.#unboundTimer !== null) {
       clearTimeout(this.#unboundTimer);
       this.#unboundTimer = null;
     }
-    this.srv.limits.setBound(this, true);
+    this.#srv.limits.setBound(this, true);
   }
 
   unbind(): void {
-    if (!this.#bound || this.closed) return;
+    if (!this.#bound || this.#closed) return;
     this.#bound = false;
-    this.#limit = this.cfg.unboundMaxMessageBytes;
+    this.#limit = this.#cfg.unboundMaxMessageBytes;
     // A kept reassembly buffer above the unbound limit is not needed any more.
-    if (this.hdrGot === 0 && this.asm !== null && this.asm.length > this.#limit) this.#dropAsm();
+    if (this.#hdrGot === 0 && this.#asm !== null && this.#asm.length > this.#limit) this.#dropAsm();
     this.#armUnboundTimer();
-    this.srv.limits.setBound(this, false);
+    this.#srv.limits.setBound(this, false);
   }
 
   /** maxConnections: closed to make room for a new connection. */
@@ -229,43 +226,43 @@ class Conn implements ConnInfo, Limited {
   }
 
   #armUnboundTimer(): void {
-    const ms = this.cfg.unboundIdleMs;
+    const ms = this.#cfg.unboundIdleMs;
     if (ms === 0 || this.#unboundTimer !== null) return;
     this.#unboundTimer = setTimeout(this.#onUnboundIdle, ms);
     this.#unboundTimer.unref();
   }
 
   readonly #onUnboundIdle = (): void => {
-    if (this.closed || this.#bound) return;
-    if (this.busy && !this.#budgetWait) {
+    if (this.#closed || this.#bound) return;
+    if (this.#busy && !this.#budgetWait) {
       // A handler runs: its message was whole. Look again once it is done.
       this.#unboundTimer?.refresh();
       return;
     }
-    this.cfg.metrics.unboundIdleClosed.inc();
+    this.#cfg.metrics.unboundIdleClosed.inc();
     this.close();
   };
 
   /** Frees the kept reassembly buffer and its budget (only between messages). */
   #dropAsm(): void {
-    this.asm = null;
+    this.#asm = null;
     const c = this.#charge;
     this.#charge = 0;
-    if (c > 0) this.srv.limits.release(c);
+    if (c > 0) this.#srv.limits.release(c);
   }
 
   /** Budget reclaim: a kept reassembly buffer of an idle connection goes. */
   reclaimIdle(): void {
-    if (!this.busy && !this.closed && this.hdrGot === 0 && this.#charge > 0) {
-      this.asm = null;
-      this.srv.limits.uncharge(this.#charge);
+    if (!this.#busy && !this.#closed && this.#hdrGot === 0 && this.#charge > 0) {
+      this.#asm = null;
+      this.#srv.limits.uncharge(this.#charge);
       this.#charge = 0;
     }
   }
 
   /** The capacity `reserve` reaches for a message of `len` bytes (see reserve). */
   #capacityFor(len: number): number {
-    const cur = this.asm === null ? 0 : this.asm.length;
+    const cur = this.#asm === null ? 0 : this.#asm.length;
     if (cur >= len) return cur;
     let size = cur === 0 ? MIN_ASSEMBLY : Math.max(MIN_ASSEMBLY, cur * 2);
     while (size < len) size *= 2;
@@ -278,28 +275,28 @@ class Conn implements ConnInfo, Limited {
    * when budget is released), an unbound one closed.
    */
   #admitMessage(len: number): boolean {
-    const limits = this.srv.limits;
+    const limits = this.#srv.limits;
     const need = this.#capacityFor(len) - this.#charge;
     if (need <= 0 || limits.tryCharge(need)) {
       if (need > 0) this.#charge += need;
       return true;
     }
     if (!this.#bound) {
-      this.cfg.metrics.budgetRefused.inc();
+      this.#cfg.metrics.budgetRefused.inc();
       this.close();
       return false;
     }
     this.#budgetWait = true;
-    this.busy = true;
+    this.#busy = true;
     limits.wait(this.#budgetRetry);
     return false;
   }
 
   readonly #budgetRetry = (): boolean => {
-    if (this.closed) return true;
-    const limits = this.srv.limits;
+    if (this.#closed) return true;
+    const limits = this.#srv.limits;
     // The prefix was pushed back onto the backlog: peek its length.
-    const head = this.backlog[0] as Buffer;
+    const head = this.#backlog[0] as Buffer;
     const len = head.readUInt32LE(0);
     const need = this.#capacityFor(len) - this.#charge;
     if (need > 0 && !limits.tryCharge(need)) return false;
@@ -307,19 +304,19 @@ class Conn implements ConnInfo, Limited {
     this.#budgetWait = false;
     // Charged: the prefix is parsed again without a second charge (need <= 0 then).
     setImmediate(() => {
-      if (!this.closed) this.resume();
+      if (!this.#closed) this.#resume();
     });
     return true;
   };
 
-  private readonly onData = (chunk: Buffer): void => {
-    if (this.busy || this.backlog.length > 0) {
+  readonly #onData = (chunk: Buffer): void => {
+    if (this.#busy || this.#backlog.length > 0) {
       // Only a client breaking "one request outstanding" gets here; TCP backpressure bounds it.
-      this.backlog.push(chunk);
-      this.sock.pause();
+      this.#backlog.push(chunk);
+      this.#sock.pause();
       return;
     }
-    this.feed(chunk, 0, chunk.length);
+    this.#feed(chunk, 0, chunk.length);
   };
 
   /**
@@ -329,50 +326,50 @@ class Conn implements ConnInfo, Limited {
    * a queued reply or the backlog are never overwritten.
    */
   nextBuffer(): Uint8Array {
-    const rbuf = this.rbuf as Buffer;
+    const rbuf = this.#rbuf as Buffer;
     if (
-      this.busy ||
-      this.closed ||
-      this.hdrGot < HEADER_BYTES ||
-      this.asm === null ||
+      this.#busy ||
+      this.#closed ||
+      this.#hdrGot < HEADER_BYTES ||
+      this.#asm === null ||
       this.#ovHead !== null ||
       this.#allocFailed
     ) {
-      this.direct = null;
+      this.#direct = null;
       return rbuf;
     }
-    if (this.place === PLACE_SEGMENTS) {
+    if (this.#place === PLACE_SEGMENTS) {
       // Straight into the plan's current segment (the message's end is the segments' end).
-      let seg = this.segs[this.segIdx] as Uint8Array;
-      while (this.segOff >= seg.length) {
-        this.segIdx++;
-        this.segOff = 0;
-        seg = this.segs[this.segIdx] as Uint8Array;
+      let seg = this.#segs[this.#segIdx] as Uint8Array;
+      while (this.#segOff >= seg.length) {
+        this.#segIdx++;
+        this.#segOff = 0;
+        seg = this.#segs[this.#segIdx] as Uint8Array;
       }
       // A fresh segment is handed over as is (no view to create per read).
-      this.direct = this.segOff === 0 ? seg : seg.subarray(this.segOff);
-      return this.direct;
+      this.#direct = this.#segOff === 0 ? seg : seg.subarray(this.#segOff);
+      return this.#direct;
     }
-    if (this.place === PLACE_HEAD) {
-      if (this.headWant === 0) {
-        this.direct = null;
+    if (this.#place === PLACE_HEAD) {
+      if (this.#headWant === 0) {
+        this.#direct = null;
         return rbuf;
       }
       // Exactly up to the head the hook asked for, growing with what arrived (as below).
-      if (this.got >= this.asm.length && !this.reserve(Math.min(this.headWant, this.got * 2))) {
+      if (this.#got >= this.#asm.length && !this.#reserve(Math.min(this.#headWant, this.#got * 2))) {
         return this.#allocFailedInCallback();
       }
-      const asm = this.asm as Buffer;
-      this.direct = asm.subarray(this.got, Math.min(this.headWant, asm.length));
-      return this.direct;
+      const asm = this.#asm as Buffer;
+      this.#direct = asm.subarray(this.#got, Math.min(this.#headWant, asm.length));
+      return this.#direct;
     }
     // Full but the message goes on: double it (bytes that arrived, not the prefix, size it).
-    if (this.got >= this.asm.length && !this.reserve(Math.min(this.len, this.got * 2))) {
+    if (this.#got >= this.#asm.length && !this.#reserve(Math.min(this.#len, this.#got * 2))) {
       return this.#allocFailedInCallback();
     }
-    const asm = this.asm as Buffer;
-    this.direct = asm.subarray(this.got, Math.min(this.len, asm.length));
-    return this.direct;
+    const asm = this.#asm as Buffer;
+    this.#direct = asm.subarray(this.#got, Math.min(this.#len, asm.length));
+    return this.#direct;
   }
 
   /**
@@ -382,8 +379,8 @@ class Conn implements ConnInfo, Limited {
    * memory (CONTRACT 11: no length from the wire is trusted). Once grown it is reused, so only
    * the first large message of a connection pays for the copies.
    */
-  private reserve(need: number): boolean {
-    const cur = this.asm;
+  #reserve(need: number): boolean {
+    const cur = this.#asm;
     if (cur !== null && cur.length >= need) return true;
     let size = cur === null ? MIN_ASSEMBLY : Math.max(MIN_ASSEMBLY, cur.length * 2);
     while (size < need) size *= 2;
@@ -391,12 +388,12 @@ class Conn implements ConnInfo, Limited {
     if (size > this.#limit) size = Math.max(need, this.#limit);
     let next: Buffer;
     try {
-      next = this.cfg.allocate === undefined ? Buffer.allocUnsafe(size) : this.cfg.allocate(size);
+      next = this.#cfg.allocate === undefined ? Buffer.allocUnsafe(size) : this.#cfg.allocate(size);
     } catch (e) {
       // CONTRACT 11: failing to allocate a receive buffer closes this connection, never the process.
       if (!(e instanceof RangeError)) throw e;
-      this.cfg.metrics.allocFailures.inc();
-      this.cfg.options.onError?.(
+      this.#cfg.metrics.allocFailures.inc();
+      this.#cfg.options.onError?.(
         new TransportError("TRANSPORT_TOO_LARGE", `receive buffer of ${size} bytes: ${e.message}`, {
           cause: e,
         }),
@@ -404,145 +401,145 @@ class Conn implements ConnInfo, Limited {
       );
       return false;
     }
-    if (cur !== null && this.got > 0) cur.copy(next, 0, 0, this.got);
-    this.asm = next;
+    if (cur !== null && this.#got > 0) cur.copy(next, 0, 0, this.#got);
+    this.#asm = next;
     return true;
   }
 
   /** Allocation failed in the buffer callback: read into rbuf, then close in onRead. */
   #allocFailedInCallback(): Uint8Array {
     this.#allocFailed = true;
-    this.direct = null;
-    return this.rbuf as Buffer;
+    this.#direct = null;
+    return this.#rbuf as Buffer;
   }
 
   /** `onread` callback: returns false to stop reading (busy). */
   onRead(n: number, buf: Uint8Array): boolean {
-    if (this.closed) return false;
+    if (this.#closed) return false;
     if (this.#allocFailed) {
       this.close();
       return false;
     }
-    if (buf === this.direct) {
+    if (buf === this.#direct) {
       // The kernel wrote into the reassembly buffer at `got`, or into a segment of the plan.
-      this.direct = null;
-      this.got += n;
-      if (this.place === PLACE_SEGMENTS) {
-        this.segOff += n;
-        if (this.got === this.len) this.dispatchPlaced();
-      } else if (this.got === this.len) {
-        this.hdrGot = 0;
-        this.dispatch((this.asm as Buffer).subarray(0, this.len));
-      } else if (this.place === PLACE_HEAD && this.got >= this.headWant) {
-        this.consult();
+      this.#direct = null;
+      this.#got += n;
+      if (this.#place === PLACE_SEGMENTS) {
+        this.#segOff += n;
+        if (this.#got === this.#len) this.#dispatchPlaced();
+      } else if (this.#got === this.#len) {
+        this.#hdrGot = 0;
+        this.#dispatch((this.#asm as Buffer).subarray(0, this.#len));
+      } else if (this.#place === PLACE_HEAD && this.#got >= this.#headWant) {
+        this.#consult();
       }
     } else {
-      this.feed(buf as Buffer, 0, n);
+      this.#feed(buf as Buffer, 0, n);
     }
-    return !this.busy && !this.closed;
+    return !this.#busy && !this.#closed;
   }
 
-  private feed(chunk: Buffer, off: number, end: number): void {
-    while (off < end && !this.closed) {
+  #feed(chunk: Buffer, off: number, end: number): void {
+    while (off < end && !this.#closed) {
       if (this.#ovHead !== null) {
         this.#feedOversizeHead(chunk, off, end);
         return;
       }
-      if (this.hdrGot < HEADER_BYTES) {
-        if (this.hdrGot === 0 && end - off >= HEADER_BYTES) {
-          this.len = chunk.readUInt32LE(off);
+      if (this.#hdrGot < HEADER_BYTES) {
+        if (this.#hdrGot === 0 && end - off >= HEADER_BYTES) {
+          this.#len = chunk.readUInt32LE(off);
           off += HEADER_BYTES;
-          this.hdrGot = HEADER_BYTES;
+          this.#hdrGot = HEADER_BYTES;
         } else {
           // A prefix split over reads: start from 0, not from the previous message's length.
           // CONTRACT 3: little-endian, so byte i of the prefix weighs 256^i.
-          this.len = (this.hdrGot === 0 ? 0 : this.len) + (chunk[off] as number) * 2 ** (8 * this.hdrGot);
+          this.#len = (this.#hdrGot === 0 ? 0 : this.#len) + (chunk[off] as number) * 2 ** (8 * this.#hdrGot);
           off++;
-          if (++this.hdrGot < HEADER_BYTES) continue;
+          if (++this.#hdrGot < HEADER_BYTES) continue;
         }
         // CONTRACT 3 / 11: refuse from the prefix, before buffering or allocating.
-        if (this.len > this.#limit) {
-          this.cfg.metrics.tooLarge.inc();
-          if (this.#bound || this.cfg.options.onOversize === undefined) {
+        if (this.#len > this.#limit) {
+          this.#cfg.metrics.tooLarge.inc();
+          if (this.#bound || this.#cfg.options.onOversize === undefined) {
             this.close();
             return;
           }
-          this.#startOversize(this.len);
+          this.#startOversize(this.#len);
           continue;
         }
-        this.got = 0;
-        this.place = PLACE_NONE;
-        if (end - off < this.len && this.srv.limits.budgeted && !this.#admitMessage(this.len)) {
+        this.#got = 0;
+        this.#place = PLACE_NONE;
+        if (end - off < this.#len && this.#srv.limits.budgeted && !this.#admitMessage(this.#len)) {
           if (this.#budgetWait) {
             // Parsed again (and charged then) once budget is released.
             const prefix = Buffer.allocUnsafe(HEADER_BYTES);
-            prefix.writeUInt32LE(this.len, 0);
-            if (off < end) this.backlog.unshift(chunk.subarray(off, end));
-            this.backlog.unshift(prefix);
-            this.hdrGot = 0;
+            prefix.writeUInt32LE(this.#len, 0);
+            if (off < end) this.#backlog.unshift(chunk.subarray(off, end));
+            this.#backlog.unshift(prefix);
+            this.#hdrGot = 0;
           }
           return;
         }
-        if (end - off >= this.len) {
-          const len = this.len;
-          this.hdrGot = 0;
+        if (end - off >= this.#len) {
+          const len = this.#len;
+          this.#hdrGot = 0;
           // Zero-copy: the chunk is ours and nobody else writes into it.
           const view = chunk.subarray(off, off + len);
           off += len;
-          if (!this.dispatch(view)) {
-            if (off < end) this.backlog.unshift(chunk.subarray(off, end));
+          if (!this.#dispatch(view)) {
+            if (off < end) this.#backlog.unshift(chunk.subarray(off, end));
             return;
           }
           continue;
         }
         // Not whole in this read: a receiveInto hook may place its rest.
-        if (this.cfg.options.receiveInto !== undefined) {
-          this.place = PLACE_HEAD;
-          this.headWant = 0;
+        if (this.#cfg.options.receiveInto !== undefined) {
+          this.#place = PLACE_HEAD;
+          this.#headWant = 0;
         }
-        if (!this.reserve(Math.min(this.len, Math.max(MIN_ASSEMBLY, end - off)))) {
+        if (!this.#reserve(Math.min(this.#len, Math.max(MIN_ASSEMBLY, end - off)))) {
           this.close();
           return;
         }
         continue;
       }
-      if (this.place === PLACE_SEGMENTS) {
-        const n = Math.min(end - off, this.len - this.got);
-        this.copyIn(chunk, off, off + n);
-        this.got += n;
+      if (this.#place === PLACE_SEGMENTS) {
+        const n = Math.min(end - off, this.#len - this.#got);
+        this.#copyIn(chunk, off, off + n);
+        this.#got += n;
         off += n;
-        if (this.got === this.len && !this.dispatchPlaced()) {
-          if (off < end) this.backlog.unshift(chunk.subarray(off, end));
+        if (this.#got === this.#len && !this.#dispatchPlaced()) {
+          if (off < end) this.#backlog.unshift(chunk.subarray(off, end));
           return;
         }
         continue;
       }
       let n = end - off;
-      const want = this.len - this.got;
+      const want = this.#len - this.#got;
       if (n > want) n = want;
       // Consulting the hook: no byte past the head it asked for goes to the reassembly buffer.
-      if (this.place === PLACE_HEAD && this.headWant > 0 && this.got + n > this.headWant) {
-        n = this.headWant - this.got;
+      if (this.#place === PLACE_HEAD && this.#headWant > 0 && this.#got + n > this.#headWant) {
+        n = this.#headWant - this.#got;
       }
-      if (!this.reserve(this.got + n)) {
+      if (!this.#reserve(this.#got + n)) {
         this.close();
         return;
       }
-      const asm = this.asm as Buffer;
-      chunk.copy(asm, this.got, off, off + n);
-      this.got += n;
+      const asm = this.#asm as Buffer;
+      chunk.copy(asm, this.#got, off, off + n);
+      this.#got += n;
       off += n;
-      if (this.got === this.len) {
-        this.hdrGot = 0;
-        this.place = PLACE_NONE;
-        if (!this.dispatch(asm.subarray(0, this.len))) {
-          if (off < end) this.backlog.unshift(chunk.subarray(off, end));
+      if (this.#got === this.#len) {
+        this.#hdrGot = 0;
+        this.#place = PLACE_NONE;
+        if (!this.#dispatch(asm.subarray(0, this.#len))) {
+          if (off < end) this.#backlog.unshift(chunk.subarray(off, end));
           return;
         }
       } else if (
-        this.place === PLACE_HEAD &&
-        (this.headWant > 0 ? this.got >= this.headWant : off === end) &&
-        !this.consult()
+        this.#place === PLACE_HEAD &&
+        (this.#headWant > 0 ? this.#got >= this.#headWant : off === end) &&
+        !this.#consult()
       ) {
         return;
       }
@@ -553,7 +550,7 @@ class Conn implements ConnInfo, Limited {
   #startOversize(declared: number): void {
     this.#ovHead = Buffer.allocUnsafe(Math.min(FRAME_HEADER_BYTES, declared));
     this.#ovGot = 0;
-    const idle = this.cfg.unboundIdleMs;
+    const idle = this.#cfg.unboundIdleMs;
     this.#ovTimer = setTimeout(
       () => this.close(),
       idle > 0 ? Math.min(idle, OVERSIZE_HEAD_WAIT_MS) : OVERSIZE_HEAD_WAIT_MS,
@@ -569,223 +566,196 @@ class Conn implements ConnInfo, Limited {
     if (this.#ovGot < head.length) return;
     if (this.#ovTimer !== null) clearTimeout(this.#ovTimer);
     this.#ovTimer = null;
-    const hook = this.cfg.options.onOversize;
+    const hook = this.#cfg.options.onOversize;
     let r: Uint8Array | null;
     try {
-      r = (hook as NonNullable<typeof hook>)(head, this.len, this);
+      r = (hook as NonNullable<typeof hook>)(head, this.#len, this);
     } catch (e) {
-      this.handlerFailed(e);
+      this.#handlerFailed(e);
       return;
     }
-    if (r === null || this.closed) {
+    if (r === null || this.#closed) {
       this.close();
       return;
     }
-    if (!(r instanceof Uint8Array) || r.length > this.cfg.maxMessageBytes) {
-      this.handlerFailed(
-        new TransportError(
-          "TRANSPORT_BAD_OPTION",
-          "onOversize returned neither a Uint8Array (within maxMessageBytes) nor null",
-        ),
+    const bad = r instanceof Uint8Array ? replyBytes(r, this.#cfg.maxMessageBytes) : null;
+    if (typeof bad !== "number") {
+      this.#handlerFailed(
+        bad ??
+          new TransportError("TRANSPORT_BAD_OPTION", "onOversize returned neither a Uint8Array nor null"),
       );
       return;
     }
-    this.cfg.metrics.oversizeReplies.inc();
+    this.#cfg.metrics.oversizeReplies.inc();
     // Written, then closed: nothing more is read (busy), bounded by the head wait if it never drains.
     this.closeAfterReply = true;
     this.#ovHead = null;
     this.#ovTimer = setTimeout(() => this.close(), OVERSIZE_HEAD_WAIT_MS);
     this.#ovTimer.unref();
-    this.reply(r);
+    this.#reply(r);
   }
 
   /**
    * Asks the receiveInto hook about the message being received (PLACE_HEAD, `got` bytes in,
    * fewer than `len`). Returns false when the connection was closed for a bad answer.
    */
-  private consult(): boolean {
-    const hook = this.cfg.options.receiveInto as ReceiveInto;
-    const asm = this.asm as Buffer;
-    const got = this.got;
-    const len = this.len;
+  #consult(): boolean {
+    const hook = this.#cfg.options.receiveInto as ReceiveInto;
+    const asm = this.#asm as Buffer;
+    const got = this.#got;
+    const len = this.#len;
     let r: unknown;
     try {
       r = hook(asm.subarray(0, got), len, this);
     } catch (e) {
-      this.handlerFailed(e);
+      this.#handlerFailed(e);
       return false;
     }
     if (r === null) {
-      this.place = PLACE_NONE;
+      this.#place = PLACE_NONE;
       return true;
     }
     if (typeof r === "number") {
-      if (!Number.isInteger(r) || r <= got) {
-        return this.badPlan(`returned ${r}: not a head size above the ${got} bytes in`);
+      if (!isIntIn(r, got + 1, Number.MAX_SAFE_INTEGER)) {
+        return this.#badPlan(`returned ${r}: not a head size above the ${got} bytes in`);
       }
-      if (r >= len) this.place = PLACE_NONE;
-      else this.headWant = r;
+      if (r >= len) this.#place = PLACE_NONE;
+      else this.#headWant = r;
       return true;
     }
     if (typeof r !== "object" || r === null) {
-      return this.badPlan(`returned ${String(r)}: not a plan, a number or null`);
+      return this.#badPlan(`returned ${String(r)}: not a plan, a number or null`);
     }
     const plan = r as ReceivePlan;
     const headBytes = plan.headBytes;
-    if (typeof headBytes !== "number" || !Number.isInteger(headBytes) || headBytes < 0 || headBytes > got) {
-      return this.badPlan(`plan headBytes ${String(headBytes)} is not an integer in [0, ${got}]`);
+    if (!isIntIn(headBytes, 0, got)) {
+      return this.#badPlan(`plan headBytes ${String(headBytes)} is not an integer in [0, ${got}]`);
     }
     const segs = plan.segments;
-    if (!Array.isArray(segs)) return this.badPlan("plan segments is not an array");
+    if (!Array.isArray(segs)) return this.#badPlan("plan segments is not an array");
     let total = 0;
     for (let i = 0; i < segs.length; i++) {
       const seg: unknown = segs[i];
-      if (!(seg instanceof Uint8Array)) return this.badPlan(`plan segments[${i}] is not a Uint8Array`);
+      if (!(seg instanceof Uint8Array)) return this.#badPlan(`plan segments[${i}] is not a Uint8Array`);
       total += seg.length;
     }
     if (total !== len - headBytes) {
-      return this.badPlan(
+      return this.#badPlan(
         `plan segments hold ${total} bytes, the message has ${len - headBytes} after headBytes ${headBytes}`,
       );
     }
-    this.place = PLACE_SEGMENTS;
-    this.plan = plan;
-    this.headBytes = headBytes;
-    this.segs = segs as readonly Uint8Array[];
-    this.segIdx = 0;
-    this.segOff = 0;
+    this.#place = PLACE_SEGMENTS;
+    this.#plan = plan;
+    this.#headBytes = headBytes;
+    this.#segs = segs as readonly Uint8Array[];
+    this.#segIdx = 0;
+    this.#segOff = 0;
     // Bytes that arrived with the head and belong to the segments.
-    if (got > headBytes) this.copyIn(asm, headBytes, got);
+    if (got > headBytes) this.#copyIn(asm, headBytes, got);
     // The rest goes into the plan's segments, not into transport memory: uncharge what was planned.
     if (this.#charge > asm.length) {
       const c = this.#charge - asm.length;
       this.#charge = asm.length;
-      this.srv.limits.release(c);
+      this.#srv.limits.release(c);
     }
     return true;
   }
 
-  private badPlan(why: string): false {
-    this.handlerFailed(new TransportError("TRANSPORT_BAD_OPTION", `receiveInto ${why}`));
+  #badPlan(why: string): false {
+    this.#handlerFailed(new TransportError("TRANSPORT_BAD_OPTION", `receiveInto ${why}`));
     return false;
   }
 
   /** Copies `src[from, to)` into the plan's segments at the fill position (PLACE_SEGMENTS). */
-  private copyIn(src: Uint8Array, from: number, to: number): void {
-    this.cfg.metrics.placedCopiedBytes.inc(to - from);
+  #copyIn(src: Uint8Array, from: number, to: number): void {
+    this.#cfg.metrics.placedCopiedBytes.inc(to - from);
     while (from < to) {
-      const seg = this.segs[this.segIdx] as Uint8Array;
-      const room = seg.length - this.segOff;
+      const seg = this.#segs[this.#segIdx] as Uint8Array;
+      const room = seg.length - this.#segOff;
       if (room === 0) {
-        this.segIdx++;
-        this.segOff = 0;
+        this.#segIdx++;
+        this.#segOff = 0;
         continue;
       }
       const n = Math.min(room, to - from);
-      seg.set(src.subarray(from, from + n), this.segOff);
-      this.segOff += n;
+      seg.set(src.subarray(from, from + n), this.#segOff);
+      this.#segOff += n;
       from += n;
     }
   }
 
   /** The placed message is complete: hand its head and plan to the handler (see dispatch). */
-  private dispatchPlaced(): boolean {
-    const plan = this.plan as ReceivePlan;
-    const head = (this.asm as Buffer).subarray(0, this.headBytes);
-    this.hdrGot = 0;
-    this.place = PLACE_NONE;
-    this.plan = null;
-    this.segs = NO_SEGMENTS;
-    const m = this.cfg.metrics;
+  #dispatchPlaced(): boolean {
+    const plan = this.#plan as ReceivePlan;
+    const head = (this.#asm as Buffer).subarray(0, this.#headBytes);
+    this.#hdrGot = 0;
+    this.#place = PLACE_NONE;
+    this.#plan = null;
+    this.#segs = NO_SEGMENTS;
+    const m = this.#cfg.metrics;
     m.placedMessages.inc();
-    m.placedBytes.inc(this.len - this.headBytes);
-    return this.dispatch(head, plan);
+    m.placedBytes.inc(this.#len - this.#headBytes);
+    return this.#dispatch(head, plan);
   }
 
   /** Runs the handler; returns true when the connection can go on parsing right away. */
-  private dispatch(req: Buffer, plan?: ReceivePlan): boolean {
-    const m = this.cfg.metrics;
+  #dispatch(req: Buffer, plan?: ReceivePlan): boolean {
+    const m = this.#cfg.metrics;
     if (this.#unboundTimer !== null) this.#unboundTimer.refresh();
-    if (this.srv.limits.tracksIdle) this.lastActive = Date.now();
+    if (this.#srv.limits.tracksIdle) this.lastActive = Date.now();
     m.requests.inc();
-    m.bytesIn.inc((plan === undefined ? req.length : this.len) + HEADER_BYTES);
+    m.bytesIn.inc((plan === undefined ? req.length : this.#len) + HEADER_BYTES);
     let result: Reply | PromiseLike<Reply>;
     try {
-      result = plan === undefined ? this.srv.handler(req, this) : this.srv.handler(req, this, plan);
+      result = plan === undefined ? this.#srv.handler(req, this) : this.#srv.handler(req, this, plan);
     } catch (e) {
-      this.handlerFailed(e);
+      this.#handlerFailed(e);
       return false;
     }
     if (isThenable(result)) {
-      this.busy = true;
-      result.then(this.onReply, this.onReject);
+      this.#busy = true;
+      result.then(this.#onReply, this.#onReject);
       return false;
     }
-    return this.reply(result);
+    return this.#reply(result);
   }
 
-  private readonly onReply = (r: Reply): void => {
-    if (this.closed) return;
-    if (this.reply(r)) this.resume();
+  readonly #onReply = (r: Reply): void => {
+    if (this.#closed) return;
+    if (this.#reply(r)) this.#resume();
   };
 
-  private readonly onReject = (e: unknown): void => {
-    if (!this.closed) this.handlerFailed(e);
+  readonly #onReject = (e: unknown): void => {
+    if (!this.#closed) this.#handlerFailed(e);
   };
 
-  private handlerFailed(e: unknown): void {
-    this.cfg.metrics.errors.inc();
-    this.cfg.options.onError?.(e, this);
+  #handlerFailed(e: unknown): void {
+    this.#cfg.metrics.errors.inc();
+    this.#cfg.options.onError?.(e, this);
     this.close();
   }
 
   /** Writes the reply; returns true when parsing may continue now. */
-  private reply(r: Reply): boolean {
+  #reply(r: Reply): boolean {
     if (r === null) {
       this.close();
       return false;
     }
-    let total = 0;
-    if (r instanceof Uint8Array) {
-      total = r.length;
-    } else if (Array.isArray(r)) {
-      for (const p of r) {
-        if (!(p instanceof Uint8Array)) {
-          this.handlerFailed(
-            new TransportError("TRANSPORT_BAD_OPTION", "handler reply part is not a Uint8Array"),
-          );
-          return false;
-        }
-        total += p.length;
-      }
-    } else {
-      this.handlerFailed(
-        new TransportError(
-          "TRANSPORT_BAD_OPTION",
-          "handler returned neither a Uint8Array, an array of them, nor null",
-        ),
-      );
+    const total = replyBytes(r, this.#cfg.maxMessageBytes);
+    if (typeof total !== "number") {
+      this.#handlerFailed(total);
       return false;
     }
-    if (total > this.cfg.maxMessageBytes) {
-      this.handlerFailed(
-        new TransportError(
-          "TRANSPORT_TOO_LARGE",
-          `handler reply of ${total} bytes above maxMessageBytes ${this.cfg.maxMessageBytes}`,
-        ),
-      );
-      return false;
-    }
-    const sock = this.sock;
-    const header = sock.writableLength === 0 ? this.header : Buffer.allocUnsafe(HEADER_BYTES);
+    const sock = this.#sock;
+    const header = sock.writableLength === 0 ? this.#header : Buffer.allocUnsafe(HEADER_BYTES);
     header.writeUInt32LE(total, 0);
     sock.cork();
     if (total === 0) {
-      sock.write(header, this.onWritten);
+      sock.write(header, this.#onWritten);
     } else {
       sock.write(header);
       if (r instanceof Uint8Array) {
-        sock.write(r, this.onWritten);
+        sock.write(r, this.#onWritten);
       } else {
         // The callback goes on the last non-empty part: it fires once everything before it is out.
         const parts = r as readonly Uint8Array[];
@@ -793,68 +763,68 @@ class Conn implements ConnInfo, Limited {
         while ((parts[last] as Uint8Array).length === 0) last--;
         for (let i = 0; i <= last; i++) {
           const p = parts[i] as Uint8Array;
-          if (p.length > 0) sock.write(p, i === last ? this.onWritten : undefined);
+          if (p.length > 0) sock.write(p, i === last ? this.#onWritten : undefined);
         }
       }
     }
     sock.uncork();
-    this.cfg.metrics.bytesOut.inc(total + HEADER_BYTES);
+    this.#cfg.metrics.bytesOut.inc(total + HEADER_BYTES);
     if (this.closeAfterReply) {
       // Graceful close: destroy once the reply has been handed to the kernel (which still
       // delivers it), not on the peer's EOF: reading is stopped here, so EOF would never be seen.
-      this.busy = true;
+      this.#busy = true;
       sock.end(() => this.close());
       return false;
     }
     if (sock.writableLength > 0) {
       // The handler may reuse its reply buffers for the next request: read nothing more until
       // this reply has left them (also bounds memory against clients that never read).
-      this.busy = true;
-      this.waitingWrite = true;
+      this.#busy = true;
+      this.#waitingWrite = true;
       return false;
     }
-    this.busy = false;
-    if (this.#charge > 0 && this.srv.limits.hasWaiters) this.#dropAsm();
+    this.#busy = false;
+    if (this.#charge > 0 && this.#srv.limits.hasWaiters) this.#dropAsm();
     return true;
   }
 
-  private readonly onWritten = (): void => {
+  readonly #onWritten = (): void => {
     // Callbacks of earlier replies may arrive late: only the one that empties the queue counts.
-    if (this.waitingWrite && !this.closed && this.sock.writableLength === 0) {
-      this.waitingWrite = false;
-      this.resume();
+    if (this.#waitingWrite && !this.#closed && this.#sock.writableLength === 0) {
+      this.#waitingWrite = false;
+      this.#resume();
     }
   };
 
-  private resume(): void {
-    this.busy = false;
+  #resume(): void {
+    this.#busy = false;
     // Someone waits for budget: between messages, a kept reassembly buffer goes back.
-    if (this.#charge > 0 && this.hdrGot === 0 && this.srv.limits.hasWaiters) this.#dropAsm();
-    while (!this.busy && !this.closed && this.backlog.length > 0) {
-      const b = this.backlog.shift() as Buffer;
-      this.feed(b, 0, b.length);
+    if (this.#charge > 0 && this.#hdrGot === 0 && this.#srv.limits.hasWaiters) this.#dropAsm();
+    while (!this.#busy && !this.#closed && this.#backlog.length > 0) {
+      const b = this.#backlog.shift() as Buffer;
+      this.#feed(b, 0, b.length);
     }
-    if (!this.busy && !this.closed) {
+    if (!this.#busy && !this.#closed) {
       if (this.closeAfterReply) this.close();
       // An `onread` callback returning false stops reading without pausing the stream: resume()
       // restarts it either way.
-      else this.sock.resume();
+      else this.#sock.resume();
     }
   }
 
-  private readonly onError = (): void => {
-    if (!this.closed) this.cfg.metrics.errors.inc();
-    this.errored = true;
+  readonly #onError = (): void => {
+    if (!this.#closed) this.#cfg.metrics.errors.inc();
+    this.#errored = true;
   };
 
-  private readonly onClose = (): void => {
+  readonly #onClose = (): void => {
     // CONTRACT 3: the peer went away in the middle of a frame: a truncated request, dropped
     // (never handed to the handler) and counted, unless the socket error was counted already.
-    if (!this.closed && !this.errored && this.hdrGot > 0) this.cfg.metrics.errors.inc();
-    this.closed = true;
+    if (!this.#closed && !this.#errored && this.#hdrGot > 0) this.#cfg.metrics.errors.inc();
+    this.#closed = true;
     this.#release();
-    this.backlog.length = 0;
-    this.srv.removeConn(this);
+    this.#backlog.length = 0;
+    this.#srv.removeConn(this);
   };
 
   /** Stops the timers and returns the budget and the connection slot (once). */
@@ -865,24 +835,24 @@ class Conn implements ConnInfo, Limited {
     this.#ovTimer = null;
     if (this.#released) return;
     this.#released = true;
-    this.asm = null;
+    this.#asm = null;
     const c = this.#charge;
     this.#charge = 0;
-    this.srv.limits.untrack(this);
-    this.srv.limits.release(c);
+    this.#srv.limits.untrack(this);
+    this.#srv.limits.release(c);
   }
 
   /** Graceful: close now when idle, else after the in-flight reply is written. */
   shutdown(): void {
-    if (this.busy && !this.#budgetWait) this.closeAfterReply = true;
+    if (this.#busy && !this.#budgetWait) this.closeAfterReply = true;
     else this.close();
   }
 
   close(): void {
-    if (this.closed) return;
-    this.closed = true;
+    if (this.#closed) return;
+    this.#closed = true;
     this.#release();
-    this.sock.destroy();
+    this.#sock.destroy();
   }
 
   destroy(): void {
@@ -917,24 +887,24 @@ export class StreamServer implements RpcServer {
   endpoint = "";
   readonly registry: Registry;
   readonly handler: Handler;
-  private readonly ep: Endpoint;
-  private readonly cfg: StreamServerConfig;
-  private readonly server: net.Server;
-  private readonly conns = new Set<Conn>();
+  readonly #ep: Endpoint;
+  readonly #cfg: StreamServerConfig;
+  readonly #server: net.Server;
+  readonly #conns = new Set<Conn>();
   /** Receive budget and connection cap (CONTRACT 11), shared by every connection. */
   readonly limits: ServerLimits<Limited>;
-  private nextId = 1;
-  private closePromise: Promise<void> | null = null;
-  private drained: (() => void) | null = null;
+  #nextId = 1;
+  #closePromise: Promise<void> | null = null;
+  #drained: (() => void) | null = null;
 
   constructor(ep: Endpoint, handler: Handler, cfg: StreamServerConfig) {
-    this.ep = ep;
+    this.#ep = ep;
     this.handler = handler;
-    this.cfg = cfg;
+    this.#cfg = cfg;
     this.registry = cfg.registry;
     this.limits = new ServerLimits<Limited>(cfg.maxBufferedBytes, cfg.maxConnections, cfg.metrics);
     this.limits.reclaim = () => {
-      for (const c of this.conns) c.reclaimIdle();
+      for (const c of this.#conns) c.reclaimIdle();
     };
     if (ep.scheme === "tls") {
       const t = cfg.options.tls;
@@ -958,17 +928,17 @@ export class StreamServer implements RpcServer {
       const s = tls.createServer(o, (sock) => this.#acceptTls(sock));
       s.on("connection", (raw: net.Socket) => this.#onTlsConnection(raw));
       s.on("tlsClientError", (e: Error, sock: tls.TLSSocket) => this.#onTlsClientError(e, sock));
-      this.server = s;
+      this.#server = s;
     } else {
       // Paused until adopted (adoptWithOnread): no read may happen on the original socket.
-      this.server = net.createServer({ noDelay: true, pauseOnConnect: true }, (sock) =>
-        this.acceptStream(sock),
+      this.#server = net.createServer({ noDelay: true, pauseOnConnect: true }, (sock) =>
+        this.#acceptStream(sock),
       );
     }
   }
 
   get connections(): number {
-    return this.conns.size;
+    return this.#conns.size;
   }
 
   /** TLS connections still in their handshake, by TCP socket (admitted, unbound, evictable). */
@@ -979,7 +949,7 @@ export class StreamServer implements RpcServer {
   /** TLS: maxConnections applies from the TCP accept, so handshakes that never end count. */
   #onTlsConnection(raw: net.Socket): void {
     raw.setNoDelay(true);
-    if (this.closePromise !== null || !this.limits.admit()) {
+    if (this.#closePromise !== null || !this.limits.admit()) {
       this.#refusedRaw.add(raw);
       raw.destroy();
       return;
@@ -998,10 +968,10 @@ export class StreamServer implements RpcServer {
     const h = raw === undefined ? undefined : this.#handshaking.get(raw);
     if (raw !== undefined && h !== undefined) {
       this.#handshaking.delete(raw);
-      this.accept(sock, null, h);
+      this.#accept(sock, null, h);
     } else if (raw === undefined && this.limits.admit()) {
       // Node did not expose the TCP socket: admitted here instead.
-      this.accept(sock, null);
+      this.#accept(sock, null);
     } else {
       sock.destroy();
     }
@@ -1015,7 +985,7 @@ export class StreamServer implements RpcServer {
       raw?.destroy();
     }
     if (raw !== undefined && this.#refusedRaw.has(raw)) return;
-    const m = this.cfg.metrics;
+    const m = this.#cfg.metrics;
     m.errors.inc();
     // Node verifies a client certificate after the handshake and then just destroys the socket
     // (reported here as a hang-up); the verification error is on the socket.
@@ -1032,72 +1002,73 @@ export class StreamServer implements RpcServer {
       raw?.remoteAddress !== undefined
         ? `${raw.remoteAddress}:${raw.remotePort}`
         : (sock.remoteAddress ?? "");
-    this.cfg.options.onTlsError?.(reason, remote, err);
+    this.#cfg.options.onTlsError?.(reason, remote, err);
   }
 
   /** tcp/unix: read the connection with `onread` when Node lets us (see adoptWithOnread). */
-  private acceptStream(orig: net.Socket): void {
-    if (this.closePromise !== null || !this.limits.admit()) {
+  #acceptStream(orig: net.Socket): void {
+    if (this.#closePromise !== null || !this.limits.admit()) {
       orig.destroy();
       return;
     }
     let rbuf: Buffer;
     try {
-      rbuf = this.cfg.allocate === undefined ? Buffer.allocUnsafe(READ_CHUNK) : this.cfg.allocate(READ_CHUNK);
+      rbuf =
+        this.#cfg.allocate === undefined ? Buffer.allocUnsafe(READ_CHUNK) : this.#cfg.allocate(READ_CHUNK);
     } catch (e) {
       if (!(e instanceof RangeError)) throw e;
       this.limits.untrack(null);
-      this.cfg.metrics.allocFailures.inc();
+      this.#cfg.metrics.allocFailures.inc();
       orig.destroy();
       return;
     }
     let conn: Conn | null = null;
     const sock =
-      this.cfg.dataEvents === true
+      this.#cfg.dataEvents === true
         ? null
         : adoptWithOnread(orig, {
             buffer: () => (conn === null ? rbuf : conn.nextBuffer()),
             callback: (n, buf) => conn?.onRead(n, buf) === true,
           });
     if (sock === null) {
-      this.accept(orig, null);
+      this.#accept(orig, null);
       orig.resume();
       return;
     }
     sock.setNoDelay(true);
-    conn = this.accept(sock, rbuf);
+    conn = this.#accept(sock, rbuf);
   }
 
   /**
    * Creates the connection of an admitted socket (`limits.admit()` was true); `handshake`: the
    * admitted TLS handshake it replaces.
    */
-  private accept(sock: net.Socket, rbuf: Buffer | null, handshake?: Handshake): Conn | null {
+  #accept(sock: net.Socket, rbuf: Buffer | null, handshake?: Handshake): Conn | null {
     const h = handshake;
-    if (this.closePromise !== null) {
+    if (this.#closePromise !== null) {
       this.limits.untrack(h ?? null);
       sock.destroy();
       return null;
     }
-    const c = new Conn(this.nextId++, sock, this, this.cfg, rbuf);
+    const c = new Conn(this.#nextId++, sock, this, this.#cfg, rbuf);
     if (h === undefined) this.limits.track(c);
     else this.limits.replace(h, c);
-    this.conns.add(c);
-    this.cfg.metrics.connections.inc();
-    this.cfg.metrics.open.inc();
-    this.cfg.options.onConnection?.(c);
+    this.#conns.add(c);
+    this.#cfg.metrics.connections.inc();
+    this.#cfg.metrics.open.inc();
+    this.#cfg.options.onConnection?.(c);
     return c;
   }
 
   removeConn(c: Conn): void {
-    if (!this.conns.delete(c)) return;
-    this.cfg.metrics.open.dec();
-    this.cfg.options.onClose?.(c);
-    if (this.conns.size === 0 && this.drained !== null) this.drained();
+    if (!this.#conns.delete(c)) return;
+    this.#cfg.metrics.open.dec();
+    this.#cfg.options.onClose?.(c);
+    if (this.#conns.size === 0 && this.#drained !== null) this.#drained();
   }
 
   async start(): Promise<void> {
-    const ep = this.ep;
+    const ep = this.#ep;
     if ("path" in ep) await removeStaleSocket(ep.path);
     await new Promise<void>((resolve, reject) => {
       const onError = (e: NodeJS.ErrnoException): void => {
@@ -1111,43 +1082,43 @@ export class StreamServer implements RpcServer {
           ),
         );
       };
-      this.server.once("error", onError);
+      this.#server.once("error", onError);
       const done = (): void => {
-        this.server.removeListener("error", onError);
+        this.#server.removeListener("error", onError);
         resolve();
       };
-      if ("path" in ep) this.server.listen({ path: ep.path }, done);
-      else this.server.listen({ host: ep.host, port: ep.port }, done);
+      if ("path" in ep) this.#server.listen({ path: ep.path }, done);
+      else this.#server.listen({ host: ep.host, port: ep.port }, done);
     });
-    this.server.on("error", () => this.cfg.metrics.errors.inc());
+    this.#server.on("error", () => this.#cfg.metrics.errors.inc());
     if (ep.scheme === "unix") {
       this.endpoint = formatEndpoint(ep);
     } else {
-      const a = this.server.address() as net.AddressInfo;
+      const a = this.#server.address() as net.AddressInfo;
       this.endpoint = formatEndpoint({ scheme: ep.scheme as "tcp" | "tls", host: a.address, port: a.port });
     }
   }
 
   close(): Promise<void> {
-    if (this.closePromise !== null) return this.closePromise;
-    this.closePromise = (async () => {
-      const stopped = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    if (this.#closePromise !== null) return this.#closePromise;
+    this.#closePromise = (async () => {
+      const stopped = new Promise<void>((resolve) => this.#server.close(() => resolve()));
       const drained = new Promise<void>((resolve) => {
-        this.drained = resolve;
-        if (this.conns.size === 0) resolve();
+        this.#drained = resolve;
+        if (this.#conns.size === 0) resolve();
       });
-      for (const c of this.conns) c.shutdown();
+      for (const c of this.#conns) c.shutdown();
       let timer: NodeJS.Timeout | undefined;
       const deadline = new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, this.cfg.closeTimeoutMs);
+        timer = setTimeout(resolve, this.#cfg.closeTimeoutMs);
       });
       await Promise.race([drained, deadline]);
       clearTimeout(timer);
-      for (const c of this.conns) c.destroy();
+      for (const c of this.#conns) c.destroy();
       await stopped;
-      if ("path" in this.ep) unlinkQuiet(this.ep.path);
+      if ("path" in this.#ep) unlinkQuiet(this.#ep.path);
     })();
-    return this.closePromise;
+    return this.#closePromise;
   }
 }
 

@@ -1,6 +1,7 @@
 // zeromq is an optional peer dependency (issue 15): loaded on first use of a zmq+ endpoint, so
 // tcp/unix/tls users install and import nothing of it.
 import type * as Zmq from "zeromq";
+import type { Endpoint } from "./endpoint.js";
 import { TransportError } from "./errors.js";
 
 /** The zeromq module, as `import("zeromq")` gives it. */
@@ -54,4 +55,15 @@ export function setZmqLoader(fn: () => Promise<ZmqModule>): void {
   loader = fn;
   loaded = null;
   loading = null;
+}
+
+/** ZeroMQ address of an endpoint; port 0 becomes `*` (any free port). */
+export function zmqAddress(ep: Endpoint): string {
+  if ("path" in ep) return `ipc://${ep.path}`;
+  const host = ep.host.includes(":") ? `[${ep.host}]` : ep.host;
+  return `tcp://${host}:${ep.port === 0 ? "*" : ep.port}`;
+}
+
+export function isIpv6(ep: Endpoint): boolean {
+  return "host" in ep && ep.host.includes(":");
 }

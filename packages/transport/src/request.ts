@@ -1,0 +1,95 @@
+// What every client shares (CONTRACT 3): its connection state, and the one outstanding request
+// with its reply buffer, timer and settlement.
+import { Failure, type TransportErrorCode } from "./errors.js";
+import type { ClientMetrics } from "./metrics.js";
+
+/** Connection state of a client: one table for every scheme. */
+export const State = { CLOSED: 0, CONNECTING: 1, OPEN: 2 } as const;
+/** Union of the {@link State} values. */
+export type State = (typeof State)[keyof typeof State];
+
+const NO_REPLY = new Uint8Array(0);
+
+/** Settles one request: a reply length, or a failure turned into an error in the caller's frame. */
+export type Settle = (r: number | Failure) => void;
+
+/**
+ * The outstanding request of a client: at most one (CONTRACT 3). `begin` arms its timer; when it
+ * fires, `onTimeout` is called (counted already) and must fail the request and close the
+ * connection, since a late reply must never answer a later request.
+ */
+export class RequestCore {
+  #pending = false;
+  #replyBuf: Uint8Array = NO_REPLY;
+  #settle: Settle | null = null;
+  #timer: NodeJS.Timeout | null = null;
+  #timeoutMs = 0;
+  readonly #m: ClientMetrics;
+  readonly #onTimeout: () => void;
+
+  constructor(metrics: ClientMetrics, onTimeout: () => void) {
+    this.#m = metrics;
+    this.#onTimeout = onTimeout;
+  }
+
+  /** A request is outstanding. */
+  get pending(): boolean {
+    return this.#pending;
+  }
+
+  /** The outstanding request's reply buffer (empty when none). */
+  get replyBuf(): Uint8Array {
+    return this.#replyBuf;
+  }
+
+  /** The outstanding request's timeout, for messages. */
+  get timeoutMs(): number {
+    return this.#timeoutMs;
+  }
+
+  /** Starts a request whose reply goes into `replyBuf`; `send` writes it, inside the promise executor. */
+  begin(replyBuf: Uint8Array, ms: number, send: () => void): Promise<number | Failure> {
+    return new Promise<number | Failure>((settle) => {
+      this.#pending = true;
+      this.#replyBuf = replyBuf;
+      this.#settle = settle;
+      this.#timeoutMs = ms;
+      this.#timer = setTimeout(this.#fire, ms);
+      send();
+    });
+  }
+
+  readonly #fire = (): void => {
+    this.#timer = null;
+    if (!this.#pending) return;
+    this.#m.timeouts.inc();
+    this.#onTimeout();
+  };
+
+  /** Ends the outstanding request (if any) and returns how to settle it; the caller settles it last. */
+  take(): Settle | null {
+    if (this.#timer !== null) {
+      clearTimeout(this.#timer);
+      this.#timer = null;
+    }
+    const settle = this.#settle;
+    this.#pending = false;
+    this.#settle = null;
+    this.#replyBuf = NO_REPLY;
+    return settle;
+  }
+
+  /** Settles a taken request with its reply of `n` bytes (`wireBytes` on the wire), counted. */
+  reply(settle: Settle, n: number, wireBytes: number): void {
+    this.#m.requests.inc();
+    this.#m.bytesIn.inc(wireBytes);
+    settle(n);
+  }
+
+  /** Settles a taken request (if any) with a failure, counted unless it is a timeout (counted by the timer). */
+  failure(settle: Settle | null, code: TransportErrorCode, why: string, cause: unknown): void {
+    if (settle === null) return;
+    if (code !== "TRANSPORT_TIMEOUT") this.#m.errors.inc();
+    settle(new Failure(code, why, cause));
+  }
+}
