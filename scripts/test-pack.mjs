@@ -307,6 +307,25 @@ try {
       `node_modules ${mib(total)}, ${mib(total - types)} without @types/node${zmq ? `, zeromq ${mib(zmq)}` : ", no zeromq"}`,
     );
     p.installed = notFromTarball.length === 0;
+    if (tap.has("@tapwire/transport") && zmq === 0) {
+      // without zeromq a zmq+ endpoint must fail with the typed error naming the install command
+      const probe =
+        'import("@tapwire/transport").then(async (t) => { try { await t.makeClient("zmq+tcp://127.0.0.1:9").connect(500);' +
+        ' console.log("connected"); } catch (e) { console.log(e.code, "|", e.message); } })';
+      const pr = await run(process.execPath, ["--input-type=module", "-e", probe], {
+        cwd: s,
+        timeoutMs: 20_000,
+      });
+      const out = pr.stdout.trim();
+      record(
+        "zmq+ endpoint without zeromq",
+        p.pkg.name,
+        /^TRANSPORT_ZMQ_MISSING \|.*(npm i|npm install|pnpm add) zeromq/.test(out)
+          ? null
+          : `got: ${tail(out || pr.stderr)}`,
+        "TRANSPORT_ZMQ_MISSING",
+      );
+    }
     // zeromq (33 MB) belongs in an install only when a package of it depends on it outright;
     // an optional peer (transport's) must not drag it in.
     const needsZmq = [...tap].some((n) => byName.get(n)?.tpkg?.dependencies?.zeromq !== undefined);
