@@ -7,6 +7,7 @@ import {
   peekStepPrefix,
   rowsOffsetFor,
   STEP_PREFIX_SIZE,
+  serialNewer,
 } from "@tapwire/wire";
 import type { CoreMetrics } from "./metrics.js";
 import type { CoreConfig } from "./options.js";
@@ -82,7 +83,8 @@ export class Placer {
     // CONTRACT 4 header, as the normal path would read it: anything odd is left to that path.
     const h = peekRequestHeader(head, length);
     if (h === null || h.op !== Op.STEP) return null;
-    if (s.admit(h.seq, h.session, conn) !== 0) return null;
+    // CONTRACT 6.2 as admit() checks it (the connection is bound, checked above).
+    if (h.session !== s.id || !serialNewer(h.seq, s.highestSeq)) return null;
     const bodyLen = length - APP_HEADER_SIZE;
     if (bodyLen > s.maxBody) return null;
     const nReq = peekStepPrefix(head.subarray(APP_HEADER_SIZE))!.nReq;
