@@ -10,8 +10,14 @@ export type { ClientSuiteOptions } from "./client/suite.js";
 export { CLIENT_CASES, runClientSuite } from "./client/suite.js";
 export type { Endpoint, RawConn, Received, TlsClientOptions } from "./conn.js";
 export { connect, parseEndpoint } from "./conn.js";
-export type { EcProducerSuiteOptions } from "./ec/suite.js";
-export { EC_PRODUCER_CASES, ecCompatibilityHash, runEcProducerSuite } from "./ec/suite.js";
+export type { EcConsumerSuiteOptions, EcProducerSuiteOptions } from "./ec/suite.js";
+export {
+  EC_CONSUMER_CASES,
+  EC_PRODUCER_CASES,
+  ecCompatibilityHash,
+  runEcConsumerSuite,
+  runEcProducerSuite,
+} from "./ec/suite.js";
 export { ConformanceError, ConformanceErrorCode } from "./errors.js";
 export type { RunReport } from "./report.js";
 export { formatJunit, formatText, makeReport, totalsOf } from "./report.js";

@@ -6,7 +6,7 @@
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { CLIENT_CASES, runClientSuite } from "../client/suite.js";
-import { EC_PRODUCER_CASES, runEcProducerSuite } from "../ec/suite.js";
+import { EC_CONSUMER_CASES, EC_PRODUCER_CASES, runEcConsumerSuite, runEcProducerSuite } from "../ec/suite.js";
 import { ConformanceError } from "../errors.js";
 import type { RunReport } from "../report.js";
 import { formatJunit, formatText } from "../report.js";
@@ -20,6 +20,7 @@ Modes
   worker <endpoint>            test a drafter worker (CONTRACT 3-11) at tcp://, unix://, tls://, zmq+tcp://, zmq+ipc://
   client --listen <endpoint>   act as a scripted worker; a rank-0 client connects and is judged (CONTRACT 9)
   ec-producer <endpoint>       test an encoder-cache producer's control socket (EC-CONTRACT 3, 4, 9)
+  ec-consumer --listen <endpoint>  act as a scripted producer (control ROUTER + data server) for a consumer (EC-CONTRACT 3, 6, 9)
 
 Worker options (flag names as tapwire-worker's; anything not given is discovered from a HelloReply)
   --token T                 shared HELLO token (default env TAPWIRE_TOKEN)
@@ -45,6 +46,12 @@ EC producer options (flag names as tapwire-ec-producer's)
   --mm-hash H               an entry the producer holds ready (the grant cases)
   --num-blocks N            its cache size (the quota cases)
   --pin-lease-ms MS         its pin lease (the lease case waits it out)
+
+EC consumer options
+  --listen URL              the scripted producer's control ROUTER (tcp://host:port, tcp://127.0.0.1:* for any port)
+  --compatibility-hash HEX  the hash the consumer must send
+  --num-blocks N --block-bytes N   the scripted producer's cache (default 64 x 4096)
+  --ack-timeout-ms MS       the consumer's ack timeout (judge re-requests by time)
 
 Report
   --list                    print every case of the mode, one per line: number, title, sentence
@@ -105,6 +112,7 @@ async function main(): Promise<number> {
       dtype: str,
       "hidden-size": str,
       "pin-lease-ms": str,
+      "ack-timeout-ms": str,
       "block-bytes": str,
       list: { type: "boolean" },
       cases: str,
@@ -129,9 +137,11 @@ async function main(): Promise<number> {
     worker: WORKER_CASES as readonly CaseDef<never>[],
     client: CLIENT_CASES as readonly CaseDef<never>[],
     "ec-producer": EC_PRODUCER_CASES as readonly CaseDef<never>[],
+    "ec-consumer": EC_CONSUMER_CASES as readonly CaseDef<never>[],
   };
   const defs = defsOf[mode];
-  if (defs === undefined) throw new UsageError(`mode ${mode} is not worker, client or ec-producer`);
+  if (defs === undefined)
+    throw new UsageError(`mode ${mode} is not worker, client, ec-producer or ec-consumer`);
   if (v.list === true) {
     process.stdout.write(`${listCases(defs, v.cases)}\n`);
     return 0;
@@ -221,7 +231,22 @@ async function main(): Promise<number> {
       run,
     );
   } else {
-    throw new UsageError(`mode ${mode} is not available`);
+    const listen = v.listen ?? positionals[1];
+    if (listen === undefined) throw new UsageError("ec-consumer needs --listen <endpoint>");
+    const hash = v["compatibility-hash"];
+    if (hash === undefined) throw new UsageError("ec-consumer needs --compatibility-hash");
+    rep = await runEcConsumerSuite(
+      defined({
+        listen,
+        compatibilityHash: hash,
+        blocks: int("num-blocks", v["num-blocks"], 1, 1 << 20),
+        blockBytes: int("block-bytes", v["block-bytes"], 1, 1 << 30),
+        ackTimeoutMs: int("ack-timeout-ms", v["ack-timeout-ms"], 0, 2 ** 31 - 1),
+        timeoutMs,
+        onListening: (ep: string) => process.stderr.write(`listening on ${ep}\n`),
+      }),
+      run,
+    );
   }
   process.stdout.write(formatText(rep, defined({ color, verbose: v.verbose })));
   if (v.json !== undefined) writeFileSync(v.json, `${JSON.stringify(rep, null, 2)}\n`);
