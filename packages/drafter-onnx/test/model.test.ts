@@ -79,6 +79,43 @@ describe("a stateless logits-output head (toy bigram)", () => {
   });
 });
 
+describe("rows: the last R window rows, right-aligned, zero-padded", () => {
+  it("the model sees the entry's last row at index R - 1, whatever the window's length", async () => {
+    const d = await OnnxDrafter.create(toyModel({ probeRows: true }));
+    try {
+      const rb = TOY.numTaps * TOY.hidden * 2;
+      const windowOf = (firsts: number[]) => {
+        const rows = new Uint8Array(firsts.length * rb);
+        firsts.forEach((f, r) => {
+          rows[r * rb] = f;
+        });
+        return rows;
+      };
+      const wins = [[5], [1, 2, 9], [7, 11], [4, 3, 2, 13]];
+      const batch = wins.map((w, i) => ({
+        index: i,
+        slot: i,
+        anchorPos: w.length,
+        anchorToken: 0,
+        k: 2,
+        rows: windowOf(w),
+        nRows: w.length,
+        sample: null,
+      }));
+      const out = makeOutput(wins.length, TOY.numSpec, false);
+      await d.draft(batch, out);
+      // Then a shorter window in the same slots: no row of the previous STEP may remain.
+      const out2 = makeOutput(1, TOY.numSpec, false);
+      await d.draft([{ ...batch[0]!, rows: new Uint8Array(0), nRows: 0 }], out2);
+      expect([0, 1, 2, 3].map((i) => out.draftIds[i * TOY.numSpec])).toEqual([5, 9, 11, 13]);
+      expect([0, 1, 2, 3].map((i) => out.draftIds[i * TOY.numSpec + 1])).toEqual([5, 9, 11, 13]);
+      expect(out2.draftIds[0]).toBe(0);
+    } finally {
+      await d.release();
+    }
+  });
+});
+
 describe("non-finite outputs and a model that throws", () => {
   it("NaN logits fail exactly the entries they reach (failed[]), the rest are drafted", async () => {
     const d = await OnnxDrafter.create(toyModel({ nanRows: [3] }));

@@ -14,6 +14,11 @@ export interface ToyOptions {
   nanRows?: number[];
   /** Make the graph fail at run time for positions >= 1 (an index outside the table). */
   throwAfterPosition0?: boolean;
+  /**
+   * Add 10 to the logit of (first bf16 bits of the last row) mod V: every position then drafts
+   * that id, which shows which row the model saw at index R - 1.
+   */
+  probeRows?: boolean;
   /** Edit the model before it is encoded. */
   edit?: (m: OnnxNs.IModelProto) => void;
 }
@@ -37,10 +42,22 @@ export function toyModel(o: ToyOptions = {}): Uint8Array {
   const rowsF = g.op1("Cast", [Input.ROWS], { to: DataType.FLOAT });
   const rowSum = g.op1("ReduceSum", [rowsF, axes], { keepdims: 0 }); // [B]
   const zero = g.op1("Mul", [rowSum, g.init("tapwire.zero", DataType.FLOAT, [], new Uint8Array(4))]);
-  const logits = g.op1("Add", [
+  let logits = g.op1("Add", [
     g.op1("Gather", ["bigram.table", idx], { axis: 0 }),
     g.op1("Unsqueeze", [zero, g.i64("tapwire.ax1", [1])]),
   ]);
+  if (o.probeRows) {
+    const last = g.op1("Gather", [Input.ROWS, g.i64("tapwire.last", [1])], { axis: 1 }); // [B, 1, T, H]
+    const flat = g.op1("Reshape", [last, g.i64("tapwire.flat", [0, -1])]);
+    const first = g.op1("Gather", [flat, g.i64("tapwire.first", [0])], { axis: 1 }); // [B, 1]
+    const id = g.op1("Mod", [g.op1("Cast", [first], { to: DataType.INT64 }), g.i64("tapwire.v", [V])]);
+    const hot = g.op1("OneHot", [
+      g.op1("Squeeze", [id, g.i64("tapwire.sq", [1])]),
+      g.i64("tapwire.depth", [V]),
+      g.init("tapwire.hot", DataType.FLOAT, [2], new Uint8Array(new Float32Array([0, 10]).buffer)),
+    ]);
+    logits = g.op1("Add", [logits, hot]);
+  }
   g.op1("Identity", [logits], {}, Output.LOGITS);
   const sm = g.op1("Softmax", [logits], { axis: 1 });
   g.op1("ReduceMax", [sm], { axes: [1], keepdims: 0 }, Output.CONFIDENCE);
