@@ -20,7 +20,7 @@ describe("tapwire-conformance client against RemoteDraftClient", () => {
       hidden: DRIVER_GEOMETRY.hidden,
       backoffMs: 150,
       timeoutMs: 3000,
-      disableWaitMs: 700,
+      disableWaitMs: 450,
       onListening: (ep) => {
         driver = startDriver(ep);
       },
@@ -44,7 +44,7 @@ describe("tapwire-conformance client: TOP32 sessions and a judgement that bites"
           ...{ window: 8, numSpec: 4, vocab: 1000, numTaps: 1, hidden: 8 },
           backoffMs: 150,
           timeoutMs: 3000,
-          disableWaitMs: 700,
+          disableWaitMs: 450,
           onListening: (ep) => {
             d = startDriver(ep, { sampleMode: "top32" });
           },

@@ -441,7 +441,7 @@ function nackCase(id: string, status: number, name: string): E {
       );
       const { reads, again } = await after(
         ctx,
-        retry ? ctx.waitMs : Math.max(600, ctx.ackTimeoutMs * 1.5),
+        retry ? ctx.waitMs : Math.max(500, ctx.ackTimeoutMs * 1.5),
         `${r.sessionId}:${r.mmHash}`,
         r.mmHash,
       );
@@ -488,7 +488,7 @@ function ignoredAck(
         );
       const g = ctx.grant(again.mmHash, again.sessionId, 10_000);
       ctx.send(again.rid, g.ack);
-      await ctx.serve(300);
+      await ctx.serve(150);
       const ok = ctx.reads.filter((x) => x.key === `${again.sessionId}:${again.mmHash}`);
       t.must(ok.length >= 1, "the READ of the proper grant that followed", "none");
     },
@@ -574,7 +574,7 @@ export const EC_CONSUMER_CASES: readonly E[] = [
       ctx.send(r.rid, g.ack);
       const { reads, again } = await after(
         ctx,
-        Math.max(600, ctx.ackTimeoutMs * 1.5),
+        Math.max(500, ctx.ackTimeoutMs * 1.5),
         `${r.sessionId}:${r.mmHash}`,
         r.mmHash,
       );
@@ -602,7 +602,7 @@ export const EC_CONSUMER_CASES: readonly E[] = [
       );
       const { reads } = await after(
         ctx,
-        Math.max(600, ctx.ackTimeoutMs * 1.5),
+        Math.max(500, ctx.ackTimeoutMs * 1.5),
         `${r.sessionId}:${r.mmHash}`,
         r.mmHash,
       );
@@ -646,7 +646,7 @@ export const EC_CONSUMER_CASES: readonly E[] = [
       return [a.subarray(0, 9), a.subarray(9)];
     },
   ),
-  ignoredAck("6.2.15", "an ack without crc32 → malformed, dropped", C3, (ctx, r) => {
+  ignoredAck("6.2.15", "an ack without crc32 → malformed, dropped", C3, (_ctx, r) => {
     return mpMap([
       ["mm_hash", mpStr(r.mmHash)],
       ["status", mpUint(0)],
