@@ -118,7 +118,7 @@ function checkLength(msg: Uint8Array, length: number | undefined): number {
  */
 export function decodeHeader(msg: Uint8Array, length?: number, options?: DecodeHeaderOptions): FrameHeader {
   const h = examineHeader(msg, checkLength(msg, length), options?.request === true);
-  if (h instanceof WireError) throw h;
+  if (h instanceof Error) throw h; // plain Error check: no branded hasInstance call on the hot path
   return h;
 }
 
@@ -131,7 +131,7 @@ export function decodeHeader(msg: Uint8Array, length?: number, options?: DecodeH
 export function peekRequestHeader(head: Uint8Array, length: number): FrameHeader | null {
   if (head.length < APP_HEADER_SIZE || !Number.isInteger(length)) return null;
   const h = examineHeader(head, length, true);
-  return h instanceof WireError ? null : h;
+  return h instanceof Error ? null : h;
 }
 
 // The checks of CONTRACT 4 on the header of a message of `n` bytes; reads only msg[0, 24) once

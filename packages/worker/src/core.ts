@@ -241,8 +241,7 @@ export class WorkerCore {
       // A STEP received in place: `msg` is its first `headBytes` bytes, checked by placeStep.
       this.#m.bytesIn.inc(placed.length);
       this.#m.frames.step!.inc();
-      const h = peekHeader(msg)!;
-      return this.#steps.run(h.seq, h.session, msg.subarray(APP_HEADER_SIZE), placed, id);
+      return this.#steps.run(placed.seq, placed.session, msg.subarray(APP_HEADER_SIZE), placed, id);
     } catch (e) {
       return this.#internal(msg, e);
     } finally {

@@ -38,9 +38,14 @@ export class StepPlacement {
   /** The head as decoded at placement, and the session limits it was checked against. */
   readonly req: StepRequest;
   readonly limits: StepLimits;
+  /** The header's `seq` and `session`, as checked at placement. */
+  readonly seq: number;
+  readonly session: number;
 
-  constructor(headBytes: number, length: number, req: StepRequest, limits: StepLimits) {
+  constructor(headBytes: number, length: number, req: StepRequest, limits: StepLimits, seq = 0, session = 0) {
     const nReq = req.nReq;
+    this.seq = seq;
+    this.session = session;
     this.req = req;
     this.limits = limits;
     this.headBytes = headBytes;
@@ -100,7 +105,7 @@ export class Placer {
     }
     const W = this.#cfg.drafter.window;
     for (let i = 0; i < nReq; i++) if (req.entries[i]!.nRows > W) return null;
-    const plan = new StepPlacement(headBytes, length, req, limits);
+    const plan = new StepPlacement(headBytes, length, req, limits, h.seq, h.session);
     const store = this.#store;
     try {
       for (let i = 0; i < nReq; i++) {

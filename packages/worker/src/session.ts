@@ -94,6 +94,8 @@ export class Session {
   // Bumped whenever a HELLO makes a session current; a binding holds for its epoch only.
   #epoch = 0;
   readonly #bindings = new WeakMap<FrameConn, number>();
+  #lastBound: FrameConn | null = null;
+  #lastBoundEpoch = -1;
   readonly #bound = new Set<FrameConn>();
   readonly #cfg: CoreConfig;
   readonly #store: WindowStore;
@@ -107,7 +109,10 @@ export class Session {
 
   /** True when `conn` is bound to the current session (CONTRACT 6.2). */
   isBound(conn: FrameConn): boolean {
-    return this.id !== 0 && this.#bindings.get(conn) === this.#epoch;
+    if (this.id === 0) return false;
+    // The connection bound last is nearly always the one asking (one client, one connection).
+    if (conn === this.#lastBound) return this.#lastBoundEpoch === this.#epoch;
+    return this.#bindings.get(conn) === this.#epoch;
   }
 
   /** Connections bound to the current session. */
@@ -117,6 +122,7 @@ export class Session {
 
   /** Forgets a closed connection. */
   forget(conn: FrameConn): void {
+    if (conn === this.#lastBound) this.#lastBound = null;
     this.#bound.delete(conn);
     this.#bindings.delete(conn);
   }
@@ -258,6 +264,8 @@ export class Session {
   #bind(conn: FrameConn): void {
     if (this.#bindings.get(conn) === this.#epoch) return;
     this.#bindings.set(conn, this.#epoch);
+    this.#lastBound = conn;
+    this.#lastBoundEpoch = this.#epoch;
     this.#bound.add(conn);
     conn.bind?.(); // idempotent in the transport
   }
