@@ -53,7 +53,8 @@ export class ServerLimits<C extends Limited> {
    * Always succeeds without a budget.
    */
   tryCharge(n: number): boolean {
-    if (this.#used + n > this.#maxBuffered && this.#maxBuffered > 0) {
+    if (this.#maxBuffered === 0) return true;
+    if (this.#used + n > this.#maxBuffered) {
       this.reclaim?.();
       if (this.#used + n > this.#maxBuffered) return false;
     }
@@ -86,7 +87,7 @@ export class ServerLimits<C extends Limited> {
 
   /** Returns `n` charged bytes and wakes waiters that now fit. */
   release(n: number): void {
-    if (n <= 0) return;
+    if (n <= 0 || this.#maxBuffered === 0) return;
     this.#used -= n;
     this.#m.bufferedBytes.set(this.#used);
     this.#wake();

@@ -47,16 +47,16 @@ export class RequestCore {
     return this.#timeoutMs;
   }
 
-  /** Starts a request whose reply goes into `replyBuf`; `send` writes it, inside the promise executor. */
-  begin(replyBuf: Uint8Array, ms: number, send: () => void): Promise<number | Failure> {
-    return new Promise<number | Failure>((settle) => {
-      this.#pending = true;
-      this.#replyBuf = replyBuf;
+  /** Starts a request whose reply goes into `replyBuf`; the caller then writes it. */
+  begin(replyBuf: Uint8Array, ms: number): Promise<number | Failure> {
+    const p = new Promise<number | Failure>((settle) => {
       this.#settle = settle;
-      this.#timeoutMs = ms;
-      this.#timer = setTimeout(this.#fire, ms);
-      send();
     });
+    this.#pending = true;
+    this.#replyBuf = replyBuf;
+    this.#timeoutMs = ms;
+    this.#timer = setTimeout(this.#fire, ms);
+    return p;
   }
 
   readonly #fire = (): void => {

@@ -271,23 +271,23 @@ export class StreamClient implements RpcClient {
     this.#hdrGot = 0;
     this.#len = 0;
     this.#got = 0;
-    return this.#req.begin(replyBuf, ms, () => {
-      // A still-queued previous write may reference the shared header; never overwrite it then.
-      const header = sock.writableLength === 0 ? this.#header : Buffer.allocUnsafe(HEADER_BYTES);
-      header.writeUInt32LE(total, 0);
-      sock.cork();
-      sock.write(header);
-      if (msg !== null) {
-        if (msg.length > 0) sock.write(msg);
-      } else {
-        for (let i = 0; i < parts.length; i++) {
-          const p = parts[i] as Uint8Array;
-          if (p.length > 0) sock.write(p);
-        }
+    const reply = this.#req.begin(replyBuf, ms);
+    // A still-queued previous write may reference the shared header; never overwrite it then.
+    const header = sock.writableLength === 0 ? this.#header : Buffer.allocUnsafe(HEADER_BYTES);
+    header.writeUInt32LE(total, 0);
+    sock.cork();
+    sock.write(header);
+    if (msg !== null) {
+      if (msg.length > 0) sock.write(msg);
+    } else {
+      for (let i = 0; i < parts.length; i++) {
+        const p = parts[i] as Uint8Array;
+        if (p.length > 0) sock.write(p);
       }
-      sock.uncork();
-      this.#m.bytesOut.inc(total + HEADER_BYTES);
-    });
+    }
+    sock.uncork();
+    this.#m.bytesOut.inc(total + HEADER_BYTES);
+    return reply;
   }
 
   readonly #onTimeout = (): void => {

@@ -238,17 +238,16 @@ export class ZmqClient implements RpcClient {
       this.#maxMessageBytes,
     );
     if (d === null) throw new TransportError("TRANSPORT_CLOSED", `${this.endpoint}: ${this.#closeReason}`);
-    return this.#req.begin(replyBuf, ms, () => {
-      // CONTRACT 3: a multipart message is the concatenation of its parts.
-      const out =
-        msg !== null ? msg : parts.length === 0 ? EMPTY_PART : parts.length === 1 ? parts[0] : parts;
-      d.send(out as zmq.MessageLike | zmq.MessageLike[]).then(
-        () => this.#m.bytesOut.inc(total),
-        (e: unknown) => {
-          if (this.#dealer === d) this.#drop(`send to ${this.endpoint} failed: ${(e as Error).message}`);
-        },
-      );
-    });
+    const reply = this.#req.begin(replyBuf, ms);
+    // CONTRACT 3: a multipart message is the concatenation of its parts.
+    const out = msg !== null ? msg : parts.length === 0 ? EMPTY_PART : parts.length === 1 ? parts[0] : parts;
+    d.send(out as zmq.MessageLike | zmq.MessageLike[]).then(
+      () => this.#m.bytesOut.inc(total),
+      (e: unknown) => {
+        if (this.#dealer === d) this.#drop(`send to ${this.endpoint} failed: ${(e as Error).message}`);
+      },
+    );
+    return reply;
   }
 
   readonly #onTimeout = (): void => {
