@@ -195,8 +195,10 @@ for (const t of STREAM) {
 describe("tcp: attacks on the limits (CONTRACT 11)", () => {
   const t = caseOf("tcp");
 
-  test("400 unbound connections announcing 96 MiB each: RSS stays flat, a bound client is served throughout", async () => {
-    const s = await serve(t);
+  test("400 unbound connections announcing 96 MiB each (allowed once bound) and sending 256 KiB: RSS stays flat, a bound client is served throughout", async () => {
+    // 96 MiB is within maxMessageBytes: without the unbound limit each connection would keep a
+    // reassembly buffer for what it sent (400 x 256-512 KiB), and stay open.
+    const s = await serve(t, { maxMessageBytes: 96 << 20 });
     const { c, reply } = await boundClient(t, s.srv.endpoint);
     gc();
     const rss0 = process.memoryUsage().rss;
@@ -210,13 +212,15 @@ describe("tcp: attacks on the limits (CONTRACT 11)", () => {
       }
     })();
     let maxRss = rss0;
+    const body = pattern(256 << 10, 5);
     for (let wave = 0; wave < 8; wave++) {
       const socks = await Promise.all(Array.from({ length: 50 }, () => rawConnect(s.srv.endpoint)));
       const done = socks.map((r) => collect(r).closed);
-      // The prefix and half a header: the hook needs 24 bytes, so each waits (up to 1 s) holding nothing.
+      // The prefix and half a header: the hook needs 24 bytes, so each waits (up to 1 s) holding
+      // nothing; then the rest of the header and 256 KiB of body, which are never buffered.
       for (const r of socks) r.write(Buffer.concat([prefix(96 << 20), pattern(12, 1)]));
       await sleep(20);
-      for (const r of socks) r.write(pattern(12, 2));
+      for (const r of socks) r.write(Buffer.concat([pattern(12, 2), body]));
       await Promise.all(done);
       maxRss = Math.max(maxRss, process.memoryUsage().rss);
     }
