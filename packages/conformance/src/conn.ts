@@ -12,10 +12,15 @@ import { lePrefix, u32 } from "./frames.js";
 
 /** An endpoint of CONTRACT 3. */
 export interface Endpoint {
+  /** The transport. */
   scheme: "tcp" | "unix" | "tls" | "zmq+tcp" | "zmq+ipc";
+  /** The URL as given. */
   url: string;
+  /** Host of tcp, tls and zmq+tcp ("" otherwise). */
   host: string;
+  /** Port of tcp, tls and zmq+tcp (0 otherwise). */
   port: number;
+  /** Path of unix and zmq+ipc ("" otherwise). */
   path: string;
 }
 
@@ -25,6 +30,7 @@ export interface TlsClientOptions {
   caFile?: string;
   /** PEM client certificate and key files. */
   certFile?: string;
+  /** PEM key file of `certFile`. */
   keyFile?: string;
   /** SNI / name to verify (default the host). */
   servername?: string;
@@ -47,16 +53,41 @@ export function parseEndpoint(url: string): Endpoint {
 
 /** What a receive produced. */
 export type Received =
-  | { kind: "msg"; bytes: Uint8Array; prefix: Uint8Array | null }
-  | { kind: "closed"; pending: number }
-  | { kind: "timeout"; pending: number }
-  | { kind: "bad-prefix"; prefix: Uint8Array; length: number };
+  | {
+      /** A whole message. */
+      kind: "msg";
+      /** The message (without its prefix). */
+      bytes: Uint8Array;
+      /** Its stream length prefix as received (null on ZeroMQ). */
+      prefix: Uint8Array | null;
+    }
+  | {
+      /** The peer closed the connection. */
+      kind: "closed";
+      /** Bytes of an incomplete message left unread. */
+      pending: number;
+    }
+  | {
+      /** Nothing whole arrived in time. */
+      kind: "timeout";
+      /** Bytes of an incomplete message received so far. */
+      pending: number;
+    }
+  | {
+      /** A length prefix above {@link MAX_REPLY_BYTES} (a big-endian writer, or garbage). */
+      kind: "bad-prefix";
+      /** The four prefix bytes. */
+      prefix: Uint8Array;
+      /** Their value read little-endian. */
+      length: number;
+    };
 
 /** Largest reply length the tester accepts from a prefix (above: reported as a bad prefix). */
 export const MAX_REPLY_BYTES = 64 * 1024 * 1024;
 
 /** A connection to a worker (or, in the client mode, from a client). */
 export interface RawConn {
+  /** True for tcp, unix and tls (a length-prefixed stream); false for ZeroMQ. */
   readonly stream: boolean;
   /** Sends one message (stream: LE prefix + bytes in one write; zmq: one single-part message). */
   send(msg: Uint8Array): void;
@@ -68,7 +99,9 @@ export interface RawConn {
   recv(timeoutMs: number): Promise<Received>;
   /** Resolves true when the peer closes within `ms` (ZeroMQ: always false, it has no close). */
   waitClosed(ms: number): Promise<boolean>;
+  /** True once the peer or the tester closed it. */
   readonly isClosed: boolean;
+  /** Closes the connection (ZeroMQ: the DEALER). */
   close(): void;
 }
 

@@ -6,23 +6,20 @@
  * @packageDocumentation
  */
 
+export type { CaseInfo, Mode } from "./cases.js";
+export { listCases } from "./cases.js";
 export type { ClientSuiteOptions } from "./client/suite.js";
-export { CLIENT_CASES, runClientSuite } from "./client/suite.js";
+export { runClientSuite } from "./client/suite.js";
 export type { Endpoint, RawConn, Received, TlsClientOptions } from "./conn.js";
-export { connect, parseEndpoint } from "./conn.js";
+export { connect, MAX_REPLY_BYTES, parseEndpoint } from "./conn.js";
 export type { EcConsumerSuiteOptions, EcProducerSuiteOptions } from "./ec/suite.js";
-export {
-  EC_CONSUMER_CASES,
-  EC_PRODUCER_CASES,
-  ecCompatibilityHash,
-  runEcConsumerSuite,
-  runEcProducerSuite,
-} from "./ec/suite.js";
+export { crc32, ecCompatibilityHash, runEcConsumerSuite, runEcProducerSuite } from "./ec/suite.js";
 export { ConformanceError, ConformanceErrorCode } from "./errors.js";
 export type { RunReport } from "./report.js";
 export { formatJunit, formatText, makeReport, totalsOf } from "./report.js";
 export type { CaseDef, CaseResult, RunOptions } from "./runner.js";
 export { CaseCheck, caseFilter, runCases, sectionOf, Verdict } from "./runner.js";
+export type { FramingCase } from "./worker/cases-framing.js";
 export { framingVectors } from "./worker/cases-framing.js";
 export type { WorkerSuiteOptions } from "./worker/context.js";
-export { runWorkerSuite, WORKER_CASES } from "./worker/suite.js";
+export { runWorkerSuite } from "./worker/suite.js";

@@ -9,7 +9,9 @@ export interface RunReport {
   endpoint: string;
   /** What the tester learned or was told about the peer (geometry, capabilities, policy). */
   peer: Record<string, unknown>;
+  /** When the run started (ISO 8601). */
   startedAt: string;
+  /** Every case run, in order. */
   results: CaseResult[];
   /** Per verdict counts over all cases. */
   totals: Record<Verdict, number>;

@@ -28,15 +28,21 @@ export interface CaseDef<C> {
    * (behaviour the contract leaves open, reported for the implementer).
    */
   level?: "MUST" | "SHOULD" | "INFO";
+  /** Runs the case; it ends by returning (OK) or through `t` (any other verdict). */
   run(ctx: C, t: CaseCheck): Promise<void>;
 }
 
 /** Result of one case. */
 export interface CaseResult {
+  /** The case number (`6.2.3`). */
   id: string;
+  /** What was sent and what had to happen. */
   title: string;
+  /** The contract sentence the case checks. */
   cite: string;
+  /** The section the report groups it under (`6.2`, `11`). */
   section: string;
+  /** The verdict. */
   verdict: Verdict;
   /** The failing expectation (FAILED / NON-STRICT / INFORMATIONAL) or why it did not apply. */
   expected?: string;
@@ -44,6 +50,7 @@ export interface CaseResult {
   got?: string;
   /** Free-form notes (e.g. a worker answering SKIPPED where it could draft). */
   notes: string[];
+  /** Wall time of the case. */
   ms: number;
 }
 
@@ -60,6 +67,7 @@ export class CaseEnd extends Error {
 
 /** The assertion object a case gets. */
 export class CaseCheck {
+  /** Notes collected for the result. */
   readonly notes: string[] = [];
   constructor(private readonly level: "MUST" | "SHOULD" | "INFO") {}
 

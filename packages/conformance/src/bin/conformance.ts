@@ -5,14 +5,16 @@
  */
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { CLIENT_CASES, runClientSuite } from "../client/suite.js";
-import { EC_CONSUMER_CASES, EC_PRODUCER_CASES, runEcConsumerSuite, runEcProducerSuite } from "../ec/suite.js";
+import type { CaseInfo, Mode } from "../cases.js";
+import { listCases as allCases } from "../cases.js";
+import { runClientSuite } from "../client/suite.js";
+import { runEcConsumerSuite, runEcProducerSuite } from "../ec/suite.js";
 import { ConformanceError } from "../errors.js";
 import type { RunReport } from "../report.js";
 import { formatJunit, formatText } from "../report.js";
-import type { CaseDef, CaseResult } from "../runner.js";
+import type { CaseResult } from "../runner.js";
 import { caseFilter } from "../runner.js";
-import { runWorkerSuite, WORKER_CASES } from "../worker/suite.js";
+import { runWorkerSuite } from "../worker/suite.js";
 
 const HELP = `Usage: tapwire-conformance <mode> [endpoint] [options]
 
@@ -77,7 +79,7 @@ function defined<T extends object>(o: T): { [K in keyof T]: Exclude<T[K], undefi
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as never;
 }
 
-function listCases(defs: readonly CaseDef<never>[], filter: string | undefined): string {
+function listCases(defs: readonly CaseInfo[], filter: string | undefined): string {
   const keep = caseFilter(filter);
   return defs
     .filter((d) => keep(d.id))
@@ -133,13 +135,8 @@ async function main(): Promise<number> {
     return v.help === true ? 0 : 2;
   }
   const mode = positionals[0]!;
-  const defsOf: Record<string, readonly CaseDef<never>[]> = {
-    worker: WORKER_CASES as readonly CaseDef<never>[],
-    client: CLIENT_CASES as readonly CaseDef<never>[],
-    "ec-producer": EC_PRODUCER_CASES as readonly CaseDef<never>[],
-    "ec-consumer": EC_CONSUMER_CASES as readonly CaseDef<never>[],
-  };
-  const defs = defsOf[mode];
+  const modes: readonly string[] = ["worker", "client", "ec-producer", "ec-consumer"];
+  const defs = modes.includes(mode) ? allCases(mode as Mode) : undefined;
   if (defs === undefined)
     throw new UsageError(`mode ${mode} is not worker, client, ec-producer or ec-consumer`);
   if (v.list === true) {

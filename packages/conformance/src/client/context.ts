@@ -19,11 +19,17 @@ export interface ClientSuiteOptions {
   listen: string;
   /** Geometry the scripted worker announces; the client must be configured the same. */
   window?: number;
+  /** num_spec N (default 4). */
   numSpec?: number;
+  /** vocab_size (default 1000). */
   vocab?: number;
+  /** Tap vectors per row (default 1). */
   numTaps?: number;
+  /** bf16 values per tap vector (default 8). */
   hidden?: number;
+  /** Drafter identity, 64 hex digits (default zeros). */
   drafterIdentity?: string;
+  /** Markov identity, 64 hex digits (default zeros). */
   markovIdentity?: string;
   /** The client's shared token, if it sends one (checked as CONTRACT 6.1's HMAC). */
   token?: string;

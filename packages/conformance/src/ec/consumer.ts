@@ -23,11 +23,13 @@ export interface EcConsumerSuiteOptions {
   compatibilityHash: string;
   /** The scripted producer's cache (default 64 blocks of 4096 bytes). */
   blocks?: number;
+  /** Bytes per block of the scripted producer (default 4096). */
   blockBytes?: number;
   /** The consumer's ack timeout (default 2000 ms, EC-CONTRACT 6.3): a re-request is expected after it. */
   ackTimeoutMs?: number;
   /** How long to wait for the consumer's next move (default 5000 ms). */
   timeoutMs?: number;
+  /** Called with the control endpoint once bound (point the consumer at it). */
   onListening?: (control: string) => void;
 }
 
@@ -495,7 +497,8 @@ function ignoredAck(
   };
 }
 
-export const EC_CONSUMER_CASES: readonly E[] = [
+/** Every ec-consumer case but the closing summary, in run order. */
+export const EC_CONSUMER_CASES: readonly CaseDef<EcConsumerCtx>[] = [
   {
     id: "6.1.1",
     title:

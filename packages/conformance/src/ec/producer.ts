@@ -20,9 +20,13 @@ export interface EcProducerSuiteOptions {
   endpoint: string;
   /** The producer's compatibility_hash (EC-CONTRACT 2), or its inputs below. */
   compatibilityHash?: string;
+  /** compatibility input: model_id. */
   modelId?: string;
+  /** compatibility input: dtype. */
   dtype?: string;
+  /** compatibility input: hidden_size. */
   hiddenSize?: number;
+  /** compatibility input: block_bytes (also checks that nbytes fits the acked blocks). */
   blockBytes?: number;
   /** An mm_hash the producer holds ready (the grant cases need one). */
   mmHash?: string;
@@ -32,6 +36,7 @@ export interface EcProducerSuiteOptions {
   pinLeaseMs?: number;
   /** Reply timeout (default 2000 ms); a dropped message is judged after min(timeout, 300 ms). */
   timeoutMs?: number;
+  /** Reserved for input generation (the cases are deterministic today). */
   seed?: number;
 }
 
@@ -273,7 +278,8 @@ function needReady(ctx: EcProducerCtx, t: CaseCheck): string {
   return ctx.opts.mmHash!;
 }
 
-export const EC_PRODUCER_CASES: readonly P[] = [
+/** Every ec-producer case, in run order. */
+export const EC_PRODUCER_CASES: readonly CaseDef<EcProducerCtx>[] = [
   {
     id: "3.1",
     title:

@@ -9,12 +9,19 @@ import { describe, st } from "./context.js";
 
 type W = CaseDef<WorkerCtx>;
 
-interface FramingCase {
+/** One case of framing-v1.json (CONTRACT 3). */
+export interface FramingCase {
+  /** Case name (`message_ping_request#1`, `prefix_184`, ...). */
   name: string;
+  /** One message, hex. */
   message_hex?: string;
+  /** Several messages on one connection, hex. */
   messages_hex?: string[];
+  /** Exactly what a conforming peer writes on the socket, hex. */
   stream_hex?: string;
+  /** `prefix_*` cases: a length. */
   length?: number;
+  /** `prefix_*` cases: its four prefix bytes, hex. */
   prefix_hex?: string;
 }
 

@@ -24,12 +24,17 @@ export interface WorkerSuiteOptions {
   token?: string;
   /** Geometry; anything not given is discovered from a HelloReply. */
   window?: number;
+  /** num_spec N. */
   numSpec?: number;
+  /** vocab_size. */
   vocab?: number;
+  /** Tap vectors per row. */
   numTaps?: number;
+  /** bf16 values per tap vector. */
   hidden?: number;
-  /** 64 hex digits each. */
+  /** The drafter identity, 64 hex digits. */
   drafterIdentity?: string;
+  /** The Markov head identity, 64 hex digits. */
   markovIdentity?: string;
   /** Sample mode of the sessions of the general cases (default greedy; TOP32 cases always use TOP32). */
   sampleMode?: "greedy" | "top32";
