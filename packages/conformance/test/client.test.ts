@@ -1,4 +1,5 @@
 /** The client mode against tapwire's RemoteDraftClient + RoundCore (the CI driver of the package). */
+import { freePort, uniqueSocketPath } from "@tapwire/testing";
 import { afterAll, describe, expect, it } from "vitest";
 import { runClientSuite } from "../src/index.js";
 import type { Driver } from "./client-driver.js";
@@ -58,6 +59,34 @@ describe("tapwire-conformance client: TOP32 sessions and a judgement that bites"
       await (d as Driver | null)?.stop();
     }
   });
+  for (const scheme of ["unix", "zmq+tcp"] as const) {
+    it(`${scheme}: one case of each reaction passes`, async () => {
+      let d: Driver | null = null;
+      const listen =
+        scheme === "unix"
+          ? `unix://${uniqueSocketPath("conf-client")}`
+          : `zmq+tcp://127.0.0.1:${await freePort()}`;
+      try {
+        const rep = await runClientSuite(
+          {
+            listen,
+            ...{ window: 8, numSpec: 4, vocab: 1000, numTaps: 1, hidden: 8 },
+            backoffMs: 150,
+            timeoutMs: 3000,
+            disableWaitMs: 450,
+            onListening: (ep) => {
+              d = startDriver(ep);
+            },
+          },
+          { cases: "9.1.1,9.1.2,9.2.1,9.2.12,9.2.23,9.2.27,9.2.29,9.2.31,9.3.8" },
+        );
+        expect(rep.results.filter((r) => r.verdict === "FAILED").map((r) => `${r.id}: ${r.got}`)).toEqual([]);
+        expect(rep.totals.OK).toBe(9);
+      } finally {
+        await (d as Driver | null)?.stop();
+      }
+    });
+  }
   it("a client that reconnects sooner than the backoff it was said to have FAILS the backoff cases", async () => {
     let d: Driver | null = null;
     try {

@@ -36,6 +36,8 @@ export class ScriptedListener {
   private closers: (() => Promise<void>)[] = [];
   /** The endpoint actually bound (a tcp port 0 resolved). */
   endpoint = "";
+  /** False on ZeroMQ, where a peer's "connection" has no close to observe. */
+  stream = true;
 
   private push(e: ServerEvent): void {
     this.q.push(e);
@@ -74,6 +76,7 @@ export class ScriptedListener {
       const addr = ep.scheme === "zmq+tcp" ? `tcp://${ep.host}:${ep.port}` : `ipc://${ep.path}`;
       await r.bind(addr);
       this.endpoint = url;
+      this.stream = false;
       const peers = new Map<string, ServerConn>();
       void (async () => {
         for (;;) {
