@@ -11,6 +11,8 @@ import type { RunReport } from "../report.js";
 import { makeReport } from "../report.js";
 import type { CaseCheck, CaseDef, RunOptions } from "../runner.js";
 import { runCases } from "../runner.js";
+import { crc32 } from "./consumer.js";
+import { DataReader } from "./data-reader.js";
 import type { Typed } from "./msgpack.js";
 import { decodeTyped, mapEntries, mpFloat, mpMap, mpNestingBomb, mpStr, mpUint } from "./msgpack.js";
 
@@ -73,6 +75,8 @@ export interface Ack {
   nbytes: number;
   crc32: number;
   keys: string[];
+  /** The decoded agent_metadata (EC-CONTRACT 5.3: name, instance, endpoint), when it decodes. */
+  agent: { name: string; instance: string; endpoint: string } | null;
 }
 
 /** Context of the ec-producer mode. */
@@ -82,6 +86,8 @@ export class EcProducerCtx {
   readonly timeoutMs: number;
   readonly dropMs: number;
   private conns: RawConn[] = [];
+  /** Data-plane readers of the case (closed after it). */
+  readers: DataReader[] = [];
   /** Acks seen in the run. */
   acks = 0;
 
@@ -115,6 +121,8 @@ export class EcProducerCtx {
   closeAll(): void {
     for (const c of this.conns) c.close();
     this.conns = [];
+    for (const r of this.readers) r.close();
+    this.readers = [];
   }
 
   /** An XferReq with `over` (raw msgpack values) replacing or removing keys. */
@@ -204,7 +212,24 @@ export class EcProducerCtx {
         p.push("a NACK whose fields other than mm_hash and status are not empty");
     }
     t.must(p.length === 0, "an XferAck with exactly EC-CONTRACT 3's keys and types", () => p.join("; "));
-    return { mmHash, status, sessionId, blocks, nbytes, crc32: crc, keys: [...m.keys()] };
+    let agent: Ack["agent"] = null;
+    const meta = get("agent_metadata", "bin")?.v;
+    if (status === 0 && meta !== undefined) {
+      try {
+        const am = mapEntries(decodeTyped(meta));
+        const sv = (k: string) => {
+          const x = am?.get(k);
+          return x?.t === "str" ? x.v : null;
+        };
+        const name = sv("name");
+        const instance = sv("instance");
+        const endpoint = sv("endpoint");
+        if (name !== null && instance !== null && endpoint !== null) agent = { name, instance, endpoint };
+      } catch {
+        agent = null;
+      }
+    }
+    return { mmHash, status, sessionId, blocks, nbytes, crc32: crc, keys: [...m.keys()], agent };
   }
 
   /** Sends `msg` (or parts) and requires no reply (dropped, EC-CONTRACT 3: nothing sent back), then a valid request still answered. */
@@ -278,8 +303,7 @@ function needReady(ctx: EcProducerCtx, t: CaseCheck): string {
   return ctx.opts.mmHash!;
 }
 
-/** Every ec-producer case, in run order. */
-export const EC_PRODUCER_CASES: readonly CaseDef<EcProducerCtx>[] = [
+const CONTROL_CASES: CaseDef<EcProducerCtx>[] = [
   {
     id: "3.1",
     title:
@@ -518,6 +542,171 @@ export const EC_PRODUCER_CASES: readonly CaseDef<EcProducerCtx>[] = [
     },
   },
 ];
+
+const C53 =
+  "EC-CONTRACT 5.3: a READ is served only for a key with a live grant and only for exactly the blocks of that grant; anything else is refused (ERR at the reader, counted at the server). docs/ec-protocol.md 3.1: the server checks the instance (1), a grant for key (2), not expired (3), blocks equal, order included (4), nbytes (5), and refuses with ERROR, then closes.";
+
+/** A fresh grant of the ready entry and a data-plane connection to its agent. */
+async function granted(ctx: EcProducerCtx, t: CaseCheck): Promise<{ a: Ack; key: string; r: DataReader }> {
+  const h = needReady(ctx, t);
+  const s = randomUUID();
+  const a = await ctx.ack(t, await ctx.dealer(), ctx.req(h, s), { mmHash: h, sessionId: s });
+  t.must(a.status === 0, "a grant (OK ack)", () => String(a.status));
+  t.must(
+    a.agent !== null,
+    "agent_metadata that decodes as {name, instance, endpoint} (docs/ec-protocol.md 3)",
+    "it does not",
+  );
+  let r: DataReader;
+  try {
+    r = await DataReader.connect(a.agent.endpoint, ctx.timeoutMs);
+  } catch (e) {
+    t.info("a tcp:// or unix:// data plane the tester can read", `${a.agent.endpoint}: ${String(e)}`);
+  }
+  ctx.readers.push(r);
+  return { a, key: `${s}:${h}`, r };
+}
+
+function refusedRead(
+  id: string,
+  title: string,
+  code: number,
+  mutate: (g: { a: Ack; key: string }) => { key: string; instance: string; blocks: number[]; nbytes: number },
+): P {
+  return {
+    id,
+    title,
+    cite: C53,
+    async run(ctx: EcProducerCtx, t: CaseCheck) {
+      const g = await granted(ctx, t);
+      const m = mutate(g);
+      g.r.read(m.key, "conformance/reader", m.instance, m.blocks, m.nbytes);
+      const res = await g.r.answer(ctx.timeoutMs);
+      t.must(res.kind === "error" && res.code === code, `ERROR code ${code}`, () =>
+        res.kind === "error" ? `ERROR code ${res.code} (${res.message})` : res.kind,
+      );
+      t.must(res.kind === "error" && res.closed, "then the connection closed", "it stayed open");
+    },
+  };
+}
+
+const DATA_CASES: P[] = [
+  {
+    id: "5.3.1",
+    title:
+      "a READ of the grant's key and blocks → DATA with nbytes bytes whose CRC-32 is the ack's crc32; the notification is accepted",
+    cite: `${C53} EC-CONTRACT 3: crc32 is the CRC-32 (zlib's) of the entry's nbytes bytes.`,
+    async run(ctx: EcProducerCtx, t: CaseCheck) {
+      const g = await granted(ctx, t);
+      g.r.read(g.key, "conformance/reader", g.a.agent!.instance, g.a.blocks, g.a.nbytes);
+      const res = await g.r.answer(ctx.timeoutMs);
+      t.must(res.kind === "data", "DATA", () =>
+        res.kind === "error" ? `ERROR ${res.code} ${res.message}` : res.kind,
+      );
+      t.must(res.bytes.length === g.a.nbytes, `${g.a.nbytes} bytes`, () => String(res.bytes.length));
+      t.must(crc32(res.bytes) === g.a.crc32, `CRC-32 ${g.a.crc32}`, () => String(crc32(res.bytes)));
+      g.r.notif(g.key);
+      t.must(!(await g.r.waitClosed(200)), "the connection stays open after the notification", "closed");
+    },
+  },
+  {
+    id: "4.3.1",
+    title: "the completion notification ends the grant: a second READ of the key → ERROR no_grant",
+    cite: 'EC-CONTRACT 4.3: a data-plane notification "{session_id}:{mm_hash}" completes that grant: unpin, drop the grant.',
+    async run(ctx: EcProducerCtx, t: CaseCheck) {
+      const g = await granted(ctx, t);
+      g.r.read(g.key, "conformance/reader", g.a.agent!.instance, g.a.blocks, g.a.nbytes);
+      const first = await g.r.answer(ctx.timeoutMs);
+      t.must(first.kind === "data", "DATA for the first READ", first.kind);
+      g.r.notif(g.key);
+      // The producer drains notifications in poll_step (4.1): give it a few steps.
+      let res: Awaited<ReturnType<DataReader["answer"]>> = { kind: "timeout" };
+      for (let i = 0; i < 20; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        const again = await DataReader.connect(g.a.agent!.endpoint, ctx.timeoutMs);
+        ctx.readers.push(again);
+        again.read(g.key, "conformance/reader", g.a.agent!.instance, g.a.blocks, g.a.nbytes);
+        res = await again.answer(ctx.timeoutMs);
+        if (res.kind === "error") break;
+      }
+      t.must(
+        res.kind === "error" && res.code === 2,
+        "ERROR no_grant (2) once the notification was drained",
+        () => (res.kind === "error" ? `ERROR ${res.code}` : res.kind),
+      );
+    },
+  },
+  refusedRead("5.3.2", "a READ of a key without a grant → ERROR no_grant, then closed", 2, (g) => ({
+    key: `${g.key}-none`,
+    instance: g.a.agent!.instance,
+    blocks: g.a.blocks,
+    nbytes: g.a.nbytes,
+  })),
+  refusedRead(
+    "5.3.3",
+    "a READ addressed to another instance → ERROR instance_mismatch, then closed",
+    1,
+    (g) => ({ key: g.key, instance: "0000000000000000", blocks: g.a.blocks, nbytes: g.a.nbytes }),
+  ),
+  refusedRead(
+    "5.3.4",
+    "a READ of other blocks than the grant's → ERROR blocks_mismatch, then closed",
+    4,
+    (g) => ({
+      key: g.key,
+      instance: g.a.agent!.instance,
+      blocks: g.a.blocks.map((b) => b + 1),
+      nbytes: g.a.nbytes,
+    }),
+  ),
+  refusedRead("5.3.5", "a READ of the grant's blocks in another order → ERROR blocks_mismatch", 4, (g) => ({
+    key: g.key,
+    instance: g.a.agent!.instance,
+    blocks: g.a.blocks.length > 1 ? [...g.a.blocks].reverse() : [g.a.blocks[0]! + 1],
+    nbytes: g.a.nbytes,
+  })),
+  refusedRead("5.3.6", "a READ whose nbytes needs fewer blocks than it names → ERROR bad_nbytes", 5, (g) => ({
+    key: g.key,
+    instance: g.a.agent!.instance,
+    blocks: g.a.blocks,
+    nbytes: 1,
+  })),
+  {
+    id: "4.4.2",
+    title: "a grant past its lease is revoked on the data plane: its READ → ERROR (no_grant or expired)",
+    cite: "EC-CONTRACT 4.4: a grant past its lease is revoked on the data plane and unpinned.",
+    async run(ctx: EcProducerCtx, t: CaseCheck) {
+      const lease = ctx.opts.pinLeaseMs;
+      if (lease === undefined || lease > 15_000)
+        t.info("a pin lease under 15 s (--pin-lease-ms)", String(lease ?? "not given"));
+      const g = await granted(ctx, t);
+      await new Promise((r) => setTimeout(r, lease! * 2 + 300));
+      g.r.read(g.key, "conformance/reader", g.a.agent!.instance, g.a.blocks, g.a.nbytes);
+      const res = await g.r.answer(ctx.timeoutMs);
+      t.must(res.kind === "error" && (res.code === 2 || res.code === 3), "ERROR no_grant or expired", () =>
+        res.kind === "error" ? `ERROR ${res.code}` : res.kind,
+      );
+    },
+  },
+  {
+    id: "9.5.1",
+    title: "garbage on the data plane closes that connection; the data server serves a proper READ after",
+    cite: "EC-CONTRACT 9.5: nothing received ends the process; EC-CONTRACT 8: garbage on the data plane never crashes either side.",
+    async run(ctx: EcProducerCtx, t: CaseCheck) {
+      const g = await granted(ctx, t);
+      const bad = await DataReader.connect(g.a.agent!.endpoint, ctx.timeoutMs);
+      ctx.readers.push(bad);
+      bad.raw(Uint8Array.of(0xff, 0xff, 0xff, 0x7f, 9, 9, 9, 9));
+      t.must(await bad.waitClosed(ctx.timeoutMs), "the garbage connection closed", "it stayed open");
+      g.r.read(g.key, "conformance/reader", g.a.agent!.instance, g.a.blocks, g.a.nbytes);
+      const res = await g.r.answer(ctx.timeoutMs);
+      t.must(res.kind === "data", "DATA for the proper READ", res.kind);
+    },
+  },
+];
+
+/** Every ec-producer case, in run order: the control plane, then the data plane. */
+export const EC_PRODUCER_CASES: readonly CaseDef<EcProducerCtx>[] = [...CONTROL_CASES, ...DATA_CASES];
 
 /** Runs the ec-producer cases against `opts.endpoint`. */
 export async function runEcProducerSuite(
