@@ -5,6 +5,9 @@
  * it logs `{"msg":"listening","endpoints":[...]}`. Usage errors print one line and exit 2.
  */
 import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import type { Logger, MetricsServer } from "@tapwire/stats";
 import {
   createLogger,
@@ -66,6 +69,7 @@ async function buildDrafter(p: ParsedFlags): Promise<Drafter> {
       }),
     );
   }
+  if (strFlag(p, "drafter") === "onnx") return onnxDrafter(p);
   // Loaded only when asked for: the null drafter needs no model code.
   const rm = await import("@tapwire/reference-model");
   const { ReferenceDrafter } = await import("../reference-drafter.js");
@@ -91,6 +95,67 @@ async function buildDrafter(p: ParsedFlags): Promise<Drafter> {
           markovRank: intFlag(p, "draft-markov-rank")!,
         });
   return new ReferenceDrafter(head, { window: geom.window, numSpec: geom.numSpec });
+}
+
+/** What this bin uses of @tapwire/drafter-onnx (no type dependency: that package depends on this one). */
+interface OnnxDrafterModule {
+  OnnxDrafter: { create(model: string, options: Record<string, unknown>): Promise<Drafter> };
+}
+
+const ONNX_PACKAGE = "@tapwire/drafter-onnx";
+
+/** @tapwire/drafter-onnx from next to this worker, else from the project in the current directory. */
+async function importOnnxDrafter(): Promise<OnnxDrafterModule> {
+  for (const base of [import.meta.url, pathToFileURL(join(process.cwd(), "package.json")).href]) {
+    let path: string;
+    try {
+      path = createRequire(base).resolve(ONNX_PACKAGE);
+    } catch {
+      continue;
+    }
+    return (await import(pathToFileURL(path).href)) as OnnxDrafterModule;
+  }
+  throw new UsageError(
+    `--drafter onnx needs ${ONNX_PACKAGE}, which is not installed; install it with: npm install ${ONNX_PACKAGE}`,
+  );
+}
+
+/** `--drafter onnx`: geometry from the model; the flags given must agree with it. */
+async function onnxDrafter(p: ParsedFlags): Promise<Drafter> {
+  const model = p.model;
+  if (model === undefined) {
+    throw new UsageError("--drafter onnx needs --model FILE (.onnx, or a reference head .safetensors)");
+  }
+  const given = (name: "window" | "num-spec") => (p[name] !== undefined ? Number(p[name]) : undefined);
+  const { OnnxDrafter } = await importOnnxDrafter();
+  let d: Drafter;
+  try {
+    d = await OnnxDrafter.create(
+      model,
+      defined({
+        window: given("window"),
+        numSpec: given("num-spec"),
+        intraOpThreads: intFlag(p, "onnx-threads"),
+        interOpThreads: intFlag(p, "onnx-inter-threads"),
+        executionProvider: strFlag(p, "onnx-provider"),
+        cudaDeviceId: p["onnx-cuda-device"] !== undefined ? intFlag(p, "onnx-cuda-device") : undefined,
+        graphOptimization: strFlag(p, "onnx-optimization"),
+      }),
+    );
+  } catch (e) {
+    const code = (e as { code?: unknown }).code;
+    throw new Error(`${typeof code === "string" ? `${code}: ` : ""}${(e as Error).message}`, { cause: e });
+  }
+  for (const [flag, got] of [
+    ["vocab", d.vocabSize],
+    ["num-taps", d.numTaps],
+    ["hidden", d.hidden],
+  ] as const) {
+    if (p[flag] !== undefined && Number(p[flag]) !== got) {
+      throw new WorkerError("WORKER_BAD_OPTION", `--${flag} ${p[flag]} differs from the model's ${got}`);
+    }
+  }
+  return d;
 }
 
 function tlsOf(p: ParsedFlags) {
