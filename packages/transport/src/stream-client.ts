@@ -1,17 +1,16 @@
 import * as net from "node:net";
 import * as tls from "node:tls";
 import type { Registry } from "@tapwire/stats";
-import { checkRequestArgs, checkRequestState, timeoutArg } from "./check.js";
 import type { ClientConfig } from "./config.js";
 import type { Endpoint } from "./endpoint.js";
-import { CallSite, type Failure, TransportError, type TransportErrorCode } from "./errors.js";
+import { type CallSite, type Failure, TransportError, type TransportErrorCode } from "./errors.js";
 import type { ClientMetrics } from "./metrics.js";
 import type { ClientTlsOptions, RpcClient } from "./options.js";
-import { RequestCore, State } from "./request.js";
+import { HEADER_BYTES, LengthPrefix } from "./prefix.js";
+import { RequestCore, replyOrThrow, State } from "./request.js";
 
 // Size of the reused receive buffer handed to the kernel (onread): one read takes at most this much.
 const RECV_CHUNK = 64 * 1024;
-const HEADER_BYTES = 4; // CONTRACT 3: u32 little-endian length prefix (CONTRACT 2)
 
 const EMPTY: readonly Uint8Array[] = [];
 // TLS 1.3: a server checks the client certificate after the client's handshake is done; its
@@ -42,7 +41,6 @@ export class StreamClient implements RpcClient {
   readonly registry: Registry;
   readonly #ep: Endpoint;
   readonly #maxMessageBytes: number;
-  readonly #defaultConnectTimeoutMs: number;
   readonly #tlsOptions: ClientTlsOptions | undefined;
   readonly #m: ClientMetrics;
 
@@ -56,8 +54,7 @@ export class StreamClient implements RpcClient {
 
   // The outstanding request, if any, and how much of its reply arrived.
   readonly #req: RequestCore;
-  #hdrGot = 0;
-  #len = 0;
+  readonly #pfx = new LengthPrefix();
   #got = 0;
   /** The reply-buffer view handed out for the next read, if any (see nextBuffer). */
   #direct: Uint8Array | null = null;
@@ -67,10 +64,9 @@ export class StreamClient implements RpcClient {
     this.#ep = ep;
     this.registry = opts.registry;
     this.#maxMessageBytes = opts.maxMessageBytes;
-    this.#defaultConnectTimeoutMs = opts.connectTimeoutMs;
     this.#tlsOptions = opts.tls;
     this.#m = metrics;
-    this.#req = new RequestCore(metrics, this.#onTimeout);
+    this.#req = new RequestCore(endpoint, opts, metrics, this.#onTimeout);
   }
 
   get connected(): boolean {
@@ -78,15 +74,11 @@ export class StreamClient implements RpcClient {
   }
 
   connect(timeoutMs?: number): Promise<void> {
-    if (this.#state === State.OPEN) return Promise.resolve();
-    if (this.#connectPromise !== null) return this.#connectPromise;
-    const site = new CallSite(this.connect);
-    let ms: number;
-    try {
-      ms = timeoutArg("connect timeoutMs", timeoutMs ?? this.#defaultConnectTimeoutMs);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    return this.#req.connect(this.#state, this.#connectPromise, timeoutMs, this.connect, this.#start);
+  }
+
+  /** Starts a connection attempt (none under way) of at most `ms`, failing with `site`'s stack. */
+  readonly #start = (ms: number, site: CallSite): Promise<void> => {
     this.#state = State.CONNECTING;
     const p = new Promise<void>((resolve, reject) => {
       const sock = this.#openSocket();
@@ -163,7 +155,7 @@ export class StreamClient implements RpcClient {
     });
     this.#connectPromise = p;
     return p;
-  }
+  };
 
   #openSocket(): net.Socket {
     const ep = this.#ep;
@@ -216,8 +208,8 @@ export class StreamClient implements RpcClient {
    * read can land there later); otherwise the reused receive buffer.
    */
   #nextBuffer(): Uint8Array {
-    if (this.#req.pending && this.#hdrGot === HEADER_BYTES && this.#got < this.#len) {
-      this.#direct = this.#req.replyBuf.subarray(this.#got, this.#len);
+    if (this.#req.pending && this.#pfx.got === HEADER_BYTES && this.#got < this.#pfx.len) {
+      this.#direct = this.#req.replyBuf.subarray(this.#got, this.#pfx.len);
       return this.#direct;
     }
     this.#direct = null;
@@ -229,7 +221,7 @@ export class StreamClient implements RpcClient {
       this.#direct = null;
       if (!this.#req.pending) return false; // unreachable: failures destroy the socket
       this.#got += nread;
-      if (this.#got === this.#len) this.#complete();
+      if (this.#got === this.#pfx.len) this.#complete();
       return true;
     }
     this.#feed(buf as Buffer, 0, nread);
@@ -237,15 +229,11 @@ export class StreamClient implements RpcClient {
   }
 
   async request(msg: Uint8Array, replyBuf: Uint8Array, timeoutMs: number): Promise<number> {
-    const r = await this.#send(msg, EMPTY, replyBuf, timeoutMs);
-    if (typeof r === "number") return r;
-    throw r.toError();
+    return replyOrThrow(await this.#send(msg, EMPTY, replyBuf, timeoutMs));
   }
 
   async requestParts(parts: readonly Uint8Array[], replyBuf: Uint8Array, timeoutMs: number): Promise<number> {
-    const r = await this.#send(null, parts, replyBuf, timeoutMs);
-    if (typeof r === "number") return r;
-    throw r.toError();
+    return replyOrThrow(await this.#send(null, parts, replyBuf, timeoutMs));
   }
 
   #send(
@@ -255,23 +243,14 @@ export class StreamClient implements RpcClient {
     timeoutMs: number,
   ): Promise<number | Failure> {
     // Runs inside the caller's async frame: errors thrown here already name the caller.
-    const total = checkRequestArgs(msg, parts, replyBuf);
-    const ms = timeoutArg("request timeoutMs", timeoutMs);
     const sock = this.#sock;
     const open = this.#state === State.OPEN && sock !== null;
-    checkRequestState(
-      this.endpoint,
-      this.#req.pending,
-      open,
-      this.#closeReason,
-      total,
-      this.#maxMessageBytes,
-    );
+    const total = this.#req.admit(msg, parts, replyBuf, timeoutMs, open, this.#closeReason);
     if (sock === null) throw new TransportError("TRANSPORT_CLOSED", `${this.endpoint}: ${this.#closeReason}`);
-    this.#hdrGot = 0;
-    this.#len = 0;
+    this.#pfx.got = 0;
+    this.#pfx.len = 0;
     this.#got = 0;
-    const reply = this.#req.begin(replyBuf, ms);
+    const reply = this.#req.begin(replyBuf);
     // A still-queued previous write may reference the shared header; never overwrite it then.
     const header = sock.writableLength === 0 ? this.#header : Buffer.allocUnsafe(HEADER_BYTES);
     header.writeUInt32LE(total, 0);
@@ -293,7 +272,7 @@ export class StreamClient implements RpcClient {
   readonly #onTimeout = (): void => {
     const why =
       `no complete reply from ${this.endpoint} within ${this.#req.timeoutMs} ms` +
-      (this.#hdrGot === HEADER_BYTES ? ` (${this.#got} of ${this.#len} bytes received)` : "");
+      (this.#pfx.got === HEADER_BYTES ? ` (${this.#got} of ${this.#pfx.len} bytes received)` : "");
     this.#fail("TRANSPORT_TIMEOUT", why, undefined, "closed after a request timed out");
   };
 
@@ -308,31 +287,23 @@ export class StreamClient implements RpcClient {
       return;
     }
     while (off < end) {
-      if (this.#hdrGot < HEADER_BYTES) {
-        if (this.#hdrGot === 0 && end - off >= HEADER_BYTES) {
-          this.#len = buf.readUInt32LE(off);
-          off += HEADER_BYTES;
-          this.#hdrGot = HEADER_BYTES;
-        } else {
-          // CONTRACT 3: little-endian, so byte i of the prefix weighs 256^i.
-          this.#len = (this.#hdrGot === 0 ? 0 : this.#len) + (buf[off] as number) * 2 ** (8 * this.#hdrGot);
-          off++;
-          if (++this.#hdrGot < HEADER_BYTES) continue;
-        }
+      if (this.#pfx.got < HEADER_BYTES) {
+        off = this.#pfx.read(buf, off, end);
+        if (this.#pfx.got < HEADER_BYTES) continue;
         // CONTRACT 3: refuse from the prefix, before buffering anything.
-        if (this.#len > this.#maxMessageBytes) {
+        if (this.#pfx.len > this.#maxMessageBytes) {
           this.#fail(
             "TRANSPORT_TOO_LARGE",
-            `reply length ${this.#len} above maxMessageBytes ${this.#maxMessageBytes}`,
+            `reply length ${this.#pfx.len} above maxMessageBytes ${this.#maxMessageBytes}`,
             undefined,
             "closed after an oversized reply",
           );
           return;
         }
-        if (this.#len > this.#req.replyBuf.length) {
+        if (this.#pfx.len > this.#req.replyBuf.length) {
           this.#fail(
             "TRANSPORT_REPLY_TOO_LARGE",
-            `reply of ${this.#len} bytes does not fit replyBuf of ${this.#req.replyBuf.length} bytes`,
+            `reply of ${this.#pfx.len} bytes does not fit replyBuf of ${this.#req.replyBuf.length} bytes`,
             undefined,
             "closed after a reply larger than replyBuf",
           );
@@ -340,13 +311,13 @@ export class StreamClient implements RpcClient {
         }
       } else {
         let n = end - off;
-        const want = this.#len - this.#got;
+        const want = this.#pfx.len - this.#got;
         if (n > want) n = want;
         buf.copy(this.#req.replyBuf, this.#got, off, off + n);
         this.#got += n;
         off += n;
       }
-      if (this.#hdrGot === HEADER_BYTES && this.#got === this.#len) {
+      if (this.#pfx.got === HEADER_BYTES && this.#got === this.#pfx.len) {
         this.#complete();
         if (off < end) {
           this.#drop(
@@ -360,7 +331,7 @@ export class StreamClient implements RpcClient {
   }
 
   #complete(): void {
-    const n = this.#len;
+    const n = this.#pfx.len;
     const settle = this.#req.take();
     if (settle !== null) this.#req.reply(settle, n, n + HEADER_BYTES);
   }

@@ -15,8 +15,8 @@ import {
   type ReceivePlan,
   type Reply,
 } from "./options.js";
+import { HEADER_BYTES, LengthPrefix } from "./prefix.js";
 
-const HEADER_BYTES = 4; // CONTRACT 3: u32 little-endian length prefix (CONTRACT 2)
 // First size of a connection's reassembly buffer; it grows by doubling as bytes arrive (up to the
 // largest message seen) and is reused.
 const MIN_ASSEMBLY = 64 * 1024;
@@ -81,8 +81,7 @@ export class Conn implements ConnInfo, Limited {
   readonly #cfg: StreamServerConfig;
   readonly #header = Buffer.allocUnsafe(HEADER_BYTES);
   #asm: Buffer | null = null;
-  #hdrGot = 0;
-  #len = 0;
+  readonly #pfx = new LengthPrefix();
   #got = 0;
   /** A handler is running, or a reply is still being flushed: receive nothing meanwhile. */
   #busy = false;
@@ -154,7 +153,7 @@ export class Conn implements ConnInfo, Limited {
     this.#bound = false;
     this.#limit = this.#cfg.unboundMaxMessageBytes;
     // A kept reassembly buffer above the unbound limit is not needed any more.
-    if (this.#hdrGot === 0 && this.#asm !== null && this.#asm.length > this.#limit) this.#dropAsm();
+    if (this.#pfx.got === 0 && this.#asm !== null && this.#asm.length > this.#limit) this.#dropAsm();
     this.#armUnboundTimer();
     this.#srv.limits.setBound(this, false);
   }
@@ -192,7 +191,7 @@ export class Conn implements ConnInfo, Limited {
 
   /** Budget reclaim: a kept reassembly buffer of an idle connection goes. */
   reclaimIdle(): void {
-    if (!this.#busy && !this.#closed && this.#hdrGot === 0 && this.#charge > 0) {
+    if (!this.#busy && !this.#closed && this.#pfx.got === 0 && this.#charge > 0) {
       this.#asm = null;
       this.#srv.limits.uncharge(this.#charge);
       this.#charge = 0;
@@ -269,7 +268,7 @@ export class Conn implements ConnInfo, Limited {
     if (
       this.#busy ||
       this.#closed ||
-      this.#hdrGot < HEADER_BYTES ||
+      this.#pfx.got < HEADER_BYTES ||
       this.#asm === null ||
       this.#ovHead !== null ||
       this.#allocFailed
@@ -303,11 +302,11 @@ export class Conn implements ConnInfo, Limited {
       return this.#direct;
     }
     // Full but the message goes on: double it (bytes that arrived, not the prefix, size it).
-    if (this.#got >= this.#asm.length && !this.#reserve(Math.min(this.#len, this.#got * 2))) {
+    if (this.#got >= this.#asm.length && !this.#reserve(Math.min(this.#pfx.len, this.#got * 2))) {
       return this.#allocFailedInCallback();
     }
     const asm = this.#asm as Buffer;
-    this.#direct = asm.subarray(this.#got, Math.min(this.#len, asm.length));
+    this.#direct = asm.subarray(this.#got, Math.min(this.#pfx.len, asm.length));
     return this.#direct;
   }
 
@@ -365,10 +364,10 @@ export class Conn implements ConnInfo, Limited {
       this.#got += n;
       if (this.#place === PLACE_SEGMENTS) {
         this.#segOff += n;
-        if (this.#got === this.#len) this.#dispatchPlaced();
-      } else if (this.#got === this.#len) {
-        this.#hdrGot = 0;
-        this.#dispatch((this.#asm as Buffer).subarray(0, this.#len));
+        if (this.#got === this.#pfx.len) this.#dispatchPlaced();
+      } else if (this.#got === this.#pfx.len) {
+        this.#pfx.got = 0;
+        this.#dispatch((this.#asm as Buffer).subarray(0, this.#pfx.len));
       } else if (this.#place === PLACE_HEAD && this.#got >= this.#headWant) {
         this.#consult();
       }
@@ -384,44 +383,35 @@ export class Conn implements ConnInfo, Limited {
         this.#feedOversizeHead(chunk, off, end);
         return;
       }
-      if (this.#hdrGot < HEADER_BYTES) {
-        if (this.#hdrGot === 0 && end - off >= HEADER_BYTES) {
-          this.#len = chunk.readUInt32LE(off);
-          off += HEADER_BYTES;
-          this.#hdrGot = HEADER_BYTES;
-        } else {
-          // A prefix split over reads: start from 0, not from the previous message's length.
-          // CONTRACT 3: little-endian, so byte i of the prefix weighs 256^i.
-          this.#len = (this.#hdrGot === 0 ? 0 : this.#len) + (chunk[off] as number) * 2 ** (8 * this.#hdrGot);
-          off++;
-          if (++this.#hdrGot < HEADER_BYTES) continue;
-        }
+      if (this.#pfx.got < HEADER_BYTES) {
+        off = this.#pfx.read(chunk, off, end);
+        if (this.#pfx.got < HEADER_BYTES) continue;
         // CONTRACT 3 / 11: refuse from the prefix, before buffering or allocating.
-        if (this.#len > this.#limit) {
+        if (this.#pfx.len > this.#limit) {
           this.#cfg.metrics.tooLarge.inc();
           if (this.#bound || this.#cfg.options.onOversize === undefined) {
             this.close();
             return;
           }
-          this.#startOversize(this.#len);
+          this.#startOversize(this.#pfx.len);
           continue;
         }
         this.#got = 0;
         this.#place = PLACE_NONE;
-        if (end - off < this.#len && this.#srv.limits.budgeted && !this.#admitMessage(this.#len)) {
+        if (end - off < this.#pfx.len && this.#srv.limits.budgeted && !this.#admitMessage(this.#pfx.len)) {
           if (this.#budgetWait) {
             // Parsed again (and charged then) once budget is released.
             const prefix = Buffer.allocUnsafe(HEADER_BYTES);
-            prefix.writeUInt32LE(this.#len, 0);
+            prefix.writeUInt32LE(this.#pfx.len, 0);
             if (off < end) this.#backlog.unshift(chunk.subarray(off, end));
             this.#backlog.unshift(prefix);
-            this.#hdrGot = 0;
+            this.#pfx.got = 0;
           }
           return;
         }
-        if (end - off >= this.#len) {
-          const len = this.#len;
-          this.#hdrGot = 0;
+        if (end - off >= this.#pfx.len) {
+          const len = this.#pfx.len;
+          this.#pfx.got = 0;
           // Zero-copy: the chunk is ours and nobody else writes into it.
           const view = chunk.subarray(off, off + len);
           off += len;
@@ -436,25 +426,25 @@ export class Conn implements ConnInfo, Limited {
           this.#place = PLACE_HEAD;
           this.#headWant = 0;
         }
-        if (!this.#reserve(Math.min(this.#len, Math.max(MIN_ASSEMBLY, end - off)))) {
+        if (!this.#reserve(Math.min(this.#pfx.len, Math.max(MIN_ASSEMBLY, end - off)))) {
           this.close();
           return;
         }
         continue;
       }
       if (this.#place === PLACE_SEGMENTS) {
-        const n = Math.min(end - off, this.#len - this.#got);
+        const n = Math.min(end - off, this.#pfx.len - this.#got);
         this.#copyIn(chunk, off, off + n);
         this.#got += n;
         off += n;
-        if (this.#got === this.#len && !this.#dispatchPlaced()) {
+        if (this.#got === this.#pfx.len && !this.#dispatchPlaced()) {
           if (off < end) this.#backlog.unshift(chunk.subarray(off, end));
           return;
         }
         continue;
       }
       let n = end - off;
-      const want = this.#len - this.#got;
+      const want = this.#pfx.len - this.#got;
       if (n > want) n = want;
       // Consulting the hook: no byte past the head it asked for goes to the reassembly buffer.
       if (this.#place === PLACE_HEAD && this.#headWant > 0 && this.#got + n > this.#headWant) {
@@ -468,10 +458,10 @@ export class Conn implements ConnInfo, Limited {
       chunk.copy(asm, this.#got, off, off + n);
       this.#got += n;
       off += n;
-      if (this.#got === this.#len) {
-        this.#hdrGot = 0;
+      if (this.#got === this.#pfx.len) {
+        this.#pfx.got = 0;
         this.#place = PLACE_NONE;
-        if (!this.#dispatch(asm.subarray(0, this.#len))) {
+        if (!this.#dispatch(asm.subarray(0, this.#pfx.len))) {
           if (off < end) this.#backlog.unshift(chunk.subarray(off, end));
           return;
         }
@@ -508,7 +498,7 @@ export class Conn implements ConnInfo, Limited {
     const hook = this.#cfg.options.onOversize;
     let r: Uint8Array | null;
     try {
-      r = (hook as NonNullable<typeof hook>)(head, this.#len, this);
+      r = (hook as NonNullable<typeof hook>)(head, this.#pfx.len, this);
     } catch (e) {
       this.#handlerFailed(e);
       return;
@@ -542,7 +532,7 @@ export class Conn implements ConnInfo, Limited {
     const hook = this.#cfg.options.receiveInto as ReceiveInto;
     const asm = this.#asm as Buffer;
     const got = this.#got;
-    const len = this.#len;
+    const len = this.#pfx.len;
     let r: unknown;
     try {
       r = hook(asm.subarray(0, got), len, this);
@@ -627,13 +617,13 @@ export class Conn implements ConnInfo, Limited {
   #dispatchPlaced(): boolean {
     const plan = this.#plan as ReceivePlan;
     const head = (this.#asm as Buffer).subarray(0, this.#headBytes);
-    this.#hdrGot = 0;
+    this.#pfx.got = 0;
     this.#place = PLACE_NONE;
     this.#plan = null;
     this.#segs = NO_SEGMENTS;
     const m = this.#cfg.metrics;
     m.placedMessages.inc();
-    m.placedBytes.inc(this.#len - this.#headBytes);
+    m.placedBytes.inc(this.#pfx.len - this.#headBytes);
     return this.#dispatch(head, plan);
   }
 
@@ -643,7 +633,7 @@ export class Conn implements ConnInfo, Limited {
     if (this.#unboundTimer !== null) this.#unboundTimer.refresh();
     if (this.#srv.limits.tracksIdle) this.lastActive = Date.now();
     m.requests.inc();
-    m.bytesIn.inc((plan === undefined ? req.length : this.#len) + HEADER_BYTES);
+    m.bytesIn.inc((plan === undefined ? req.length : this.#pfx.len) + HEADER_BYTES);
     let result: Reply | PromiseLike<Reply>;
     try {
       result = plan === undefined ? this.#srv.handler(req, this) : this.#srv.handler(req, this, plan);
@@ -738,7 +728,7 @@ export class Conn implements ConnInfo, Limited {
   #resume(): void {
     this.#busy = false;
     // Someone waits for budget: between messages, a kept reassembly buffer goes back.
-    if (this.#charge > 0 && this.#hdrGot === 0 && this.#srv.limits.hasWaiters) this.#dropAsm();
+    if (this.#charge > 0 && this.#pfx.got === 0 && this.#srv.limits.hasWaiters) this.#dropAsm();
     while (!this.#busy && !this.#closed && this.#backlog.length > 0) {
       const b = this.#backlog.shift() as Buffer;
       this.#feed(b, 0, b.length);
@@ -759,7 +749,7 @@ export class Conn implements ConnInfo, Limited {
   readonly #onClose = (): void => {
     // CONTRACT 3: the peer went away in the middle of a frame: a truncated request, dropped
     // (never handed to the handler) and counted, unless the socket error was counted already.
-    if (!this.#closed && !this.#errored && this.#hdrGot > 0) this.#cfg.metrics.errors.inc();
+    if (!this.#closed && !this.#errored && this.#pfx.got > 0) this.#cfg.metrics.errors.inc();
     this.#closed = true;
     this.#release();
     this.#backlog.length = 0;

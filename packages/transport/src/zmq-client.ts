@@ -1,13 +1,12 @@
 // The ZeroMQ client (CONTRACT 3): a DEALER per connection.
 import type { Registry } from "@tapwire/stats";
 import type * as zmq from "zeromq";
-import { checkRequestArgs, checkRequestState, timeoutArg } from "./check.js";
 import type { ClientConfig } from "./config.js";
 import type { Endpoint } from "./endpoint.js";
-import { CallSite, type Failure, TransportError, type TransportErrorCode } from "./errors.js";
+import { type CallSite, type Failure, TransportError, type TransportErrorCode } from "./errors.js";
 import type { ClientMetrics } from "./metrics.js";
 import type { RpcClient } from "./options.js";
-import { RequestCore, State } from "./request.js";
+import { RequestCore, replyOrThrow, State } from "./request.js";
 import { isIpv6, loadedZmq, loadZmq, zmqAddress } from "./zmq-loader.js";
 
 const EMPTY_PART = new Uint8Array(0);
@@ -23,7 +22,6 @@ export class ZmqClient implements RpcClient {
   readonly registry: Registry;
   readonly #ep: Endpoint;
   readonly #maxMessageBytes: number;
-  readonly #defaultConnectTimeoutMs: number;
   readonly #m: ClientMetrics;
   #dealer: zmq.Dealer | null = null;
   #state: State = State.CLOSED;
@@ -40,9 +38,8 @@ export class ZmqClient implements RpcClient {
     this.#ep = ep;
     this.registry = opts.registry;
     this.#maxMessageBytes = opts.maxMessageBytes;
-    this.#defaultConnectTimeoutMs = opts.connectTimeoutMs;
     this.#m = metrics;
-    this.#req = new RequestCore(metrics, this.#onTimeout);
+    this.#req = new RequestCore(endpoint, opts, metrics, this.#onTimeout);
   }
 
   get connected(): boolean {
@@ -50,15 +47,11 @@ export class ZmqClient implements RpcClient {
   }
 
   connect(timeoutMs?: number): Promise<void> {
-    if (this.#state === State.OPEN) return Promise.resolve();
-    if (this.#connectPromise !== null) return this.#connectPromise;
-    const site = new CallSite(this.connect);
-    let ms: number;
-    try {
-      ms = timeoutArg("connect timeoutMs", timeoutMs ?? this.#defaultConnectTimeoutMs);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    return this.#req.connect(this.#state, this.#connectPromise, timeoutMs, this.connect, this.#start);
+  }
+
+  /** Starts a connection attempt (none under way) of at most `ms`, failing with `site`'s stack. */
+  readonly #start = (ms: number, site: CallSite): Promise<void> => {
     const z = loadedZmq();
     if (z === null) return this.#loadThenConnect(ms, site);
     this.#state = State.CONNECTING;
@@ -124,7 +117,7 @@ export class ZmqClient implements RpcClient {
     });
     this.#connectPromise = p;
     return p;
-  }
+  };
 
   /**
    * The first connect of a process loads zeromq (an optional peer dependency, issue 15) and
@@ -208,15 +201,11 @@ export class ZmqClient implements RpcClient {
   }
 
   async request(msg: Uint8Array, replyBuf: Uint8Array, timeoutMs: number): Promise<number> {
-    const r = await this.#send(msg, EMPTY, replyBuf, timeoutMs);
-    if (typeof r === "number") return r;
-    throw r.toError();
+    return replyOrThrow(await this.#send(msg, EMPTY, replyBuf, timeoutMs));
   }
 
   async requestParts(parts: readonly Uint8Array[], replyBuf: Uint8Array, timeoutMs: number): Promise<number> {
-    const r = await this.#send(null, parts, replyBuf, timeoutMs);
-    if (typeof r === "number") return r;
-    throw r.toError();
+    return replyOrThrow(await this.#send(null, parts, replyBuf, timeoutMs));
   }
 
   #send(
@@ -226,19 +215,17 @@ export class ZmqClient implements RpcClient {
     timeoutMs: number,
   ): Promise<number | Failure> {
     // Runs inside the caller's async frame: errors thrown here already name the caller.
-    const total = checkRequestArgs(msg, parts, replyBuf);
-    const ms = timeoutArg("request timeoutMs", timeoutMs);
     const d = this.#dealer;
-    checkRequestState(
-      this.endpoint,
-      this.#req.pending,
+    const total = this.#req.admit(
+      msg,
+      parts,
+      replyBuf,
+      timeoutMs,
       this.#state === State.OPEN && d !== null,
       this.#closeReason,
-      total,
-      this.#maxMessageBytes,
     );
     if (d === null) throw new TransportError("TRANSPORT_CLOSED", `${this.endpoint}: ${this.#closeReason}`);
-    const reply = this.#req.begin(replyBuf, ms);
+    const reply = this.#req.begin(replyBuf);
     // CONTRACT 3: a multipart message is the concatenation of its parts.
     const out = msg !== null ? msg : parts.length === 0 ? EMPTY_PART : parts.length === 1 ? parts[0] : parts;
     d.send(out as zmq.MessageLike | zmq.MessageLike[]).then(
