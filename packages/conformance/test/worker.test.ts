@@ -73,3 +73,25 @@ describe("tapwire-worker with a token (takeover refuse by default, CONTRACT 11)"
     await expect(runWorkerSuite({ endpoint: w.endpoints.tcp! })).rejects.toThrow(/--token/);
   });
 });
+
+describe("tapwire-worker with a short unbound idle timeout and a small max_connections (CONTRACT 11)", () => {
+  let w: { child: ChildHandle; endpoints: Record<string, string> };
+  beforeAll(async () => {
+    w = await spawnWorker("null", ["--unbound-idle-ms", "500", "--max-connections", "20"]);
+  });
+  afterAll(async () => {
+    await w?.child.kill("SIGTERM");
+  });
+  for (const scheme of ["tcp", "unix"]) {
+    it(`${scheme}: the idle and connection-limit cases pass`, async () => {
+      const rep = await runWorkerSuite(
+        { endpoint: w.endpoints[scheme]!, unboundIdleMs: 500, maxConnections: 20 },
+        { cases: "11.20,11.21" },
+      );
+      expect(rep.results.map((r) => [r.id, r.verdict, r.got ?? ""])).toEqual([
+        ["11.20", "OK", ""],
+        ["11.21", "OK", ""],
+      ]);
+    });
+  }
+});

@@ -31,6 +31,8 @@ Worker options (flag names as tapwire-worker's; anything not given is discovered
   --sample-mode greedy|top32   sample mode of the general cases (default greedy)
   --takeover allow|refuse      the worker's policy (default refuse with a token, else allow)
   --session-lease-ms MS        the worker's session lease (default 10000; waited out under refuse)
+  --unbound-idle-ms MS         the worker's unbound idle timeout (11.20 checks it when given)
+  --max-connections N          the worker's max_connections (11.21 checks it when given)
   --tls-ca FILE --tls-cert FILE --tls-key FILE --tls-servername NAME
 
 Client options
@@ -102,6 +104,8 @@ async function main(): Promise<number> {
       "sample-mode": str,
       takeover: str,
       "session-lease-ms": str,
+      "unbound-idle-ms": str,
+      "max-connections": str,
       "tls-ca": str,
       "tls-cert": str,
       "tls-key": str,
@@ -175,6 +179,8 @@ async function main(): Promise<number> {
         sampleMode: sm as "greedy" | "top32" | undefined,
         takeover: tk as "allow" | "refuse" | undefined,
         sessionLeaseMs: int("session-lease-ms", v["session-lease-ms"], 0, 2 ** 31 - 1),
+        unboundIdleMs: int("unbound-idle-ms", v["unbound-idle-ms"], 0, 2 ** 31 - 1),
+        maxConnections: int("max-connections", v["max-connections"], 1, 1 << 20),
         timeoutMs,
         seed,
         tls: defined({

@@ -649,6 +649,51 @@ export const miscCases: W[] = [
     },
   },
   {
+    id: "11.20",
+    title:
+      "an unbound connection with no whole message for unbound_idle_ms is closed; a bound one idle as long is not",
+    cite: "CONTRACT 11 (1.1): an unbound connection with no whole message for unbound_idle_ms (default 10 s) is closed.",
+    async run(ctx: WorkerCtx, t: CaseCheck) {
+      const idle = ctx.opts.unboundIdleMs;
+      if (idle === undefined || idle > 15_000)
+        t.info("the worker's unbound_idle_ms under 15 s (--unbound-idle-ms)", String(idle ?? "not given"));
+      if (!ctx.stream) t.info("a stream transport (a ZeroMQ peer has no connection to close)", ctx.ep.scheme);
+      const b = await ctx.bound(t);
+      const p = await ctx.peer();
+      p.raw.sendRaw(Uint8Array.of(0x40, 0)); // half a length prefix: never a whole message
+      const closed = await p.raw.waitClosed(idle! + 1500);
+      t.must(closed, `the unbound connection closed within ${idle} ms (+1.5 s)`, "it stayed open");
+      t.must(!b.peer.raw.isClosed, "the bound connection, as idle, stays open", "it was closed");
+      await ctx.stepOk(t, b, [ctx.entry(b, { slot: 0, anchorPos: 0 })]);
+    },
+  },
+  {
+    id: "11.21",
+    title:
+      "unbound connections beyond half of max_connections: the idle-longest are closed, a bound connection is kept and served",
+    cite: "CONTRACT 11 (1.1): a worker holds max_connections (default 64), of which at most half unbound; when a new connection would pass the limit, the unbound connection idle longest is closed to make room (with none to close, the new one is refused).",
+    async run(ctx: WorkerCtx, t: CaseCheck) {
+      const max = ctx.opts.maxConnections;
+      if (max === undefined || max > 256)
+        t.info("the worker's max_connections (--max-connections, at most 256)", String(max ?? "not given"));
+      if (!ctx.stream) t.info("a stream transport", ctx.ep.scheme);
+      const b = await ctx.bound(t);
+      const half = Math.floor(max! / 2);
+      const first = await ctx.conn();
+      first.sendRaw(Uint8Array.of(1));
+      await new Promise((r) => setTimeout(r, 30));
+      const more = await Promise.allSettled(Array.from({ length: half + 2 }, () => ctx.conn()));
+      const opened = more.filter((x) => x.status === "fulfilled").length;
+      t.must(
+        await first.waitClosed(ctx.timeoutMs),
+        `the idle-longest unbound connection closed once ${half + 3} were open`,
+        "it stayed open",
+      );
+      t.note(`${opened} of ${half + 2} later connections accepted`);
+      await ctx.stepOk(t, b, [ctx.entry(b, { slot: 0, anchorPos: 0 })]);
+    },
+  },
+  {
     id: "11.19",
     title: "ZeroMQ: multipart garbage (5 random parts) is answered or dropped; the worker serves after",
     cite: `${GARBAGE} CONTRACT 3: a multipart send is the concatenation of its parts.`,

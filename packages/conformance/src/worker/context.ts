@@ -42,6 +42,10 @@ export interface WorkerSuiteOptions {
   takeover?: "allow" | "refuse";
   /** The worker's session lease in ms (default 10000, CONTRACT 6.2); the tester waits it out under `refuse`. */
   sessionLeaseMs?: number;
+  /** The worker's `unbound_idle_ms` (CONTRACT 11), when known: 11.20 checks it. */
+  unboundIdleMs?: number;
+  /** The worker's `max_connections` (CONTRACT 11), when known: 11.21 checks it. */
+  maxConnections?: number;
   /** Reply timeout in ms (default 2000). */
   timeoutMs?: number;
   /** TLS client options for tls:// endpoints. */
@@ -228,7 +232,8 @@ export class WorkerCtx {
   private open: RawConn[] = [];
   private zmqBinds = 0;
   private rowPool: Uint8Array | null = null;
-  private readonly opts: WorkerSuiteOptions;
+  /** The options the run was started with. */
+  readonly opts: WorkerSuiteOptions;
 
   constructor(opts: WorkerSuiteOptions) {
     this.opts = opts;
