@@ -14,9 +14,8 @@ import {
   decodeAgentMetadata,
   decodeMemDescriptor,
   deliverNotifs,
-  encodeAgentMetadata,
-  encodeMemDescriptor,
   newInstanceId,
+  SelfDescription,
 } from "./transport.js";
 
 /**
@@ -108,6 +107,7 @@ export class LoopbackDataTransport implements DataTransport {
   readonly kind = "loopback";
   /** This agent's metadata (name and per-instance id, EC-CONTRACT 5.3). */
   readonly meta: AgentMetadata;
+  readonly #self: SelfDescription;
   onNotification: (() => void) | null = null;
   /** Reads served / refused by this agent as the remote side (5.3). */
   readonly stats: {
@@ -157,6 +157,7 @@ export class LoopbackDataTransport implements DataTransport {
     this.#region = options.region;
     const instance = newInstanceId();
     this.meta = { name: options.name, instance, endpoint: `loopback://${options.name}` };
+    this.#self = new SelfDescription(this.meta, this.#numBlocks, this.#blockBytes);
     this.#fabric.agents.set(agentNameOf(this.meta), this);
   }
 
@@ -194,11 +195,11 @@ export class LoopbackDataTransport implements DataTransport {
   }
 
   getAgentMetadata(): Uint8Array {
-    return encodeAgentMetadata(this.meta);
+    return this.#self.agentMetadata();
   }
 
   getMemDescriptor(): Uint8Array {
-    return encodeMemDescriptor({ numBlocks: this.#numBlocks, blockBytes: this.#blockBytes });
+    return this.#self.memDescriptor();
   }
 
   addRemotePeer(metadata: Uint8Array, memDescriptor: Uint8Array): string {

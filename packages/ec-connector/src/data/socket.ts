@@ -12,13 +12,7 @@ import type { SocketFault } from "./reader.js";
 import { DataReader } from "./reader.js";
 import { DataServer } from "./server.js";
 import type { AgentMetadata, DataTransport, ReadOptions, XferHandle, XferHandleState } from "./transport.js";
-import {
-  agentNameOf,
-  encodeAgentMetadata,
-  encodeMemDescriptor,
-  newInstanceId,
-  parseDataEndpoint,
-} from "./transport.js";
+import { agentNameOf, newInstanceId, parseDataEndpoint, SelfDescription } from "./transport.js";
 
 export { MAX_DATA_FRAME_BYTES } from "./frame.js";
 
@@ -100,10 +94,7 @@ export class SocketDataTransport implements DataTransport {
   onNotification: (() => void) | null = null;
   onReadDone: (() => void) | null = null;
 
-  readonly #numBlocks: number;
-  readonly #bb: number;
-  #metaBytes: Uint8Array | null = null;
-  #descBytes: Uint8Array | null = null;
+  readonly #self: SelfDescription;
   readonly #listener: net.Server | null;
   readonly #unixPath: string | null;
   readonly #reader: DataReader;
@@ -116,14 +107,13 @@ export class SocketDataTransport implements DataTransport {
     endpoint: string,
     unixPath: string | null,
   ) {
-    this.#numBlocks = options.numBlocks;
-    this.#bb = options.blockBytes;
     const metrics = dataMetrics(options.registry ?? new Registry({ prefix: EC_METRICS_PREFIX }));
     const logger = options.logger ?? silentLogger();
     this.#listener = listener;
     this.#unixPath = unixPath;
     this.kind = /^(unix|tcp|tls):\/\//.exec(endpoint)?.[1] ?? "reader";
     this.meta = { name: options.name, instance: newInstanceId(), endpoint };
+    this.#self = new SelfDescription(this.meta, options.numBlocks, options.blockBytes);
     this.#reader = new DataReader({
       region: options.region,
       numBlocks: options.numBlocks,
@@ -284,14 +274,11 @@ export class SocketDataTransport implements DataTransport {
   }
 
   getAgentMetadata(): Uint8Array {
-    // Encoded once (it never changes); a copy per call so a caller cannot alter the cached bytes.
-    this.#metaBytes ??= encodeAgentMetadata(this.meta);
-    return this.#metaBytes.slice();
+    return this.#self.agentMetadata();
   }
 
   getMemDescriptor(): Uint8Array {
-    this.#descBytes ??= encodeMemDescriptor({ numBlocks: this.#numBlocks, blockBytes: this.#bb });
-    return this.#descBytes.slice();
+    return this.#self.memDescriptor();
   }
 
   addRemotePeer(metadata: Uint8Array, memDescriptor: Uint8Array): string {

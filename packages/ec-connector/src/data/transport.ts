@@ -114,6 +114,34 @@ export function encodeMemDescriptor(d: MemDescriptor): Uint8Array {
   return packMsg({ num_blocks: d.numBlocks, block_bytes: d.blockBytes });
 }
 
+/**
+ * A data transport's own agent metadata and memory descriptor (EC-CONTRACT 5.1), encoded once
+ * (they never change); each call returns a copy, so a caller cannot alter the cached bytes.
+ */
+export class SelfDescription {
+  readonly #meta: AgentMetadata;
+  readonly #desc: MemDescriptor;
+  #metaBytes: Uint8Array | null = null;
+  #descBytes: Uint8Array | null = null;
+
+  constructor(meta: AgentMetadata, numBlocks: number, blockBytes: number) {
+    this.#meta = meta;
+    this.#desc = { numBlocks, blockBytes };
+  }
+
+  /** What `getAgentMetadata()` returns. */
+  agentMetadata(): Uint8Array {
+    this.#metaBytes ??= encodeAgentMetadata(this.#meta);
+    return this.#metaBytes.slice();
+  }
+
+  /** What `getMemDescriptor()` returns. */
+  memDescriptor(): Uint8Array {
+    this.#descBytes ??= encodeMemDescriptor(this.#desc);
+    return this.#descBytes.slice();
+  }
+}
+
 /** Decodes a memory descriptor; throws `EC_MALFORMED`. */
 export function decodeMemDescriptor(bytes: Uint8Array): MemDescriptor {
   const m = unpackMap(bytes, "memory descriptor");
