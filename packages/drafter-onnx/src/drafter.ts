@@ -121,6 +121,7 @@ interface TopOut {
 interface Bucket {
   size: number;
   rowsU8: Uint8Array;
+  rows32: Uint32Array;
   rowCount32: Int32Array;
   anchor32: Int32Array;
   prev32: Int32Array;
@@ -128,6 +129,8 @@ interface Bucket {
   zeroState: ort.Tensor | null;
   states: [ort.Tensor, ort.Tensor] | null;
   fetches: Record<string, ort.Tensor>;
+  /** The same without `next_state`: the last position needs no state (one output copy less). */
+  fetchesLast: Record<string, ort.Tensor>;
   /** Per K (2 or 32, or the model's fixed K): the top outputs. */
   top: Map<number, TopOut>;
   logits: ort.Tensor | null;
@@ -135,6 +138,9 @@ interface Bucket {
   confidence: ort.Tensor;
   confData: Float32Array;
 }
+
+/** Rows up to this many bytes per entry are copied word by word (no view allocated); longer ones by memcpy. */
+const COPY_LOOP_MAX = 32 * 1024;
 
 /** Bucket size for a batch: exact up to 8, then the next multiple of 8 (bounded number of tensor sets). */
 function bucketSize(n: number): number {
@@ -190,6 +196,9 @@ export class OnnxDrafter implements Drafter {
   readonly #candIds = new Int32Array(TOP32);
   readonly #candLogits = new Float32Array(TOP32);
   readonly #rng = new Xoshiro128(0);
+  // u32 views of the worker's row buffers (long-lived slot stores), so that copying a row needs
+  // no view per entry; made once per buffer.
+  readonly #u32Views = new WeakMap<ArrayBufferLike, Uint32Array>();
   #failedLocal = new Uint8Array(0);
   #tail: Promise<void> = Promise.resolve();
 
@@ -337,6 +346,7 @@ export class OnnxDrafter implements Drafter {
     b = {
       size,
       rowsU8: new Uint8Array(rows.buffer),
+      rows32: new Uint32Array(rows.buffer),
       rowCount32: new Int32Array(rowCount.buffer),
       anchor32: new Int32Array(anchor.buffer),
       prev32: new Int32Array(prev.buffer),
@@ -344,6 +354,7 @@ export class OnnxDrafter implements Drafter {
       zeroState,
       states,
       fetches,
+      fetchesLast: { ...fetches },
       top: new Map(),
       logits,
       logitRows,
@@ -415,7 +426,22 @@ export class OnnxDrafter implements Drafter {
       if (pad > 0) b.rowsU8.fill(0, base, base + pad);
       if (have > 0) {
         const end = e.nRows * rb;
-        Buffer.prototype.copy.call(e.rows, b.rowsU8, base + pad, end - have * rb, end);
+        const len = have * rb;
+        const src = e.rows.byteOffset + end - len;
+        const dst = base + pad;
+        if (((src | dst | len) & 3) === 0 && len <= COPY_LOOP_MAX) {
+          let v = this.#u32Views.get(e.rows.buffer);
+          if (v === undefined) {
+            v = new Uint32Array(e.rows.buffer, 0, e.rows.buffer.byteLength >>> 2);
+            this.#u32Views.set(e.rows.buffer, v);
+          }
+          const s4 = src >>> 2;
+          const d4 = dst >>> 2;
+          const to = b.rows32;
+          for (let w = 0; w < len >>> 2; w++) to[d4 + w] = v[s4 + w]!;
+        } else {
+          Buffer.prototype.copy.call(e.rows, b.rowsU8, dst, end - len, end);
+        }
       }
     }
     for (let i = n; i < b.size; i++) {
@@ -440,6 +466,8 @@ export class OnnxDrafter implements Drafter {
       top = this.#topOutputs(b, K);
       b.fetches[Output.TOP_LOGITS] = top.logits;
       b.fetches[Output.TOP_IDS] = top.ids;
+      b.fetchesLast[Output.TOP_LOGITS] = top.logits;
+      b.fetchesLast[Output.TOP_IDS] = top.ids;
       if (info.hasTopKInput) b.feeds[Input.TOP_K] = this.#topK(K);
     }
     const cIds = this.#candIds;
@@ -452,7 +480,7 @@ export class OnnxDrafter implements Drafter {
         b.fetches[Output.NEXT_STATE] = b.states[j & 1]!;
       }
       this.runs++;
-      await this.#session.run(b.feeds, b.fetches);
+      await this.#session.run(b.feeds, j === maxK - 1 ? b.fetchesLast : b.fetches);
       for (let i = 0; i < n; i++) {
         const e = batch[i]!;
         const fi = e.index;
