@@ -1,13 +1,12 @@
+export { measureAcceptance } from "./acceptance.js";
 export { bf16ToF32, decodeBf16, encodeBf16, f32BitsToBf16, f32ToBf16 } from "./bf16.js";
+export { createDefaultPair, DraftHead } from "./draft.js";
 export {
-  createDefaultPair,
   DEFAULT_DRAFT_CONFIG,
   DRAFT_NOISE_SHAPE,
-  DraftHead,
   MAX_DRAFT_POSITIONS,
-  measureAcceptance,
   validateDraftConfig,
-} from "./draft.js";
+} from "./draft-config.js";
 export { ReferenceModelError, ReferenceModelErrorCode } from "./errors.js";
 export { tensorsIdentity } from "./identity.js";
 export { mix32, mixSeed, Xoshiro128 } from "./prng.js";
@@ -35,13 +34,8 @@ export { DEFAULT_TARGET_CONFIG, TARGET_DYNAMICS, TargetModel, validateTargetConf
 /** The npm name of this package. */
 export const PACKAGE_NAME = "@tapwire/reference-model";
 
-export type {
-  AcceptanceReport,
-  DraftConfig,
-  DraftOut,
-  DraftSample,
-  MeasureOptions,
-} from "./draft.js";
+export type { AcceptanceReport, MeasureOptions } from "./acceptance.js";
+export type { DraftConfig, DraftOut, DraftSample } from "./draft-config.js";
 export type { ReferenceModelErrorCode as ReferenceModelErrorCodeValue } from "./errors.js";
 export type { ReadSafetensorsOptions, SafetensorsDtype, SafetensorsTensor } from "./safetensors.js";
 export type { RejectionResult } from "./sampling.js";

@@ -31,11 +31,11 @@ function rotl(x: number, k: number): number {
  * draws are built from it.
  */
 export class Xoshiro128 {
-  private a = 0;
-  private b = 0;
-  private c = 0;
-  private d = 0;
-  private spare = Number.NaN;
+  #a = 0;
+  #b = 0;
+  #c = 0;
+  #d = 0;
+  #spare = Number.NaN;
 
   /** @param seed any number; only its low 32 bits are used. */
   constructor(seed: number) {
@@ -46,27 +46,27 @@ export class Xoshiro128 {
   reseed(seed: number): void {
     let s = seed >>> 0;
     s = (s + 0x9e3779b9) | 0;
-    this.a = mix32(s);
+    this.#a = mix32(s);
     s = (s + 0x9e3779b9) | 0;
-    this.b = mix32(s);
+    this.#b = mix32(s);
     s = (s + 0x9e3779b9) | 0;
-    this.c = mix32(s);
+    this.#c = mix32(s);
     s = (s + 0x9e3779b9) | 0;
-    this.d = mix32(s);
-    if ((this.a | this.b | this.c | this.d) === 0) this.a = 1;
-    this.spare = Number.NaN;
+    this.#d = mix32(s);
+    if ((this.#a | this.#b | this.#c | this.#d) === 0) this.#a = 1;
+    this.#spare = Number.NaN;
   }
 
   /** Next unsigned 32-bit integer. */
   nextU32(): number {
-    const result = Math.imul(rotl(Math.imul(this.b, 5), 7), 9) >>> 0;
-    const t = this.b << 9;
-    this.c ^= this.a;
-    this.d ^= this.b;
-    this.b ^= this.c;
-    this.a ^= this.d;
-    this.c ^= t;
-    this.d = rotl(this.d, 11);
+    const result = Math.imul(rotl(Math.imul(this.#b, 5), 7), 9) >>> 0;
+    const t = this.#b << 9;
+    this.#c ^= this.#a;
+    this.#d ^= this.#b;
+    this.#b ^= this.#c;
+    this.#a ^= this.#d;
+    this.#c ^= t;
+    this.#d = rotl(this.#d, 11);
     return result;
   }
 
@@ -89,16 +89,16 @@ export class Xoshiro128 {
 
   /** Standard normal draw (Box-Muller, the second value cached). */
   nextGaussian(): number {
-    if (!Number.isNaN(this.spare)) {
-      const v = this.spare;
-      this.spare = Number.NaN;
+    if (!Number.isNaN(this.#spare)) {
+      const v = this.#spare;
+      this.#spare = Number.NaN;
       return v;
     }
     let u = 0;
     while (u === 0) u = this.nextFloat();
     const v = this.nextFloat();
     const r = Math.sqrt(-2 * Math.log(u));
-    this.spare = r * Math.sin(2 * Math.PI * v);
+    this.#spare = r * Math.sin(2 * Math.PI * v);
     return r * Math.cos(2 * Math.PI * v);
   }
 }

@@ -125,22 +125,22 @@ export class TargetModel {
   readonly weights: TargetWeights;
   /** Bytes of one tap row: `numTaps * hidden * 2`. */
   readonly rowBytes: number;
-  private readonly dc: number;
-  private readonly scratch: Float32Array;
-  private readonly hid = new Float32Array(TARGET_DYNAMICS.readoutRank);
-  private readonly fan: number;
-  private readonly rowF: Float32Array;
-  private readonly rowBits: Uint32Array;
+  readonly #dc: number;
+  readonly #scratch: Float32Array;
+  readonly #hid = new Float32Array(TARGET_DYNAMICS.readoutRank);
+  readonly #fan: number;
+  readonly #rowF: Float32Array;
+  readonly #rowBits: Uint32Array;
 
   private constructor(config: TargetConfig, weights: TargetWeights) {
     this.config = Object.freeze({ ...config });
     this.weights = weights;
     this.rowBytes = config.numTaps * config.hidden * 2;
-    this.dc = config.stateDim - 2;
-    this.scratch = new Float32Array(config.stateDim);
-    this.fan = Math.min(TARGET_DYNAMICS.tapFanIn, config.stateDim);
-    this.rowF = new Float32Array(config.numTaps * config.hidden);
-    this.rowBits = new Uint32Array(this.rowF.buffer);
+    this.#dc = config.stateDim - 2;
+    this.#scratch = new Float32Array(config.stateDim);
+    this.#fan = Math.min(TARGET_DYNAMICS.tapFanIn, config.stateDim);
+    this.#rowF = new Float32Array(config.numTaps * config.hidden);
+    this.#rowBits = new Uint32Array(this.#rowF.buffer);
   }
 
   /** Builds a target whose weights are a deterministic function of `cfg` (throws RM_BAD_CONFIG). */
@@ -226,7 +226,7 @@ export class TargetModel {
    * rows, start from `initialState([], extra)` and {@link forward} each prompt token.
    */
   initialState(promptTokens: readonly number[] = [], extra?: ArrayBufferView): TargetState {
-    const dc = this.dc;
+    const dc = this.#dc;
     const vector = Float32Array.from(this.weights.s0);
     if (extra !== undefined) {
       const bytes = new Uint8Array(extra.buffer, extra.byteOffset, extra.byteLength);
@@ -246,7 +246,7 @@ export class TargetModel {
 
   /** Consumes `token` into `state` in place (no logits, no row). Returns `state`. */
   advance(state: TargetState, token: number): TargetState {
-    this.step(state.vector, token, state.vector);
+    this.#step(state.vector, token, state.vector);
     state.position++;
     return state;
   }
@@ -272,11 +272,11 @@ export class TargetModel {
     }
     const next = outState ?? { vector: new Float32Array(d), position: 0 };
     const s = next.vector;
-    this.step(state.vector, token, s);
+    this.#step(state.vector, token, s);
     next.position = state.position + 1;
     const { u, m, z, p, pIdx } = this.weights;
     const l = TARGET_DYNAMICS.readoutRank;
-    const h = this.hid;
+    const h = this.#hid;
     for (let i = 0; i < l; i++) {
       let acc = 0;
       const o = i * d;
@@ -286,8 +286,8 @@ export class TargetModel {
     lowRankLogits(u, h, z, v, outLogits, 0);
     if (outRow !== null) {
       const n = numTaps * hidden;
-      const fan = this.fan;
-      const rowF = this.rowF;
+      const fan = this.#fan;
+      const rowF = this.#rowF;
       if (fan === 8) {
         for (let i = 0; i < n; i++) {
           const o = i * 8;
@@ -311,7 +311,7 @@ export class TargetModel {
       }
       // bf16 round to nearest even, from the f32 bits of the row values (NaN cannot occur:
       // the state is bounded and the weights finite).
-      const bits = this.rowBits;
+      const bits = this.#rowBits;
       for (let i = 0; i < n; i++) {
         const b = bits[i]!;
         const h = (b + 0x7fff + ((b >>> 16) & 1)) >>> 16;
@@ -328,14 +328,14 @@ export class TargetModel {
   }
 
   /** One recurrence step from `src` to `dst` (may alias; uses scratch). */
-  private step(src: Float32Array, token: number, dst: Float32Array): void {
+  #step(src: Float32Array, token: number, dst: Float32Array): void {
     const v = this.config.vocabSize;
     if (!Number.isInteger(token) || token < 0 || token >= v) {
       throw badArgument(`forward: token ${token} outside [0, ${v})`);
     }
-    const dc = this.dc;
+    const dc = this.#dc;
     const { a, c, b, e, rot } = this.weights;
-    const t = this.scratch;
+    const t = this.#scratch;
     const c0 = src[dc]!;
     const c1 = src[dc + 1]!;
     const n0 = rot[0]! * c0 - rot[1]! * c1;
