@@ -16,16 +16,12 @@ export type { Clock } from "./clock.js";
 export { clampDelay, MAX_TIMER_DELAY_MS, systemClock } from "./clock.js";
 export type { VerifyCostModelOptions, VerifyCostParams } from "./cost-model.js";
 export { H100_8B_COST, VerifyCostModel } from "./cost-model.js";
-export type {
-  DepthCandidate,
-  DepthPolicyOptions,
-  LoadCurve,
-  LoadCurvePoint,
-  VerifyCost,
-} from "./depth-policy.js";
-export { DepthPolicy, expectedAccepted, piecewiseLinearBudget } from "./depth-policy.js";
+export type { DepthCandidate, DepthPolicyOptions, VerifyCost } from "./depth-policy.js";
+export { DepthPolicy, expectedAccepted } from "./depth-policy.js";
 export type { ClientErrorCode } from "./errors.js";
 export { CLIENT_ERROR_CODES, ClientError } from "./errors.js";
+export type { LoadCurve, LoadCurvePoint } from "./load-curve.js";
+export { piecewiseLinearBudget } from "./load-curve.js";
 export type { RemoteDraftClientOptions, ResolvedClientOptions, TransportFactory } from "./options.js";
 export { CLIENT_DEFAULTS, SAMPLE_MODES } from "./options.js";
 export type { OutcomeReaction, StepOutcome, StepOutcomeReason } from "./outcomes.js";
