@@ -443,7 +443,7 @@ function nackCase(id: string, status: number, name: string): E {
       );
       const { reads, again } = await after(
         ctx,
-        retry ? ctx.waitMs : Math.max(500, ctx.ackTimeoutMs * 1.5),
+        retry ? ctx.waitMs : Math.max(400, ctx.ackTimeoutMs * 1.4),
         `${r.sessionId}:${r.mmHash}`,
         r.mmHash,
       );
@@ -577,7 +577,7 @@ export const EC_CONSUMER_CASES: readonly CaseDef<EcConsumerCtx>[] = [
       ctx.send(r.rid, g.ack);
       const { reads, again } = await after(
         ctx,
-        Math.max(500, ctx.ackTimeoutMs * 1.5),
+        Math.max(400, ctx.ackTimeoutMs * 1.4),
         `${r.sessionId}:${r.mmHash}`,
         r.mmHash,
       );
@@ -605,7 +605,7 @@ export const EC_CONSUMER_CASES: readonly CaseDef<EcConsumerCtx>[] = [
       );
       const { reads } = await after(
         ctx,
-        Math.max(500, ctx.ackTimeoutMs * 1.5),
+        Math.max(400, ctx.ackTimeoutMs * 1.4),
         `${r.sessionId}:${r.mmHash}`,
         r.mmHash,
       );

@@ -36,7 +36,7 @@ export interface EcProducerSuiteOptions {
   numBlocks?: number;
   /** The producer's pin lease in ms (the lease case waits it out). */
   pinLeaseMs?: number;
-  /** Reply timeout (default 2000 ms); a dropped message is judged after min(timeout, 300 ms). */
+  /** Reply timeout (default 2000 ms); a dropped message is judged after min(timeout, 200 ms). */
   timeoutMs?: number;
   /** Reserved for input generation (the cases are deterministic today). */
   seed?: number;
@@ -94,7 +94,7 @@ export class EcProducerCtx {
   constructor(opts: EcProducerSuiteOptions) {
     this.opts = opts;
     this.timeoutMs = opts.timeoutMs ?? 2000;
-    this.dropMs = Math.min(this.timeoutMs, 300);
+    this.dropMs = Math.min(this.timeoutMs, 200);
     if (opts.compatibilityHash !== undefined) this.hash = opts.compatibilityHash;
     else if (
       opts.modelId !== undefined &&
