@@ -1,5 +1,5 @@
 // Floor for request/reply over loopback: blocking read/write in C, client and server in two
-// processes (fork), u32 big-endian length prefix, 16 KiB reply. Prints JSON lines of p50/p99 in us.
+// processes (fork), u32 little-endian length prefix (CONTRACT 2-3), 16 KiB reply. Prints JSON lines of p50/p99 in us.
 // Build and run (optional, not part of `pnpm bench`):
 //   cc -O2 -o /tmp/floor bench/floor.c && /tmp/floor tcp && /tmp/floor unix
 #include <arpa/inet.h>
@@ -19,6 +19,17 @@
 #define REPLY 16384
 static const size_t SIZES[] = {64, 96 * 1024, 768 * 1024, 4 * 1024 * 1024};
 static const int ITERS[] = {3000, 1000, 300, 100};
+
+// The stream prefix is little-endian on the wire whatever the host order (CONTRACT 3).
+static void put_le32(void *p, uint32_t v) {
+  unsigned char *b = p;
+  b[0] = (unsigned char)v, b[1] = (unsigned char)(v >> 8), b[2] = (unsigned char)(v >> 16),
+  b[3] = (unsigned char)(v >> 24);
+}
+static uint32_t get_le32(const void *p) {
+  const unsigned char *b = p;
+  return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
 
 static int readn(int fd, void *b, size_t n) {
   size_t got = 0;
@@ -62,15 +73,14 @@ int main(int argc, char **argv) {
   listen(ls, 1);
   char *buf = malloc(8 << 20), reply[REPLY + 4];
   memset(reply, 7, sizeof reply);
-  uint32_t rl = htonl(REPLY);
-  memcpy(reply, &rl, 4);
+  put_le32(reply, REPLY);
   if (fork() == 0) {
     int s = accept(ls, NULL, NULL), one = 1;
     if (!unixsock) setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     for (;;) {
-      uint32_t h;
-      if (readn(s, &h, 4) < 0) exit(0);
-      if (readn(s, buf, ntohl(h)) < 0) exit(0);
+      unsigned char h[4];
+      if (readn(s, h, 4) < 0) exit(0);
+      if (readn(s, buf, get_le32(h)) < 0) exit(0);
       if (write(s, reply, sizeof reply) != (ssize_t)sizeof reply) exit(1);
     }
   }
@@ -90,8 +100,9 @@ int main(int argc, char **argv) {
     int n = ITERS[si];
     double *lat = malloc(sizeof(double) * n);
     for (int i = -n / 10; i < n; i++) {
-      uint32_t h = htonl((uint32_t)size), rh;
-      struct iovec iov[2] = {{&h, 4}, {msg, size}};
+      unsigned char h[4], rh[4];
+      put_le32(h, (uint32_t)size);
+      struct iovec iov[2] = {{h, 4}, {msg, size}};
       double a = now_us();
       size_t left = 4 + size;
       int idx = 0;
@@ -102,7 +113,7 @@ int main(int argc, char **argv) {
         while (idx < 2 && (size_t)k >= iov[idx].iov_len) k -= iov[idx++].iov_len;
         if (idx < 2) { iov[idx].iov_base = (char *)iov[idx].iov_base + k; iov[idx].iov_len -= k; }
       }
-      if (readn(c, &rh, 4) < 0 || readn(c, rbuf, ntohl(rh)) < 0) return 1;
+      if (readn(c, rh, 4) < 0 || readn(c, rbuf, get_le32(rh)) < 0) return 1;
       if (i >= 0) lat[i] = now_us() - a;
     }
     qsort(lat, n, sizeof(double), cmp);
