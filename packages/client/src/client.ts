@@ -4,7 +4,7 @@
 // class (about 900 lines). The loop, the HELLO exchange and the 9.2 table live in
 // connect-loop.ts and outcomes.ts.
 import type { Counter, Gauge, Histogram, InfoValue } from "@tapwire/stats";
-import { Registry } from "@tapwire/stats";
+import { BUCKETS, Registry } from "@tapwire/stats";
 import type { RpcClient } from "@tapwire/transport";
 import { makeClient, TransportError } from "@tapwire/transport";
 import type { Hello, HelloReply, ReqEntry, SampleMeta, StepReplyViews } from "@tapwire/wire";
@@ -274,7 +274,11 @@ export class RemoteDraftClient {
       lastBadReply: r.info("last_bad_reply", "first violation of the last refused reply"),
       lastError: r.info("last_error", "the last connection error"),
       worker: r.info("worker", "the worker of the current connection (JSON)"),
-      rtt: r.histogram("step_rtt_seconds", { help: "STEP round-trip time", unit: "seconds" }),
+      rtt: r.histogram("step_rtt_seconds", {
+        help: "STEP round-trip time",
+        unit: "seconds",
+        buckets: BUCKETS.STEP_RTT_SECONDS,
+      }),
     };
     for (const reason of Object.keys(STEP_OUTCOMES)) this.#outcomeCounter(reason);
     if (options.autoStart !== false) this.start();
