@@ -331,17 +331,11 @@ export class DraftHead {
   #readOut(anchorToken: number, k: number, out: DraftOut, sample: DraftSample | undefined): void {
     const v = this.vocabSize;
     const d = this.stateDim;
-    const dc = d - 2;
     const states = this.#states;
-    const rm = this.config.markovRank;
     const lmU = this.#lmU;
     const lmM = this.#lmM;
     const lmBias = this.#lmBias;
-    const mIn = this.#mIn;
-    const mOut = this.#mOut;
-    const pre = this.#pre;
     const hvec = this.#hvec;
-    const corr = this.#corr;
     const logits = this.lastLogits;
     let prev = anchorToken;
     for (let j = 0; j < k; j++) {
@@ -349,18 +343,7 @@ export class DraftHead {
       let src = states;
       let so = (j + 1) * d;
       if (j > 0) {
-        // Markov head: the drafted token's (low-rank) embedding offset replaces the mean
-        // embedding in this position's pre-activation.
-        const io = prev * rm;
-        for (let a = 0; a < dc; a++) {
-          let acc = pre[j * dc + a]!;
-          const mo = a * rm;
-          for (let kk = 0; kk < rm; kk++) acc += mOut[mo + kk]! * mIn[io + kk]!;
-          corr[a] = Math.tanh(acc);
-        }
-        corr[dc] = states[so + dc]!;
-        corr[dc + 1] = states[so + dc + 1]!;
-        src = corr;
+        src = this.#markovCorrected(j, prev, so);
         so = 0;
       }
       for (let i = 0; i < L; i++) {
@@ -398,6 +381,30 @@ export class DraftHead {
       out.ids[oi] = tok;
       prev = tok;
     }
+  }
+
+  /**
+   * Markov head: position j's state with the drafted token `prev`'s (low-rank) embedding offset
+   * in place of the mean embedding in its pre-activation (the clock from `states[so...]`).
+   */
+  #markovCorrected(j: number, prev: number, so: number): Float32Array {
+    const dc = this.stateDim - 2;
+    const rm = this.config.markovRank;
+    const states = this.#states;
+    const pre = this.#pre;
+    const mIn = this.#mIn;
+    const mOut = this.#mOut;
+    const corr = this.#corr;
+    const io = prev * rm;
+    for (let a = 0; a < dc; a++) {
+      let acc = pre[j * dc + a]!;
+      const mo = a * rm;
+      for (let kk = 0; kk < rm; kk++) acc += mOut[mo + kk]! * mIn[io + kk]!;
+      corr[a] = Math.tanh(acc);
+    }
+    corr[dc] = states[so + dc]!;
+    corr[dc + 1] = states[so + dc + 1]!;
+    return corr;
   }
 
   #sampleAt(lo: number, j: number, sample: DraftSample): number {
