@@ -1,6 +1,6 @@
 // CONTRACT 4-8 golden vectors (test/fixtures/wire-v1.json, a byte-identical copy of the shared file).
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -181,9 +181,36 @@ describe("tapwire-wire-vectors bin", () => {
     expect(r.stdout.trim().split("\n").at(-1)).toBe("2 passed, 1 failed");
     expect(r.status).toBe(1);
   });
-  test("usage error without a file", () => {
+  test("without a file it runs the shipped vectors/wire-v1.json (what `npx tapwire-wire-vectors` does)", () => {
     const r = run([]);
-    expect(r.status).toBe(2);
-    expect(r.stderr).toContain("usage");
+    expect(r.stdout.trim().split("\n").at(-1)).toBe("60 passed, 0 failed");
+    expect(r.status).toBe(0);
+  });
+  test("usage error on an unknown flag or two files", () => {
+    for (const args of [["--bogus"], ["a.json", "b.json"]]) {
+      const r = run(args);
+      expect(r.status).toBe(2);
+      expect(r.stderr).toContain("usage");
+    }
+  });
+});
+
+// Issue 11 item 4: an npm user has no test/fixtures, so the tarball carries the vectors itself.
+describe("the published tarball ships wire-v1.json", () => {
+  const pkg = fileURLToPath(new URL("..", import.meta.url));
+  const shipped = join(pkg, "vectors/wire-v1.json");
+  test("vectors/wire-v1.json is byte-identical to test/fixtures/wire-v1.json", () => {
+    expect(readFileSync(shipped).equals(readFileSync(FIXTURE))).toBe(true);
+  });
+  test("the packed file list holds vectors/wire-v1.json, exported as ./wire-v1.json", () => {
+    const r = spawnSync("pnpm", ["pack", "--dry-run", "--json"], { encoding: "utf8", cwd: pkg });
+    expect(r.status, r.stderr).toBe(0);
+    const files = (JSON.parse(r.stdout) as { files: { path: string }[] }).files.map((f) => f.path);
+    expect(files).toContain("vectors/wire-v1.json");
+    expect(files).toContain("dist/bin/vectors.js");
+    const manifest = JSON.parse(readFileSync(join(pkg, "package.json"), "utf8")) as {
+      exports: Record<string, unknown>;
+    };
+    expect(manifest.exports["./wire-v1.json"]).toBe("./vectors/wire-v1.json");
   });
 });
