@@ -6,10 +6,11 @@ import { isThenable, replyBytes } from "./check.js";
 import type { ServerConfig } from "./config.js";
 import { type Endpoint, formatEndpoint } from "./endpoint.js";
 import { TransportError } from "./errors.js";
-import { type Limited, ServerLimits } from "./limits.js";
+import { ServerLimits } from "./limits.js";
 import type { ServerMetrics } from "./metrics.js";
-import type { ConnInfo, Handler, Reply, RpcServer, ServerOptions } from "./options.js";
+import type { Handler, Reply, RpcServer, ServerOptions } from "./options.js";
 import { isIpv6, loadZmq, zmqAddress } from "./zmq-loader.js";
+import { type Held, Peer } from "./zmq-peer.js";
 
 const EMPTY_PART = new Uint8Array(0);
 // Peers of a ROUTER are never announced as gone; forget idle ones after this long.
@@ -18,71 +19,6 @@ const DEFAULT_PEER_IDLE_MS = 60_000;
 const MAX_PEER_QUEUE = 64;
 // CONTRACT 4: the frame header an oversize message's onOversize hook gets (CONTRACT 11).
 const FRAME_HEADER_BYTES = 24;
-
-/** A message received from a peer, with the receive budget it holds until it is answered. */
-interface Held {
-  msg: Buffer[];
-  total: number;
-}
-
-/**
- * State kept per ROUTER peer (routing id): ZeroMQ's idea of a connection. Everything a peer
- * holds (queued messages, its reassembly buffer, its budget) goes when it is forgotten.
- */
-class Peer implements ConnInfo, Limited {
-  readonly id: number;
-  readonly remote: string;
-  readonly routingId: Buffer;
-  readonly key: string;
-  busy = false;
-  lastActive = 0;
-  readonly queue: Held[] = [];
-  /** Multipart reassembly buffer, kept only while the peer is bound (and charged meanwhile). */
-  asm: Buffer | null = null;
-  asmCharge = 0;
-  forgotten = false;
-  #bound = false;
-  readonly #srv: ZmqServer;
-
-  constructor(id: number, routingId: Buffer, key: string, srv: ZmqServer) {
-    this.id = id;
-    this.routingId = routingId;
-    this.key = key;
-    this.remote = `zmq:${routingId.toString("hex")}`;
-    this.#srv = srv;
-  }
-
-  get isBusy(): boolean {
-    return this.busy;
-  }
-
-  get bound(): boolean {
-    return this.#bound;
-  }
-
-  bind(): void {
-    if (this.#bound || this.forgotten) return;
-    this.#bound = true;
-    this.#srv.limits.setBound(this, true);
-  }
-
-  unbind(): void {
-    if (!this.#bound || this.forgotten) return;
-    this.#bound = false;
-    this.lastActive = Date.now();
-    this.#srv.dropAsm(this);
-    this.#srv.limits.setBound(this, false);
-  }
-
-  evict(): void {
-    this.#srv.forget(this);
-  }
-
-  /** ZeroMQ cannot close one peer of a ROUTER: forget it and never answer it again. */
-  close(): void {
-    this.#srv.forget(this);
-  }
-}
 
 /** Server over a ZeroMQ ROUTER (CONTRACT 3): per peer one request at a time, in order. */
 export class ZmqServer implements RpcServer {
