@@ -9,12 +9,19 @@ import type { StepOutcome, StepOutcomeReason } from "./outcomes.js";
 export interface RoundClient {
   /** The client's validated options (geometry and limits). */
   readonly options: {
+    /** Window `W`: rows kept per slot (1..4096, CONTRACT 7.1). */
     readonly window: number;
+    /** Draft tokens per request `N` (1..32). */
     readonly numSpec: number;
+    /** Bytes of one tap row: `numTaps * hidden * 2` (bf16). */
     readonly rowBytes: number;
+    /** Slots asked for in the HELLO (`slot < maxSlots`). */
     readonly maxSlots: number;
+    /** Rows per STEP at most, asked for in the HELLO. */
     readonly maxRowsPerStep: number;
+    /** True in top32 (sampled) sessions (CONTRACT 8). */
     readonly sampled: boolean;
+    /** Whether the HELLO asked for margins (flag WANT_MARGIN; default true). */
     readonly wantMargin: boolean;
   };
   /** Where rows are staged in `"stage"` mode. */

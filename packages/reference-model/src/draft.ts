@@ -481,7 +481,9 @@ export class DraftHead {
 export function createDefaultPair(
   overrides: { target?: Partial<TargetConfig>; draft?: Partial<DraftConfig> } = {},
 ): {
+  /** The target model, `DEFAULT_TARGET_CONFIG` with `overrides.target` applied. */
   target: TargetModel;
+  /** A head distilled from `target` with `DEFAULT_DRAFT_CONFIG` and `overrides.draft` applied. */
   head: DraftHead;
 } {
   const target = TargetModel.create({ ...DEFAULT_TARGET_CONFIG, ...overrides.target });

@@ -17,8 +17,20 @@ export const SCHEMES: readonly Scheme[] = Object.values(Scheme);
 
 /** A parsed endpoint: `host`/`port` for tcp-like schemes, `path` for unix-like ones. */
 export type Endpoint =
-  | { readonly scheme: "tcp" | "tls" | "zmq+tcp"; readonly host: string; readonly port: number }
-  | { readonly scheme: "unix" | "zmq+ipc"; readonly path: string };
+  | {
+      /** A tcp-like scheme: plain TCP, TLS over TCP, or ZeroMQ over TCP. */
+      readonly scheme: "tcp" | "tls" | "zmq+tcp";
+      /** Host name or IP address, IPv6 without its brackets; `*` (any interface) only for zmq+tcp. */
+      readonly host: string;
+      /** TCP port, 0..65535; 0 asks a server for any free port. */
+      readonly port: number;
+    }
+  | {
+      /** A unix-like scheme: a Unix domain socket, or ZeroMQ over IPC. */
+      readonly scheme: "unix" | "zmq+ipc";
+      /** Absolute socket path, percent-decoded, at most 107 bytes (sockaddr_un limit). */
+      readonly path: string;
+    };
 
 // sockaddr_un.sun_path is 108 bytes on Linux including the terminating NUL.
 const MAX_UNIX_PATH_BYTES = 107;

@@ -58,6 +58,7 @@ export class TransportError extends Error {
     );
   }
 
+  /** The cross-copy brand `Symbol.for("@tapwire/transport.TransportError")` that `instanceof` reads; always true. */
   get [kTransportError](): true {
     return true;
   }

@@ -214,7 +214,14 @@ export function headerReadable(msg: Uint8Array, length?: number): boolean {
 export function partialHeader(
   msg: Uint8Array,
   length?: number,
-): { op: number; seq: number; session: number } {
+): {
+  /** Header `op` (byte 6), or 0 when the message is shorter than 7 bytes. */
+  op: number;
+  /** Header `seq` (u32 LE at bytes 8–11), or 0 when those bytes are not all present. */
+  seq: number;
+  /** Header `session` (u32 LE at bytes 12–15), or 0 when those bytes are not all present. */
+  session: number;
+} {
   const n = Math.min(
     msg.length,
     length !== undefined && Number.isInteger(length) && length >= 0 ? length : msg.length,
@@ -250,7 +257,12 @@ export function splitFrame(
   msg: Uint8Array,
   length?: number,
   options?: DecodeHeaderOptions,
-): { header: FrameHeader; body: Uint8Array } {
+): {
+  /** The decoded, checked 24-byte application header. */
+  header: FrameHeader;
+  /** The body, `header.bodyLen` bytes from offset 24: a view into `msg`, not a copy. */
+  body: Uint8Array;
+} {
   const header = decodeHeader(msg, length, options);
   return { header, body: msg.subarray(APP_HEADER_SIZE, APP_HEADER_SIZE + header.bodyLen) };
 }

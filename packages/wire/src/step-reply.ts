@@ -257,7 +257,10 @@ export function decodeStepReply(body: Uint8Array, expect: ReplyShape): StepReply
 export function beginStepReply(
   buf: Uint8Array,
   h: { seq: number; session: number; stepId: number } & ReplyShape,
-): StepReplyViews & { frameLength: number } {
+): StepReplyViews & {
+  /** Bytes of the whole reply frame in `buf` (24-byte header + body): what to send. */
+  frameLength: number;
+} {
   requireLittleEndian();
   checkU32("seq", h.seq);
   checkU32("session", h.session);

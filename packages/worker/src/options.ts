@@ -6,9 +6,13 @@ import { intOption } from "./int-option.js";
 
 /** Minimal logger shape (pino's). */
 export interface WorkerLogger {
+  /** Session events (new session, RESET, HELLO answered BUSY); `obj` holds the structured fields. */
   info(obj: object, msg?: string): void;
+  /** Refused input and connection trouble the worker survives (HELLO refused, STEP refused, TLS). */
   warn(obj: object, msg?: string): void;
+  /** Faults inside the worker (a drafter or the row apply that threw; the batch or window is dropped). */
   error(obj: object, msg?: string): void;
+  /** Per-frame detail, off in production loggers (pino level `debug`). */
   debug(obj: object, msg?: string): void;
 }
 

@@ -35,11 +35,13 @@ export class StepPlacement {
   readonly slots: Uint32Array;
   /** The apply step took over the placements (else they are cancelled once the frame is answered). */
   consumed = false;
-  /** The head as decoded at placement, and the session limits it was checked against. */
+  /** The head (prefix, sample meta, entries) as decoded at placement. */
   readonly req: StepRequest;
+  /** The session limits (from its HELLO) the head was checked against (CONTRACT 7.2). */
   readonly limits: StepLimits;
-  /** The header's `seq` and `session`, as checked at placement. */
+  /** The header's `seq` (u32), as checked at placement; 0 when not given. */
   readonly seq: number;
+  /** The header's `session` (u32), as checked at placement; 0 when not given. */
   readonly session: number;
 
   constructor(headBytes: number, length: number, req: StepRequest, limits: StepLimits, seq = 0, session = 0) {

@@ -37,6 +37,7 @@ const POOL_LIMIT = 4;
 export interface WindowSnapshot {
   /** Whether the slot has a generation at all (false before its first entry or after a reset). */
   known: boolean;
+  /** The slot's current generation (u32, CONTRACT 7.1); meaningful only when `known`. */
   generation: number;
   /** Absolute position of the first row held. */
   firstPos: number;
@@ -68,8 +69,11 @@ function serialNewerU32(a: number, b: number): boolean {
 
 /** Slot state of one session: generations and row windows. */
 export class WindowStore {
+  /** Slots of the session (HELLO `max_slots`); valid slot ids are `0 … maxSlots-1`. */
   readonly maxSlots: number;
+  /** Rows per slot window, W (HELLO `window`, CONTRACT 7.1): the most rows a snapshot holds. */
   readonly window: number;
+  /** Bytes of one tap row (HELLO `row_bytes` = num_taps × hidden × 2, CONTRACT 6.1). */
   readonly rowBytes: number;
   /** Rows a slot's buffer grows to: `bufferWindows * W`. */
   readonly maxBufferRows: number;
