@@ -87,6 +87,27 @@ it("tapwire-ec-producer: usage errors exit 2 with one line on stderr", () => {
   }
 });
 
+it("tapwire-ec-producer: a negative number is a value, an unknown flag is named (the worker's parser rule)", () => {
+  const cases: [string[], RegExp][] = [
+    [["--num-blocks", "-1"], /option numBlocks: expected an integer in \[1, \d+\], got -1/],
+    [["--num-blocks=-1"], /option numBlocks: .*got -1/],
+    [["--bogus"], /unknown flag --bogus/],
+    [["--bogus=1"], /unknown flag --bogus/],
+    [["-x"], /unknown flag -x/],
+    [["--num-blocks"], /--num-blocks needs a value/],
+    [["--help=yes"], /--help takes no value/],
+    [["--num-blocks", "4", "--num-blocks", "8"], /--num-blocks given twice/],
+  ];
+  for (const [args, re] of cases) {
+    const r = spawnSync(process.execPath, [PRODUCER_BIN, ...args], { encoding: "utf8", timeout: 20_000 });
+    expect(r.status, args.join(" ")).toBe(2);
+    expect(r.stderr.trimEnd().split("\n"), args.join(" ")).toHaveLength(1);
+    expect(r.stderr, args.join(" ")).toMatch(re);
+    // node:util parseArgs' wording, which this bin no longer shows
+    expect(r.stderr, args.join(" ")).not.toMatch(/ambiguous|To specify a positional argument/);
+  }
+});
+
 it("tapwire-ec-producer --metrics-listen: Prometheus text (promtool-clean), /healthz, /readyz; one pid; closing before closed", async () => {
   const child = await spawnBin(PRODUCER_BIN, [
     "--metrics-listen",

@@ -1,6 +1,5 @@
 #!/usr/bin/env node
 import { readFileSync } from "node:fs";
-import { parseArgs } from "node:util";
 import type { Logger, MetricsServer } from "@tapwire/stats";
 import { createLogger, flushAndExit, parseLogLevel, parseMetricsListen, serveMetrics } from "@tapwire/stats";
 import { crc32Info } from "../crc.js";
@@ -207,29 +206,47 @@ function parseAllow(text: string): string[] {
   return keys;
 }
 
+/**
+ * `--flag value` or `--flag=value` against {@link FLAGS}, by the rule of `tapwire-worker`
+ * (packages/worker/src/bin/flags.ts): the word after a valued flag is its value even when it starts
+ * with "-", so `--num-blocks -1` reaches the range check (node:util parseArgs would call it
+ * ambiguous), and every mistake is one {@link UsageError} line naming the flag.
+ */
 function parse(argv: string[]): {
   v: Partial<Record<Flag, string | number | boolean>>;
   positionals: string[];
 } {
-  let parsed: ReturnType<typeof parseArgs>;
-  try {
-    parsed = parseArgs({
-      args: argv,
-      options: Object.fromEntries(
-        Object.entries(FLAGS).map(([k, f]) => [k, { type: f.kind === "boolean" ? "boolean" : "string" }]),
-      ) as Record<Flag, { type: "string" | "boolean" }>,
-      strict: true,
-      allowPositionals: true,
-    });
-  } catch (err) {
-    throw new UsageError((err as Error).message.split("\n")[0]!);
+  const raw: Partial<Record<Flag, string | boolean>> = {};
+  const positionals: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a === "--") {
+      positionals.push(...argv.slice(i + 1));
+      break;
+    }
+    if (!a.startsWith("-") || a === "-") {
+      positionals.push(a);
+      continue;
+    }
+    const eq = a.indexOf("=");
+    const name = a.startsWith("--") ? a.slice(2, eq < 0 ? undefined : eq) : "";
+    if (!Object.hasOwn(FLAGS, name)) throw new UsageError(`unknown flag ${eq < 0 ? a : a.slice(0, eq)}`);
+    const flag = name as Flag;
+    const f: { kind: Kind; arg?: string } = FLAGS[flag];
+    if (raw[flag] !== undefined) throw new UsageError(`--${flag} given twice`);
+    if (f.kind === "boolean") {
+      if (eq >= 0) throw new UsageError(`--${flag} takes no value`);
+      raw[flag] = true;
+    } else if (eq >= 0) raw[flag] = a.slice(eq + 1);
+    else if (i + 1 < argv.length) raw[flag] = argv[++i]!;
+    else throw new UsageError(`--${flag} needs a value ${f.arg ?? ""}`.trimEnd());
   }
   const v: Partial<Record<Flag, string | number | boolean>> = {};
   for (const k of Object.keys(FLAGS) as Flag[]) {
-    const x = value(k, parsed.values[k] as string | boolean | undefined);
+    const x = value(k, raw[k]);
     if (x !== undefined) v[k] = x;
   }
-  return { v, positionals: parsed.positionals };
+  return { v, positionals };
 }
 
 function options(v: Partial<Record<Flag, string | number | boolean>>, log: Logger): EcProducerOptions {
