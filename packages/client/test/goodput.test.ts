@@ -67,6 +67,7 @@ const costArb = fc
     floorSec: fc.double({ min: 1e-4, max: 1e-2, noNaN: true }),
     kneeTokens: fc.integer({ min: 0, max: 24 }),
     slopeSec: fc.oneof(fc.constant(0), fc.double({ min: 1e-5, max: 5e-3, noNaN: true })),
+    subKneeSlopeSec: fc.oneof(fc.constant(0), fc.double({ min: 1e-7, max: 1e-4, noNaN: true })),
     overheadSec: fc.double({ min: 0, max: 2e-3, noNaN: true }),
     rttSec: fc.double({ min: 0, max: 2e-3, noNaN: true }),
   })
@@ -123,7 +124,7 @@ describe("DepthPolicy goodput mode", () => {
   test("flat cost: verifies every position with a positive gain", () => {
     fc.assert(
       fc.property(fc.array(candArb, { maxLength: 12 }), (cands) => {
-        const cost = new VerifyCostModel({ slopeSec: 0, online: false });
+        const cost = new VerifyCostModel({ slopeSec: 0, subKneeSlopeSec: 0, online: false });
         const out = new Int32Array(cands.length);
         new DepthPolicy({ cost }).allocateGoodput(cands, cands.length, out);
         for (let i = 0; i < cands.length; i++) {
@@ -196,7 +197,7 @@ describe("DepthPolicy goodput mode", () => {
 
 describe("VerifyCostModel", () => {
   test("the roofline: floor up to the knee, then the slope per token; fixed costs on top", () => {
-    const m = new VerifyCostModel({ online: false });
+    const m = new VerifyCostModel({ online: false, subKneeSlopeSec: 0 });
     const p = H100_8B_COST;
     expect(m.forwardSeconds(10, 20)).toBe(p.floorSec);
     expect(m.forwardSeconds(100, 190)).toBeCloseTo(p.floorSec + p.slopeSec * (290 - p.kneeTokens), 12);
@@ -231,6 +232,62 @@ describe("VerifyCostModel", () => {
     }
   });
 
+  test("the sub-knee slope: a small per-token cost below the knee, continuous at the knee", () => {
+    const m = new VerifyCostModel({ online: false });
+    const p = H100_8B_COST;
+    expect(p.subKneeSlopeSec).toBeGreaterThan(0);
+    expect(p.subKneeSlopeSec).toBeLessThan(p.slopeSec);
+    expect(m.forwardSeconds(1, 0)).toBeCloseTo(p.floorSec + p.subKneeSlopeSec, 12);
+    expect(m.forwardSeconds(1, 8) - m.forwardSeconds(1, 0)).toBeCloseTo(8 * p.subKneeSlopeSec, 12);
+    const atKnee = p.floorSec + p.subKneeSlopeSec * p.kneeTokens;
+    expect(m.forwardSeconds(p.kneeTokens, 0)).toBeCloseTo(atKnee, 12);
+    expect(m.forwardSeconds(100, 190)).toBeCloseTo(atKnee + p.slopeSec * (290 - p.kneeTokens), 12);
+  });
+
+  test("online fit recovers a known sub-knee slope, and the knee and slope past it", () => {
+    const truth = new VerifyCostModel({
+      floorSec: 5e-3,
+      kneeTokens: 128,
+      slopeSec: 40e-6,
+      subKneeSlopeSec: 6e-6,
+      online: false,
+    });
+    // a flat prior: the fit has to find the sub-knee slope from the data
+    const m = new VerifyCostModel({ floorSec: 1e-3, kneeTokens: 1000, slopeSec: 1e-6, subKneeSlopeSec: 0 });
+    let x = 777;
+    for (let r = 0; r < 600; r++) {
+      x = (x * 1103515245 + 12345) >>> 0;
+      const batch = 1 + (x % 64);
+      const tokens = (x >>> 8) % (4 * batch + 1);
+      m.observeRound(batch, tokens, truth.forwardSeconds(batch, tokens));
+    }
+    const p = m.params();
+    expect(p.subKneeSlopeSec).toBeGreaterThan(5e-6);
+    expect(p.subKneeSlopeSec).toBeLessThan(7e-6);
+    expect(p.floorSec).toBeCloseTo(5e-3, 4);
+    expect(p.slopeSec).toBeGreaterThan(32e-6);
+    expect(p.slopeSec).toBeLessThan(48e-6);
+    expect(Math.abs(p.kneeTokens - 128)).toBeLessThan(20);
+  });
+
+  test("online fit below the knee only: the sub-knee slope is learnt, the prior's knee and slope kept", () => {
+    const truth = new VerifyCostModel({
+      floorSec: 6e-3,
+      kneeTokens: 190,
+      slopeSec: 32e-6,
+      subKneeSlopeSec: 8e-6,
+      online: false,
+    });
+    const m = new VerifyCostModel({ floorSec: 2e-3, kneeTokens: 1000, slopeSec: 5e-6, subKneeSlopeSec: 0 });
+    // concurrency 1 with up to 8 drafts: forwards of 1..9 tokens
+    for (let r = 0; r < 200; r++) m.observeRound(1, r % 9, truth.forwardSeconds(1, r % 9));
+    const p = m.params();
+    expect(p.subKneeSlopeSec).toBeCloseTo(8e-6, 9);
+    expect(p.floorSec).toBeCloseTo(6e-3, 9);
+    expect(p.kneeTokens).toBeGreaterThan(500);
+    expect(p.slopeSec).toBe(5e-6);
+  });
+
   test("one forward size only: the prior's shape is kept and the floor fitted", () => {
     const m = new VerifyCostModel({ floorSec: 1e-3, kneeTokens: 10, slopeSec: 1e-4, minObservations: 4 });
     for (let r = 0; r < 20; r++) m.observeRound(8, 8, 0.01);
@@ -244,6 +301,7 @@ describe("VerifyCostModel", () => {
     for (const [o, name] of [
       [{ floorSec: -1 }, "floorSec"],
       [{ slopeSec: Number.NaN }, "slopeSec"],
+      [{ subKneeSlopeSec: -1e-6 }, "subKneeSlopeSec"],
       [{ decay: 0 }, "decay"],
       [{ minObservations: 1 }, "minObservations"],
       [{ rttAlpha: 2 }, "rttAlpha"],
