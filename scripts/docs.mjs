@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// `pnpm docs`: the API reference of every public package (every non-private package under
+// `pnpm run docs`: the API reference of every public package (every non-private package under
 // packages/, from its src/index.ts) into docs/api/ with typedoc (typedoc.json holds the options).
 // Every exported symbol must carry TSDoc: `validation.notDocumented` with
 // `treatWarningsAsErrors`, so an undocumented export fails the run, naming it.
