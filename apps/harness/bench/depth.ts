@@ -31,7 +31,15 @@ const POOL = Number(process.env.BENCH_POOL ?? 256);
 const LENGTH = 64;
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 400);
 const ROUND_TOKENS = Number(process.env.BENCH_ROUND_REQUESTS ?? 64_000); // request-rounds per run
-const WRONG_PRIOR = { floorSec: 2e-3, kneeTokens: 1000, slopeSec: 5e-6 } as const;
+// the online fit starts from a wrong, flat prior: it has to find the knee and both slopes
+const WRONG_PRIOR = { floorSec: 2e-3, kneeTokens: 1000, slopeSec: 5e-6, subKneeSlopeSec: 0 } as const;
+// BENCH_SUB_KNEE_SLOPE (seconds per token) overrides H100_8B_COST's sub-knee slope of the true
+// cost, for the sensitivity of the results to that assumption (0: the ideal, flat roofline)
+const SUB_KNEE = process.env.BENCH_SUB_KNEE_SLOPE;
+const TRUTH = {
+  ...H100_8B_COST,
+  ...(SUB_KNEE !== undefined ? { subKneeSlopeSec: Number(SUB_KNEE) } : {}),
+};
 const docs = (f: string) => fileURLToPath(new URL(`../../../docs/benchmarks/${f}`, import.meta.url));
 
 const log = (s: string) => process.stderr.write(`${s}\n`);
@@ -57,7 +65,7 @@ function main(): void {
   const t0 = performance.now();
   log(`bench:depth: distilling the reference head (N=${N})`);
   const { target, head } = createDefaultPair({ draft: { numSpec: N } });
-  const truth = new VerifyCostModel({ online: false });
+  const truth = new VerifyCostModel({ ...TRUTH, online: false });
   const budget = piecewiseLinearBudget(
     DEFAULTS.loadCurve.map((p) => ({ batchSize: p.batch, tokens: p.tokens })),
   );
@@ -86,8 +94,11 @@ function main(): void {
       const results: { name: string; r: SimResult }[] = [];
       for (const spec of policies) {
         const online = spec.online === true;
-        const cost = online ? new VerifyCostModel({ ...WRONG_PRIOR, online: true }) : undefined;
-        const setup = makeDepthPolicy(spec, { numSpec: N, budget, ...(cost ? { cost } : {}) });
+        // goodput mode knows the true cost (TRUTH), or fits it online from the wrong prior
+        const cost = new VerifyCostModel(
+          online ? { ...WRONG_PRIOR, online: true } : { ...TRUTH, online: false },
+        );
+        const setup = makeDepthPolicy(spec, { numSpec: N, budget, cost });
         const r = simulateDepth({ traces, concurrency: C, rounds, warmupRounds: WARMUP, setup, cost: truth });
         results.push({ name: depthPolicyName(spec) + (online ? "-online" : ""), r });
       }
@@ -98,7 +109,7 @@ function main(): void {
           scale,
           concurrency: C,
           policy: name,
-          goodput: Math.round(r.goodput),
+          goodput: Number(r.goodput.toFixed(2)),
           ratio_to_best_fixed: Number((r.goodput / best).toFixed(4)),
           mean_accepted_length: Number(r.meanAcceptedLength.toFixed(3)),
           verified_per_round: Number(r.verifiedPerRound.toFixed(2)),
@@ -119,7 +130,13 @@ function main(): void {
     node: process.version,
     arrangement:
       "reference target + head in process (real drafts, real greedy verification, request traces replayed by every policy); simulated time from the cost model; closed loop, every slot busy",
-    cost_model: { ...H100_8B_COST, source: "H100_8B_COST (docs/depth-policy.md)" },
+    cost_model: {
+      ...TRUTH,
+      source:
+        SUB_KNEE === undefined
+          ? "H100_8B_COST (docs/depth-policy.md)"
+          : `H100_8B_COST with subKneeSlopeSec = ${SUB_KNEE} (BENCH_SUB_KNEE_SLOPE)`,
+    },
     num_spec: N,
     request_pool: POOL,
     tokens_per_request: LENGTH,
@@ -133,6 +150,7 @@ function main(): void {
   const json = `${JSON.stringify(out, null, 2)}\n`;
   process.stdout.write(json);
   log(table(rows));
+  log(depthTable(rows));
   if (process.argv.includes("--write")) {
     writeFileSync(docs("depth-policy.json"), json);
     writeFileSync(docs("depth-policy.svg"), svg(rows));
@@ -174,6 +192,26 @@ function table(rows: Row[]): string {
     lines.push(
       `| ${r.head} | ${r.concurrency} | ${r.policy} | ${r.goodput} | ${r.ratio_to_best_fixed.toFixed(3)} | ${r.mean_accepted_length.toFixed(2)} | ${r.verified_per_round.toFixed(1)} | ${r.ece_raw_overall.toFixed(3)} | ${r.ece_calibrated_overall.toFixed(3)} |`,
     );
+  }
+  return lines.join("\n");
+}
+
+// the chosen depths: the share of request-rounds verified at depth 0..N, per policy and
+// concurrency (calibrated head), as in docs/benchmarks/depth-policy.md
+function depthTable(rows: Row[]): string {
+  const cols = Array.from({ length: N + 1 }, (_, d) => `d=${d}`);
+  const lines = [`| policy | C | ${cols.join(" | ")} |`, `|---|---|${cols.map(() => "---").join("|")}|`];
+  for (const policy of ["budget", "goodput", "goodput-raw", "goodput-online"]) {
+    for (const C of CONCURRENCY) {
+      const r = rows.find((x) => x.head === "calibrated" && x.policy === policy && x.concurrency === C);
+      if (r === undefined) continue;
+      const total = r.depth_histogram.reduce((a, b) => a + b, 0) || 1;
+      const cells = r.depth_histogram.map((v) => {
+        const pct = (100 * v) / total;
+        return pct === 0 ? "·" : pct < 0.05 ? "<0.1" : pct.toFixed(1);
+      });
+      lines.push(`| ${policy} | ${C} | ${cells.join(" | ")} |`);
+    }
   }
   return lines.join("\n");
 }
@@ -250,8 +288,9 @@ function svg(rows: Row[]): string {
   );
   const p: string[] = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="12">`,
+    `<title>Depth policies in simulated time: goodput against concurrency per policy</title>`,
     `<rect width="${W}" height="${H}" fill="white"/>`,
-    `<text x="${left}" y="20" font-size="14">Depth policies in simulated time (H100 / 8B cost model, reference head, N=${N})</text>`,
+    `<text x="${left}" y="20" font-size="14">Depth policies in simulated time (H100 / 8B cost model, sub-knee slope ${(TRUTH.subKneeSlopeSec * 1e6).toFixed(1)} µs/token, reference head, N=${N})</text>`,
   ];
   const frame = (x0: number, title: string, ylabel: string) => {
     for (const c of xs) {
