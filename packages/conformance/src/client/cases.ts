@@ -1,3 +1,5 @@
+// Over 500 lines on purpose: the table of CONTRACT 9.2 / 9.3 rows, each a numbered case with its
+// cited sentence and its judgement of the client's next move.
 /**
  * Client cases (CONTRACT 6.1, 6.2, 7.5, 9): the scripted worker breaks one reply of a STEP or a
  * HELLO and judges, from what arrives on the wire next, whether the rank-0 client did what

@@ -1,3 +1,5 @@
+// Over 500 lines on purpose: the scripted producer (control ROUTER and data server) and the cases
+// that drive it share one script state per run; the MessagePack reader is in msgpack.ts.
 /**
  * The ec-consumer mode: a scripted producer (a ZeroMQ ROUTER for the control plane and a data
  * server written from docs/ec-protocol.md section 3.1) that a consumer asks for embeddings. It

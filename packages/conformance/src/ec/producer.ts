@@ -1,3 +1,5 @@
+// Over 500 lines on purpose: the ec-producer mode's cases and the raw DEALER script they share
+// (one session's requests, grants and leases); the data-plane reader is in data-reader.ts.
 /**
  * The ec-producer mode: EC-CONTRACT 3, 4 and 9 against an encoder-cache producer's control
  * ROUTER, from a raw ZeroMQ DEALER. Every ack is decoded by the tester's own type-keeping

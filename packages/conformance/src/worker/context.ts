@@ -1,3 +1,6 @@
+// Over 500 lines on purpose: one class holding the worker mode's whole state (connections,
+// sessions, seq, the window oracle), which every request helper reads and moves; apart, each
+// helper would take that state as arguments.
 /**
  * The worker mode's context: raw connections, the tester's sessions and sequence numbers, the
  * window oracle per session, geometry discovery from a HelloReply, and request helpers that
