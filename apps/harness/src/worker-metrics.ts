@@ -4,6 +4,7 @@
  * snapshot (CONTRACT 10) otherwise.
  */
 import { spawnSync } from "node:child_process";
+import type { RemoteDraftClient } from "@tapwire/client";
 
 const helpCache = new Map<string, string>();
 
@@ -102,4 +103,33 @@ export function statsToPrometheus(snapshot: unknown, prefix: string): string {
     out.push(`${full}_sum ${num(Number(h["sum"] ?? 0))}`, `${full}_count ${num(Number(h["count"] ?? 0))}`);
   });
   return out.length > 0 ? `${out.join("\n")}\n` : "";
+}
+
+/**
+ * The worker's metrics for our /metrics: its own endpoint's text when it has one (re-served as
+ * is), else, outside `--faults`, its STATS snapshot over the drafter link (counters, gauges and
+ * HDR quantiles as summaries), and `tapwire_harness_worker_scrape_up` saying whether it answered.
+ */
+export async function workerMetrics(url: string | null, client: RemoteDraftClient | null): Promise<string> {
+  if (url !== null) {
+    try {
+      const res = await fetch(url, { signal: AbortSignal.timeout(1000) });
+      if (res.ok) return `${scrapeUpText(1, "endpoint")}${await res.text()}`;
+    } catch {
+      // a worker being restarted by --faults does not answer; up 0 says so
+    }
+    return scrapeUpText(0, "endpoint");
+  }
+  if (client?.ready) {
+    try {
+      const snap = await Promise.race([
+        client.stats(),
+        new Promise<never>((_, reject) => setTimeout(() => reject(new Error("timeout")), 1000).unref()),
+      ]);
+      return `${scrapeUpText(1, "stats")}${statsToPrometheus(snap, "tapwire_worker_")}`;
+    } catch {
+      // link down or busy: up 0
+    }
+  }
+  return scrapeUpText(0, url === null && client === null ? "none" : "stats");
 }
