@@ -35,6 +35,11 @@ export interface FlagSpec {
 const U32 = 0xffffffff;
 const MS = 2 ** 31 - 1;
 
+/** An integer flag in `min..max` with a default. */
+function int(section: string, arg: string, min: number, max: number, dflt: number, help: string): FlagSpec {
+  return { section, arg, kind: { t: "int", min, max }, default: dflt, help };
+}
+
 /** Every flag of `tapwire-worker`, in help order. */
 export const FLAGS = {
   listen: {
@@ -57,13 +62,7 @@ export const FLAGS = {
     kind: { t: "str" },
     help: "PEM CA: ask clients for a certificate signed by it (refused handshakes are logged and counted)",
   },
-  "idle-timeout-ms": {
-    section: "Listening",
-    arg: "MS",
-    kind: { t: "int", min: 0, max: MS },
-    default: 0,
-    help: "close connections idle this long (0 = never)",
-  },
+  "idle-timeout-ms": int("Listening", "MS", 0, MS, 0, "close connections idle this long (0 = never)"),
   "metrics-listen": {
     section: "Listening",
     arg: "URL",
@@ -84,20 +83,8 @@ export const FLAGS = {
     kind: { t: "str" },
     help: "onnx: the model (.onnx, or a reference head .safetensors); window and N default to its metadata, and vocab, num-taps and hidden must match it when given",
   },
-  "onnx-threads": {
-    section: "Drafter",
-    arg: "N",
-    kind: { t: "int", min: 1, max: 64 },
-    default: 1,
-    help: "onnx: ONNX Runtime intra-op threads",
-  },
-  "onnx-inter-threads": {
-    section: "Drafter",
-    arg: "N",
-    kind: { t: "int", min: 1, max: 64 },
-    default: 1,
-    help: "onnx: ONNX Runtime inter-op threads",
-  },
+  "onnx-threads": int("Drafter", "N", 1, 64, 1, "onnx: ONNX Runtime intra-op threads"),
+  "onnx-inter-threads": int("Drafter", "N", 1, 64, 1, "onnx: ONNX Runtime inter-op threads"),
   "onnx-provider": {
     section: "Drafter",
     arg: "EP",
@@ -105,13 +92,7 @@ export const FLAGS = {
     default: "cpu",
     help: "onnx: execution provider (cuda needs a GPU and onnxruntime-node's CUDA binaries)",
   },
-  "onnx-cuda-device": {
-    section: "Drafter",
-    arg: "N",
-    kind: { t: "int", min: 0, max: 255 },
-    default: 0,
-    help: "onnx: CUDA device id (with the cuda provider)",
-  },
+  "onnx-cuda-device": int("Drafter", "N", 0, 255, 0, "onnx: CUDA device id (with the cuda provider)"),
   "onnx-optimization": {
     section: "Drafter",
     arg: "LEVEL",
@@ -126,69 +107,15 @@ export const FLAGS = {
     note: "distilled in-process",
     help: "reference: draft head safetensors",
   },
-  seed: {
-    section: "Drafter",
-    arg: "N",
-    kind: { t: "int", min: 0, max: U32 },
-    default: DEFAULT_TARGET_CONFIG.seed,
-    help: "reference: target model seed",
-  },
-  vocab: {
-    section: "Drafter",
-    arg: "N",
-    kind: { t: "int", min: 2, max: 0x7fffffff },
-    default: DEFAULT_TARGET_CONFIG.vocabSize,
-    help: "vocabulary size",
-  },
-  "state-dim": {
-    section: "Drafter",
-    arg: "N",
-    kind: { t: "int", min: 4, max: 512 },
-    default: DEFAULT_TARGET_CONFIG.stateDim,
-    help: "reference: target state size",
-  },
-  "num-taps": {
-    section: "Drafter",
-    arg: "N",
-    kind: { t: "int", min: 1, max: 0xffff },
-    default: DEFAULT_TARGET_CONFIG.numTaps,
-    help: "tap vectors per row",
-  },
-  hidden: {
-    section: "Drafter",
-    arg: "N",
-    kind: { t: "int", min: 1, max: 0x7fffffff },
-    default: DEFAULT_TARGET_CONFIG.hidden,
-    help: "bf16 values per tap vector",
-  },
-  window: {
-    section: "Drafter",
-    arg: "N",
-    kind: { t: "int", min: 1, max: 4096 },
-    default: DEFAULT_DRAFT_CONFIG.window,
-    help: "window W in rows",
-  },
-  "num-spec": {
-    section: "Drafter",
-    arg: "N",
-    kind: { t: "int", min: 1, max: 32 },
-    default: DEFAULT_DRAFT_CONFIG.numSpec,
-    help: "drafts per entry N",
-  },
-  "draft-seed": {
-    section: "Drafter",
-    arg: "N",
-    kind: { t: "int", min: 0, max: U32 },
-    default: DEFAULT_DRAFT_CONFIG.seed,
-    help: "reference: distillation noise seed",
-  },
-  "draft-rank": {
-    section: "Drafter",
-    arg: "N",
-    kind: { t: "int", min: 1, max: 512 },
-    default: DEFAULT_DRAFT_CONFIG.rank,
-    help: "reference: backbone rank",
-  },
+  seed: int("Drafter", "N", 0, U32, DEFAULT_TARGET_CONFIG.seed, "reference: target model seed"),
+  vocab: int("Drafter", "N", 2, 0x7fffffff, DEFAULT_TARGET_CONFIG.vocabSize, "vocabulary size"),
+  "state-dim": int("Drafter", "N", 4, 512, DEFAULT_TARGET_CONFIG.stateDim, "reference: target state size"),
+  "num-taps": int("Drafter", "N", 1, 0xffff, DEFAULT_TARGET_CONFIG.numTaps, "tap vectors per row"),
+  hidden: int("Drafter", "N", 1, 0x7fffffff, DEFAULT_TARGET_CONFIG.hidden, "bf16 values per tap vector"),
+  window: int("Drafter", "N", 1, 4096, DEFAULT_DRAFT_CONFIG.window, "window W in rows"),
+  "num-spec": int("Drafter", "N", 1, 32, DEFAULT_DRAFT_CONFIG.numSpec, "drafts per entry N"),
+  "draft-seed": int("Drafter", "N", 0, U32, DEFAULT_DRAFT_CONFIG.seed, "reference: distillation noise seed"),
+  "draft-rank": int("Drafter", "N", 1, 512, DEFAULT_DRAFT_CONFIG.rank, "reference: backbone rank"),
   "draft-noise": {
     section: "Drafter",
     arg: "X",
@@ -196,13 +123,14 @@ export const FLAGS = {
     default: DEFAULT_DRAFT_CONFIG.noise,
     help: "reference: distillation noise",
   },
-  "draft-markov-rank": {
-    section: "Drafter",
-    arg: "N",
-    kind: { t: "int", min: 1, max: 512 },
-    default: DEFAULT_DRAFT_CONFIG.markovRank,
-    help: "reference: Markov head rank",
-  },
+  "draft-markov-rank": int(
+    "Drafter",
+    "N",
+    1,
+    512,
+    DEFAULT_DRAFT_CONFIG.markovRank,
+    "reference: Markov head rank",
+  ),
   "drafter-identity": {
     section: "Drafter",
     arg: "HEX",
@@ -224,13 +152,14 @@ export const FLAGS = {
     default: CORE_DEFAULTS.maxSlots,
     help: "largest max_slots a session may ask",
   },
-  "max-rows-per-step": {
-    section: "Sessions and limits",
-    arg: "N",
-    kind: { t: "int", min: 0, max: U32 },
-    default: CORE_DEFAULTS.maxRowsPerStep,
-    help: "largest max_rows_per_step a session may ask (with max-slots, row bytes and N: the largest STEP accepted)",
-  },
+  "max-rows-per-step": int(
+    "Sessions and limits",
+    "N",
+    0,
+    U32,
+    CORE_DEFAULTS.maxRowsPerStep,
+    "largest max_rows_per_step a session may ask (with max-slots, row bytes and N: the largest STEP accepted)",
+  ),
   "max-connections": {
     section: "Sessions and limits",
     arg: "N",
@@ -245,13 +174,14 @@ export const FLAGS = {
     note: "4 x the largest STEP",
     help: "bytes buffered for all connections together (0 = no budget; CONTRACT 11)",
   },
-  "unbound-idle-ms": {
-    section: "Sessions and limits",
-    arg: "MS",
-    kind: { t: "int", min: 0, max: MS },
-    default: WORKER_DEFAULTS.unboundIdleMs,
-    help: "close a connection that has not said HELLO and sent no whole message this long (0 = never)",
-  },
+  "unbound-idle-ms": int(
+    "Sessions and limits",
+    "MS",
+    0,
+    MS,
+    WORKER_DEFAULTS.unboundIdleMs,
+    "close a connection that has not said HELLO and sent no whole message this long (0 = never)",
+  ),
   token: {
     section: "Sessions and limits",
     arg: "TOKEN",
@@ -266,13 +196,14 @@ export const FLAGS = {
     note: "refuse with a token, else allow",
     help: "allow: another session's HELLO takes over; refuse: it gets BUSY while the current session is leased",
   },
-  "session-lease-ms": {
-    section: "Sessions and limits",
-    arg: "MS",
-    kind: { t: "int", min: 0, max: MS },
-    default: CORE_DEFAULTS.sessionLease,
-    help: "lease after the last OK frame",
-  },
+  "session-lease-ms": int(
+    "Sessions and limits",
+    "MS",
+    0,
+    MS,
+    CORE_DEFAULTS.sessionLease,
+    "lease after the last OK frame",
+  ),
   name: {
     section: "Sessions and limits",
     arg: "NAME",
@@ -280,13 +211,14 @@ export const FLAGS = {
     default: CORE_DEFAULTS.name,
     help: "worker_name in HelloReply",
   },
-  "slot-buffer-windows": {
-    section: "Sessions and limits",
-    arg: "N",
-    kind: { t: "int", min: 2, max: 16 },
-    default: CORE_DEFAULTS.slotBufferWindows,
-    help: "slot buffers hold up to N windows of rows",
-  },
+  "slot-buffer-windows": int(
+    "Sessions and limits",
+    "N",
+    2,
+    16,
+    CORE_DEFAULTS.slotBufferWindows,
+    "slot buffers hold up to N windows of rows",
+  ),
   "receive-in-place": {
     section: "Sessions and limits",
     arg: "yes|no",
