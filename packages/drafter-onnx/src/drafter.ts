@@ -15,137 +15,14 @@ import * as ort from "onnxruntime-node";
 import { OnnxDrafterError } from "./errors.js";
 import { exportReferenceHead } from "./export.js";
 import { decodeModel, inspectModel, type ModelInfo } from "./model.js";
+import { bad, type OnnxDrafterOptions, type Resolved, resolveOptions } from "./options.js";
 import { Input, Output, TOP32 } from "./signature.js";
+import { type Bucket, bucketSize, newBucket, type TopOut, topOutputs } from "./tensors.js";
 
-/** Execution providers {@link OnnxDrafter} can run on. */
-export const ExecutionProvider = { CPU: "cpu", CUDA: "cuda" } as const;
-/** One of {@link ExecutionProvider}. */
-export type ExecutionProvider = (typeof ExecutionProvider)[keyof typeof ExecutionProvider];
-
-/** ONNX Runtime graph optimisation levels. */
-export const GraphOptimization = {
-  DISABLED: "disabled",
-  BASIC: "basic",
-  EXTENDED: "extended",
-  ALL: "all",
-} as const;
-/** One of {@link GraphOptimization}. */
-export type GraphOptimization = (typeof GraphOptimization)[keyof typeof GraphOptimization];
-
-/** Options of {@link OnnxDrafter.create}. */
-export interface OnnxDrafterOptions {
-  /** Window `W` announced in the HelloReply (1..4096, at least the rows the model reads; default `tapwire.window`). */
-  window?: number;
-  /** `N` (1..32, at most `tapwire.num_spec`: the positions the head was made for; default `tapwire.num_spec`). */
-  numSpec?: number;
-  /** ONNX Runtime intra-op threads (1..64; default 1: the worker's thread drafts). */
-  intraOpThreads?: number;
-  /** ONNX Runtime inter-op threads (1..64; default 1). */
-  interOpThreads?: number;
-  /** `cpu` (default) or `cuda` (needs onnxruntime-node's CUDA binaries and a GPU). */
-  executionProvider?: ExecutionProvider;
-  /** CUDA device id (0..255; default 0), with `executionProvider: "cuda"`. */
-  cudaDeviceId?: number;
-  /** Graph optimisation level (default `all`). */
-  graphOptimization?: GraphOptimization;
-}
-
-interface Resolved {
-  window: number | undefined;
-  numSpec: number | undefined;
-  intraOpThreads: number;
-  interOpThreads: number;
-  executionProvider: ExecutionProvider;
-  cudaDeviceId: number;
-  graphOptimization: GraphOptimization;
-}
-
-function bad(message: string): never {
-  throw new OnnxDrafterError("ONNX_DRAFTER_BAD_OPTION", message);
-}
-
-function intOpt(
-  name: string,
-  v: unknown,
-  dflt: number | undefined,
-  lo: number,
-  hi: number,
-): number | undefined {
-  if (v === undefined) return dflt;
-  if (typeof v !== "number" || !Number.isInteger(v) || v < lo || v > hi)
-    bad(`${name} ${String(v)} outside ${lo}..${hi}`);
-  return v;
-}
-
-/** Validates {@link OnnxDrafterOptions}, naming the first bad option. */
-function resolveOptions(o: OnnxDrafterOptions): Resolved {
-  if (o === null || typeof o !== "object") bad("options must be an object");
-  const known = new Set([
-    "window",
-    "numSpec",
-    "intraOpThreads",
-    "interOpThreads",
-    "executionProvider",
-    "cudaDeviceId",
-    "graphOptimization",
-  ]);
-  for (const k of Object.keys(o)) if (!known.has(k)) bad(`unknown option ${k}`);
-  const ep = o.executionProvider ?? "cpu";
-  if (!Object.values(ExecutionProvider).includes(ep))
-    bad(`executionProvider ${String(ep)} is not cpu or cuda`);
-  const go = o.graphOptimization ?? "all";
-  if (!Object.values(GraphOptimization).includes(go)) {
-    bad(`graphOptimization ${String(go)} is not one of ${Object.values(GraphOptimization).join(", ")}`);
-  }
-  if (o.cudaDeviceId !== undefined && ep !== "cuda") bad("cudaDeviceId needs executionProvider cuda");
-  return {
-    window: intOpt("window", o.window, undefined, 1, 4096),
-    numSpec: intOpt("numSpec", o.numSpec, undefined, 1, 32),
-    intraOpThreads: intOpt("intraOpThreads", o.intraOpThreads, 1, 1, 64)!,
-    interOpThreads: intOpt("interOpThreads", o.interOpThreads, 1, 1, 64)!,
-    executionProvider: ep,
-    cudaDeviceId: intOpt("cudaDeviceId", o.cudaDeviceId, 0, 0, 255)!,
-    graphOptimization: go,
-  };
-}
-
-/** The top outputs of one bucket for one K. */
-interface TopOut {
-  logits: ort.Tensor;
-  ids: ort.Tensor;
-  logitsData: Float32Array;
-  ids32: Int32Array;
-}
-
-/** Tensors of one batch size, made once and reused by every STEP of that size. */
-interface Bucket {
-  size: number;
-  rowsU8: Uint8Array;
-  rows32: Uint32Array;
-  rowCount32: Int32Array;
-  anchor32: Int32Array;
-  prev32: Int32Array;
-  feeds: Record<string, ort.Tensor>;
-  zeroState: ort.Tensor | null;
-  states: [ort.Tensor, ort.Tensor] | null;
-  fetches: Record<string, ort.Tensor>;
-  /** The same without `next_state`: the last position needs no state (one output copy less). */
-  fetchesLast: Record<string, ort.Tensor>;
-  /** Per K (2 or 32, or the model's fixed K): the top outputs. */
-  top: Map<number, TopOut>;
-  logits: ort.Tensor | null;
-  logitRows: Float32Array[];
-  confidence: ort.Tensor;
-  confData: Float32Array;
-}
+export { ExecutionProvider, GraphOptimization, type OnnxDrafterOptions } from "./options.js";
 
 /** Rows up to this many bytes per entry are copied word by word (no view allocated); longer ones by memcpy. */
 const COPY_LOOP_MAX = 32 * 1024;
-
-/** Bucket size for a batch: exact up to 8, then the next multiple of 8 (bounded number of tensor sets). */
-function bucketSize(n: number): number {
-  return n <= 8 ? n : Math.ceil(n / 8) * 8;
-}
 
 /**
  * A `Drafter` of `@tapwire/worker` on ONNX Runtime for a head that follows the signature of
@@ -307,78 +184,11 @@ export class OnnxDrafter implements Drafter {
   #bucket(n: number): Bucket {
     const size = bucketSize(n);
     let b = this.#buckets.get(size);
-    if (b !== undefined) return b;
-    const info = this.info;
-    const rows = new Uint16Array(size * info.windowRows * info.numTaps * info.hidden);
-    const i64 = () => new BigInt64Array(size);
-    const rowCount = i64();
-    const anchor = i64();
-    const prev = i64();
-    const feeds: Record<string, ort.Tensor> = {
-      [Input.ROWS]: new ort.Tensor("uint16", rows, [size, info.windowRows, info.numTaps, info.hidden]),
-      [Input.ROW_COUNT]: new ort.Tensor("int64", rowCount, [size]),
-      [Input.ANCHOR_TOKEN]: new ort.Tensor("int64", anchor, [size]),
-      [Input.PREV_TOKEN]: new ort.Tensor("int64", prev, [size]),
-      [Input.POSITION]: this.#positionT,
-    };
-    const confData = new Float32Array(size);
-    const confidence = new ort.Tensor("float32", confData, [size]);
-    const fetches: Record<string, ort.Tensor> = { [Output.CONFIDENCE]: confidence };
-    let zeroState: ort.Tensor | null = null;
-    let states: [ort.Tensor, ort.Tensor] | null = null;
-    if (info.stateSize > 0) {
-      const s = info.stateSize;
-      zeroState = new ort.Tensor("float32", new Float32Array(size * s), [size, s]);
-      states = [
-        new ort.Tensor("float32", new Float32Array(size * s), [size, s]),
-        new ort.Tensor("float32", new Float32Array(size * s), [size, s]),
-      ];
+    if (b === undefined) {
+      b = newBucket(this.info, size, this.#positionT);
+      this.#buckets.set(size, b);
     }
-    let logits: ort.Tensor | null = null;
-    const logitRows: Float32Array[] = [];
-    if (info.output === "logits") {
-      const data = new Float32Array(size * info.vocabSize);
-      logits = new ort.Tensor("float32", data, [size, info.vocabSize]);
-      for (let i = 0; i < size; i++)
-        logitRows.push(data.subarray(i * info.vocabSize, (i + 1) * info.vocabSize));
-      fetches[Output.LOGITS] = logits;
-    }
-    b = {
-      size,
-      rowsU8: new Uint8Array(rows.buffer),
-      rows32: new Uint32Array(rows.buffer),
-      rowCount32: new Int32Array(rowCount.buffer),
-      anchor32: new Int32Array(anchor.buffer),
-      prev32: new Int32Array(prev.buffer),
-      feeds,
-      zeroState,
-      states,
-      fetches,
-      fetchesLast: { ...fetches },
-      top: new Map(),
-      logits,
-      logitRows,
-      confidence,
-      confData,
-    };
-    this.#buckets.set(size, b);
     return b;
-  }
-
-  #topOutputs(b: Bucket, k: number): TopOut {
-    let t = b.top.get(k);
-    if (t === undefined) {
-      const logitsData = new Float32Array(b.size * k);
-      const ids = new BigInt64Array(b.size * k);
-      t = {
-        logits: new ort.Tensor("float32", logitsData, [b.size, k]),
-        ids: new ort.Tensor("int64", ids, [b.size, k]),
-        logitsData,
-        ids32: new Int32Array(ids.buffer),
-      };
-      b.top.set(k, t);
-    }
-    return t;
   }
 
   /** Drafts every entry of the batch into `out` (see the class description). */
@@ -390,25 +200,31 @@ export class OnnxDrafter implements Drafter {
     await run;
   }
 
-  async #draft(batch: readonly DraftBatchEntry[], out: DraftOutput): Promise<void> {
+  /** The per-entry failure marks: the worker's (`out.failed`), else a local scratch. */
+  #failedFor(batch: readonly DraftBatchEntry[], out: DraftOutput): Uint8Array {
+    if (out.failed !== undefined) return out.failed;
+    let top = 0;
+    for (const e of batch) if (e.index >= top) top = e.index + 1;
+    if (this.#failedLocal.length < top) this.#failedLocal = new Uint8Array(top);
+    this.#failedLocal.fill(0);
+    return this.#failedLocal;
+  }
+
+  /**
+   * Fills the bucket's inputs from the batch (anchor and previous token, row count, the window's
+   * rows right-aligned) and zeroes the padding entries. Returns the deepest `k` asked for and
+   * whether any entry samples.
+   */
+  #fillInputs(
+    batch: readonly DraftBatchEntry[],
+    b: Bucket,
+    failed: Uint8Array,
+    sampledSession: boolean,
+  ): { maxK: number; anySampled: boolean } {
     const n = batch.length;
-    const info = this.info;
     const V = this.vocabSize;
-    const N = out.numSpec;
-    const sampledSession = out.supportIds !== null && out.proposalQ !== null && out.sampledMask !== null;
-    let failed = out.failed;
-    if (failed === undefined) {
-      let top = 0;
-      for (const e of batch) if (e.index >= top) top = e.index + 1;
-      if (this.#failedLocal.length < top) this.#failedLocal = new Uint8Array(top);
-      failed = this.#failedLocal;
-      failed.fill(0);
-    }
-    const b = this.#bucket(n);
     let anySampled = false;
     let maxK = 0;
-    const wr = info.windowRows;
-    const rb = this.#rowBytes;
     for (let i = 0; i < n; i++) {
       const e = batch[i]!;
       if (e.k > maxK) maxK = e.k;
@@ -419,59 +235,144 @@ export class OnnxDrafter implements Drafter {
       b.anchor32[2 * i] = tok;
       b.prev32[2 * i] = tok;
       b.rowCount32[2 * i] = e.nRows;
-      // Right-aligned: the last held row is always at index wr - 1; missing rows are zeros.
-      const have = Math.min(e.nRows, wr);
-      const base = i * wr * rb;
-      const pad = (wr - have) * rb;
-      if (pad > 0) b.rowsU8.fill(0, base, base + pad);
-      if (have > 0) {
-        const end = e.nRows * rb;
-        const len = have * rb;
-        const src = e.rows.byteOffset + end - len;
-        const dst = base + pad;
-        if (((src | dst | len) & 3) === 0 && len <= COPY_LOOP_MAX) {
-          let v = this.#u32Views.get(e.rows.buffer);
-          if (v === undefined) {
-            v = new Uint32Array(e.rows.buffer, 0, e.rows.buffer.byteLength >>> 2);
-            this.#u32Views.set(e.rows.buffer, v);
-          }
-          const s4 = src >>> 2;
-          const d4 = dst >>> 2;
-          const to = b.rows32;
-          for (let w = 0; w < len >>> 2; w++) to[d4 + w] = v[s4 + w]!;
-        } else {
-          Buffer.prototype.copy.call(e.rows, b.rowsU8, dst, end - len, end);
-        }
-      }
+      this.#copyRows(e, b, i);
     }
     for (let i = n; i < b.size; i++) {
       b.anchor32[2 * i] = 0;
       b.prev32[2 * i] = 0;
       b.rowCount32[2 * i] = 0;
     }
-    if (maxK > N) maxK = N;
-    const K =
-      info.output === "logits"
-        ? anySampled
-          ? TOP32
-          : 2
-        : info.hasTopKInput
-          ? anySampled
-            ? TOP32
-            : 2
-          : info.fixedK;
-    const candidates = Math.min(K, anySampled ? TOP32 : 2);
+    return { maxK, anySampled };
+  }
+
+  /** Entry `e`'s rows into batch row `i`, right-aligned: the last held row is always at index W - 1. */
+  #copyRows(e: DraftBatchEntry, b: Bucket, i: number): void {
+    const wr = this.info.windowRows;
+    const rb = this.#rowBytes;
+    // missing rows are zeros
+    const have = Math.min(e.nRows, wr);
+    const base = i * wr * rb;
+    const pad = (wr - have) * rb;
+    if (pad > 0) b.rowsU8.fill(0, base, base + pad);
+    if (have === 0) return;
+    const end = e.nRows * rb;
+    const len = have * rb;
+    const src = e.rows.byteOffset + end - len;
+    const dst = base + pad;
+    if (((src | dst | len) & 3) === 0 && len <= COPY_LOOP_MAX) {
+      let v = this.#u32Views.get(e.rows.buffer);
+      if (v === undefined) {
+        v = new Uint32Array(e.rows.buffer, 0, e.rows.buffer.byteLength >>> 2);
+        this.#u32Views.set(e.rows.buffer, v);
+      }
+      const s4 = src >>> 2;
+      const d4 = dst >>> 2;
+      const to = b.rows32;
+      for (let w = 0; w < len >>> 2; w++) to[d4 + w] = v[s4 + w]!;
+    } else {
+      Buffer.prototype.copy.call(e.rows, b.rowsU8, dst, end - len, end);
+    }
+  }
+
+  /**
+   * The candidates of batch row `i` at this position into the candidate scratch: the model's top
+   * logits, or the top of its full logits. False when they are not usable (an id outside the
+   * vocabulary, a logit not finite, logits not descending).
+   */
+  #readCandidates(b: Bucket, i: number, top: TopOut | null, K: number, candidates: number): boolean {
+    const V = this.vocabSize;
+    const cIds = this.#candIds;
+    const cLog = this.#candLogits;
+    if (top !== null) {
+      const o = i * K;
+      for (let t = 0; t < candidates; t++) {
+        const lo = top.ids32[2 * (o + t)]!;
+        const hi = top.ids32[2 * (o + t) + 1]!;
+        cIds[t] = hi === 0 && lo >= 0 && lo < V ? lo : -1;
+        cLog[t] = top.logitsData[o + t]!;
+      }
+    } else {
+      const row = b.logitRows[i]!;
+      let finite = true;
+      for (let t = 0; t < V; t++) {
+        if (!Number.isFinite(row[t]!)) {
+          finite = false;
+          break;
+        }
+      }
+      topK(row, candidates, cIds);
+      for (let t = 0; t < candidates; t++) cLog[t] = finite ? row[cIds[t]!]! : Number.NaN;
+    }
+    for (let t = 0; t < candidates; t++) {
+      if (cIds[t]! < 0 || !Number.isFinite(cLog[t]!) || (t > 0 && cLog[t]! > cLog[t - 1]!)) return false;
+    }
+    return true;
+  }
+
+  /**
+   * Position `j` of entry `e` (batch row `i`) from the run's outputs into `out`: the greedy id or,
+   * for a sampled entry, the drawn one with its support. False when the entry is DRAFT_FAILED.
+   */
+  #readPosition(
+    e: DraftBatchEntry,
+    i: number,
+    j: number,
+    b: Bucket,
+    read: { top: TopOut | null; K: number; candidates: number; sampledSession: boolean },
+    out: DraftOutput,
+  ): boolean {
+    const conf = b.confData[i]!;
+    if (!this.#readCandidates(b, i, read.top, read.K, read.candidates) || !(conf >= 0 && conf <= 1)) {
+      return false;
+    }
+    const cLog = this.#candLogits;
+    const p = e.index * out.numSpec + j;
+    const margin = cLog[0]! - cLog[1]!;
+    let id = this.#candIds[0]!;
+    const meta = e.sample;
+    if (read.sampledSession && meta !== null && meta.tempMilli > 0) {
+      if (read.candidates < TOP32) return false;
+      id = this.#sample(meta.seed, meta.topK, meta.tempMilli, e.anchorPos, j, p * TOP_K_MAX, out);
+      if (id < 0) return false;
+      out.sampledMask![p] = 1;
+    }
+    out.draftIds[p] = id;
+    out.confidence[p] = conf;
+    if (out.margin !== null) out.margin[p] = Math.max(margin, 0);
+    b.prev32[2 * i] = id;
+    return true;
+  }
+
+  /**
+   * The candidates per position: TOP32 when an entry samples, else 2 (top-1 and the margin's
+   * top-2); a model with a fixed top output gives its own K.
+   */
+  #candidateK(anySampled: boolean): number {
+    const info = this.info;
+    if (info.output === "logits" || info.hasTopKInput) return anySampled ? TOP32 : 2;
+    return info.fixedK;
+  }
+
+  async #draft(batch: readonly DraftBatchEntry[], out: DraftOutput): Promise<void> {
+    const n = batch.length;
+    const info = this.info;
+    const sampledSession = out.supportIds !== null && out.proposalQ !== null && out.sampledMask !== null;
+    const failed = this.#failedFor(batch, out);
+    const b = this.#bucket(n);
+    const filled = this.#fillInputs(batch, b, failed, sampledSession);
+    const maxK = Math.min(filled.maxK, out.numSpec);
+    const K = this.#candidateK(filled.anySampled);
+    const candidates = Math.min(K, filled.anySampled ? TOP32 : 2);
     let top: TopOut | null = null;
     if (info.output === "top") {
-      top = this.#topOutputs(b, K);
+      top = topOutputs(b, K);
       b.fetches[Output.TOP_LOGITS] = top.logits;
       b.fetches[Output.TOP_IDS] = top.ids;
       b.fetchesLast[Output.TOP_LOGITS] = top.logits;
       b.fetchesLast[Output.TOP_IDS] = top.ids;
       if (info.hasTopKInput) b.feeds[Input.TOP_K] = this.#topK(K);
     }
-    const cIds = this.#candIds;
-    const cLog = this.#candLogits;
+    const read = { top, K, candidates, sampledSession };
     for (let j = 0; j < maxK; j++) {
       this.#position32[0] = j;
       this.#position32[1] = 0;
@@ -483,62 +384,8 @@ export class OnnxDrafter implements Drafter {
       await this.#session.run(b.feeds, j === maxK - 1 ? b.fetchesLast : b.fetches);
       for (let i = 0; i < n; i++) {
         const e = batch[i]!;
-        const fi = e.index;
-        if (j >= e.k || failed[fi] === 1) continue;
-        // Candidates of this position: the model's top logits, or the top of its full logits.
-        if (top !== null) {
-          const o = i * K;
-          for (let t = 0; t < candidates; t++) {
-            const lo = top.ids32[2 * (o + t)]!;
-            const hi = top.ids32[2 * (o + t) + 1]!;
-            cIds[t] = hi === 0 && lo >= 0 && lo < V ? lo : -1;
-            cLog[t] = top.logitsData[o + t]!;
-          }
-        } else {
-          const row = b.logitRows[i]!;
-          let finite = true;
-          for (let t = 0; t < V; t++) {
-            if (!Number.isFinite(row[t]!)) {
-              finite = false;
-              break;
-            }
-          }
-          topK(row, candidates, cIds);
-          for (let t = 0; t < candidates; t++) cLog[t] = finite ? row[cIds[t]!]! : Number.NaN;
-        }
-        let good = true;
-        for (let t = 0; t < candidates; t++) {
-          if (cIds[t]! < 0 || !Number.isFinite(cLog[t]!) || (t > 0 && cLog[t]! > cLog[t - 1]!)) {
-            good = false;
-            break;
-          }
-        }
-        const conf = b.confData[i]!;
-        if (!good || !(conf >= 0 && conf <= 1)) {
-          failed[fi] = 1;
-          continue;
-        }
-        const p = e.index * N + j;
-        const l1 = cLog[0]!;
-        const margin = l1 - cLog[1]!;
-        let id = cIds[0]!;
-        const meta = e.sample;
-        if (sampledSession && meta !== null && meta.tempMilli > 0) {
-          if (candidates < TOP32) {
-            failed[fi] = 1;
-            continue;
-          }
-          id = this.#sample(meta.seed, meta.topK, meta.tempMilli, e.anchorPos, j, p * TOP_K_MAX, out);
-          if (id < 0) {
-            failed[fi] = 1;
-            continue;
-          }
-          out.sampledMask![p] = 1;
-        }
-        out.draftIds[p] = id;
-        out.confidence[p] = conf;
-        if (out.margin !== null) out.margin[p] = Math.max(margin, 0);
-        b.prev32[2 * i] = id;
+        if (j >= e.k || failed[e.index] === 1) continue;
+        if (!this.#readPosition(e, i, j, b, read, out)) failed[e.index] = 1;
       }
     }
     if (out.failed === undefined) {
