@@ -30,6 +30,12 @@ export class ServerLimits<C extends Limited> {
   readonly #unbound = new Set<C>();
   /** Frees buffers that connections keep but do not use now (calls {@link uncharge}). */
   reclaim: (() => void) | null = null;
+  /**
+   * The bound connection to evict when `maxConnections` is reached and no unbound one can go
+   * (null: none, refuse). Only the ZeroMQ server sets it: a ROUTER never hears that a peer went
+   * away, so without it vanished bound peers would fill `maxConnections` for good.
+   */
+  boundVictim: (() => C | null) | null = null;
 
   constructor(maxBufferedBytes: number, maxConnections: number, metrics: ServerMetrics) {
     this.#maxBuffered = maxBufferedBytes;
@@ -118,7 +124,8 @@ export class ServerLimits<C extends Limited> {
   /**
    * Admits a new connection (it starts unbound): true when there is room, after evicting the
    * unbound connection idle longest if the new one would pass `maxConnections` or the unbound
-   * half; false (counted) when nothing can be evicted.
+   * half; with none, at `maxConnections` (below the unbound half), the bound connection
+   * {@link boundVictim} names, if set; false (counted) when nothing can be evicted.
    */
   admit(): boolean {
     const max = this.#maxConnections;
@@ -127,12 +134,18 @@ export class ServerLimits<C extends Limited> {
       for (const c of this.#unbound) {
         if (!c.isBusy && (victim === null || c.lastActive < victim.lastActive)) victim = c;
       }
-      if (victim === null) {
-        this.#m.connectionsRefused.inc();
-        return false;
+      if (victim !== null) {
+        this.#m.connectionsEvicted.inc();
+        victim.evict();
+      } else {
+        const bound = this.unbound < this.#maxUnbound ? (this.boundVictim?.() ?? null) : null;
+        if (bound === null) {
+          this.#m.connectionsRefused.inc();
+          return false;
+        }
+        this.#m.boundEvicted.inc();
+        bound.evict();
       }
-      this.#m.connectionsEvicted.inc();
-      victim.evict();
     }
     this.#held++;
     return true;

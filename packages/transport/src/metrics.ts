@@ -19,6 +19,7 @@ export interface ServerMetrics {
   budgetRefused: Counter;
   connectionsRefused: Counter;
   connectionsEvicted: Counter;
+  boundEvicted: Counter;
   unbound: Gauge;
   unboundIdleClosed: Counter;
   oversizeReplies: Counter;
@@ -73,6 +74,10 @@ export function serverMetrics(r: Registry): ServerMetrics {
     connectionsEvicted: r.counter(
       "transport_server_connections_evicted",
       "unbound connections closed to make room for a new one (maxConnections)",
+    ),
+    boundEvicted: r.counter(
+      "transport_server_bound_evicted",
+      "ZeroMQ only: bound peers idle longest forgotten to make room for a new one at maxConnections (no unbound peer to evict)",
     ),
     unbound: r.gauge("transport_server_connections_unbound", "connections open now and not bound"),
     unboundIdleClosed: r.counter(

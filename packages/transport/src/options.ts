@@ -111,6 +111,11 @@ export interface ServerOptions {
    * closes the unbound connection idle longest (`transport_server_connections_evicted`); with
    * none to close the new one is refused (`transport_server_connections_refused`). TLS
    * connections count from their TCP accept (handshakes included). 0 = no limit (default).
+   * ZeroMQ only: a ROUTER never hears that a peer went away, so with no unbound peer to close
+   * the bound peer whose last whole message is oldest (and that has no request in progress) is
+   * forgotten instead of refusing (`transport_server_bound_evicted`; its `onClose` runs and its
+   * `bound` turns false). A live peer forgotten so loses only its binding: its next message
+   * makes a new, unbound peer (the worker answers its STEP NO_SESSION, and it says HELLO again).
    */
   maxConnections?: number;
   /**

@@ -40,8 +40,9 @@ export class Peer implements ConnInfo, Limited {
     return this.busy;
   }
 
+  /** False once forgotten (evicted, idle, closed): a forgotten peer holds no binding. */
   get bound(): boolean {
-    return this.#bound;
+    return this.#bound && !this.forgotten;
   }
 
   bind(): void {

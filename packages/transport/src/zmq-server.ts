@@ -61,6 +61,16 @@ export class ZmqServer implements RpcServer {
     this.limits.reclaim = () => {
       for (const p of this.#peers.values()) if (!p.busy) this.dropAsm(p, false);
     };
+    // CONTRACT 11 refuses when no unbound connection can be closed, which presumes that a dead
+    // connection closes. A ROUTER cannot tell a vanished peer from a quiet one, so the bound
+    // peer idle longest is forgotten instead (a live one re-HELLOs after its NO_SESSION).
+    this.limits.boundVictim = () => {
+      let victim: Peer | null = null;
+      for (const p of this.#peers.values()) {
+        if (p.bound && !p.busy && (victim === null || p.lastActive < victim.lastActive)) victim = p;
+      }
+      return victim;
+    };
     this.#closeTimeoutMs = cfg.closeTimeoutMs;
     this.#peerIdleMs = cfg.idleTimeoutMs > 0 ? cfg.idleTimeoutMs : DEFAULT_PEER_IDLE_MS;
     this.#options = cfg.options;

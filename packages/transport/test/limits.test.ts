@@ -449,6 +449,73 @@ describe("zmq+tcp: peers (CONTRACT 11)", () => {
     expect(await c.request(Buffer.from("ok"), reply, 10_000)).toBe(2);
   });
 
+  // A ROUTER never hears that a DEALER went away: without bound eviction, peers bound on DEALERs
+  // since closed fill maxConnections and every new peer is dropped unanswered.
+  test("maxConnections full of bound peers whose DEALERs closed: a new peer is served, the bound one idle longest forgotten", async () => {
+    const closedPeers: ConnInfo[] = [];
+    const s = await serve(t, { maxConnections: 4, onClose: (c) => closedPeers.push(c) });
+    for (let i = 0; i < 4; i++) {
+      const d = new zmq.Dealer({ linger: 0, receiveTimeout: 10_000 });
+      d.connect(s.srv.endpoint.replace("zmq+", ""));
+      await d.send(BIND);
+      expect((await d.receive())[0]?.equals(BIND)).toBe(true);
+      d.close();
+    }
+    expect(s.srv.connections).toBe(4);
+    expect(s.conns.every((c) => c.bound)).toBe(true);
+    const fresh = new zmq.Dealer({ linger: 0, receiveTimeout: 10_000 });
+    cleanups.push(() => fresh.close());
+    fresh.connect(s.srv.endpoint.replace("zmq+", ""));
+    await fresh.send(Buffer.from("PING"));
+    expect((await fresh.receive())[0]?.toString()).toBe("PING");
+    expect(s.counter("transport_server_bound_evicted")).toBe(1);
+    expect(s.counter("transport_server_connections_refused")).toBe(0);
+    expect(closedPeers).toEqual([s.conns[0]]);
+    expect(s.conns[0]?.bound).toBe(false);
+    expect(s.srv.connections).toBe(4);
+    // Further new peers that bind: the unbound PING peer goes first, then the dead bound ones.
+    for (let i = 0; i < 3; i++) {
+      const d = new zmq.Dealer({ linger: 0, receiveTimeout: 10_000 });
+      cleanups.push(() => d.close());
+      d.connect(s.srv.endpoint.replace("zmq+", ""));
+      await d.send(BIND);
+      expect((await d.receive())[0]?.equals(BIND)).toBe(true);
+    }
+    expect(s.counter("transport_server_connections_evicted")).toBe(1);
+    expect(s.counter("transport_server_bound_evicted")).toBe(3);
+    expect(closedPeers).toEqual([s.conns[0], s.conns[4], s.conns[1], s.conns[2]]);
+    expect(s.srv.connections).toBe(4);
+  });
+
+  test("a live bound peer evicted at maxConnections reports unbound; its next message is a new, unbound peer", async () => {
+    const closedPeers: ConnInfo[] = [];
+    const s = await serve(t, { maxConnections: 4, onClose: (c) => closedPeers.push(c) });
+    const clients = [];
+    for (let i = 0; i < 4; i++) clients.push(await boundClient(t, s.srv.endpoint));
+    // The first client is now the bound peer idle longest; the others spoke since.
+    for (const k of clients.slice(1)) expect(await k.c.request(Buffer.from("x"), k.reply, 10_000)).toBe(1);
+    const first = s.conns[0] as ConnInfo;
+    expect(first.bound).toBe(true);
+    const d = new zmq.Dealer({ linger: 0, receiveTimeout: 10_000 });
+    cleanups.push(() => d.close());
+    d.connect(s.srv.endpoint.replace("zmq+", ""));
+    await d.send(Buffer.from("new"));
+    expect((await d.receive())[0]?.toString()).toBe("new");
+    expect(s.counter("transport_server_bound_evicted")).toBe(1);
+    expect(closedPeers).toEqual([first]);
+    expect(first.bound).toBe(false);
+    // Same DEALER, same routing id: a new ConnInfo, unbound (the worker's NO_SESSION, then HELLO).
+    const a = clients[0] as (typeof clients)[number];
+    expect(await a.c.request(Buffer.from("again"), a.reply, 10_000)).toBe(5);
+    const again = s.conns.at(-1) as ConnInfo;
+    expect(again).not.toBe(first);
+    expect(again.remote).toBe(first.remote);
+    expect(again.bound).toBe(false);
+    // Room for it came from the unbound "new" peer: unbound peers still go first.
+    expect(s.counter("transport_server_connections_evicted")).toBe(1);
+    expect(s.counter("transport_server_bound_evicted")).toBe(1);
+  });
+
   test("budget: an unbound peer whose message does not fit is forgotten; a bound one waits and completes", async () => {
     const s = await serve(t, { maxBufferedBytes: MAX }, 300);
     const a = await boundClient(t, s.srv.endpoint);
