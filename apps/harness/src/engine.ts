@@ -248,6 +248,10 @@ export class Engine {
   private readonly outputs = new Map<number, number[]>();
   private readonly conditioning: Map<number, Uint8Array | undefined>;
   private readonly capacityRows: number;
+  // arrived requests held back by `arrivalCap` (faults mode keeps traffic for the fault schedule)
+  private readonly held: RequestSpec[] = [];
+  private heldHead = 0;
+  private arrived = 0;
 
   constructor(private readonly o: EngineOptions) {
     this.cfg = o.cfg;
@@ -267,7 +271,7 @@ export class Engine {
 
   /** Runs every request to completion. */
   async run(): Promise<EngineResult> {
-    const { cfg, metrics: m, link, media } = this.o;
+    const { metrics: m, link, media } = this.o;
     const arrivals = new ArrivalQueue(this.o.requests);
     const total = this.o.requests.length;
     const t0 = performance.now();
@@ -280,33 +284,13 @@ export class Engine {
     const linkReqs: LinkRequest[] = [];
     const liveOrder: Live[] = [];
     const emitted: number[] = [];
-    // arrived requests held back by `arrivalCap` (faults mode keeps traffic for the fault schedule)
-    const held: RequestSpec[] = [];
-    let heldHead = 0;
-    let arrived = 0;
+    this.held.length = 0;
+    this.heldHead = 0;
+    this.arrived = 0;
 
     while (this.outputs.size < total) {
       const tr0 = performance.now();
-      const elapsed = tr0 - t0;
-      for (const spec of arrivals.due(elapsed)) held.push(spec);
-      const cap =
-        this.o.arrivalCap?.({
-          arrived,
-          running: this.sched.runningCount,
-          total,
-          waiting: held.length - heldHead,
-        }) ?? Number.POSITIVE_INFINITY;
-      while (heldHead < held.length && arrived < cap) {
-        const spec = held[heldHead++] as RequestSpec;
-        arrived++;
-        m.requestsArrived.inc();
-        if (spec.media.length > 0) media.request(spec);
-        else this.sched.submit(spec);
-      }
-      for (const ready of media.poll()) {
-        this.conditioning.set(ready.spec.id, conditioningOf(ready.digests));
-        this.sched.submit(ready.spec);
-      }
+      this.admitArrivals(arrivals, tr0 - t0, total);
       const tp0 = performance.now();
       for (const p of this.sched.admit()) this.start(p);
       const roundPrefill = performance.now() - tp0;
@@ -315,30 +299,7 @@ export class Engine {
       m.queued.set(this.sched.queued);
       m.waitingMedia.set(media.waiting);
 
-      liveOrder.length = 0;
-      linkReqs.length = 0;
-      for (const l of this.live) {
-        if (!l) continue;
-        liveOrder.push(l);
-        const { rows, nRows } = l.seq.takeRows();
-        const remaining = l.spec.maxNewTokens - l.out.length;
-        linkReqs.push({
-          slot: l.place.slot,
-          generation: l.place.generation,
-          anchorPos: l.seq.position,
-          anchorToken: l.anchor,
-          rows,
-          nRows,
-          want: Math.min(cfg.numSpec, remaining - 1),
-          sample: cfg.sample
-            ? {
-                seed: l.draftRng.u32(),
-                topK: cfg.topK,
-                tempMilli: Math.max(1, Math.round(cfg.temperature * 1000)),
-              }
-            : null,
-        });
-      }
+      this.linkRequests(liveOrder, linkReqs);
 
       if (liveOrder.length === 0) {
         if (released.length > 0) {
@@ -369,68 +330,21 @@ export class Engine {
 
       m.resyncs.inc(res.resynced);
       m.deferred.inc(res.deferred);
-      let anyDrafts = false;
-      for (let i = 0; i < liveOrder.length; i++) {
-        const d = res.drafts[i] ?? null;
-        if (d && d.k > 0) {
-          anyDrafts = true;
-          m.draftsReceived.inc(d.k);
-        }
-      }
-      if (anyDrafts) {
-        m.roundsWithDrafts.inc();
-        m.budgetSum.inc(this.o.budgetFor(liveOrder.length));
-      } else {
-        m.roundsTargetOnly.inc();
-      }
+      this.countDrafts(res, liveOrder.length);
 
       let roundVerified = 0;
       let roundUnverified = 0;
       for (let i = 0; i < liveOrder.length; i++) {
-        const l = liveOrder[i] as Live;
         const d = res.drafts[i] ?? null;
-        // the depth policy's choice, never past the request's last token
-        const k = d ? Math.min(d.depth, d.k, (linkReqs[i] as LinkRequest).want) : 0;
-        if (d) m.draftsSkipped.inc(d.k - k);
-        emitted.length = 0;
-        const before = l.seq.steps;
-        let accepted: number;
-        if (cfg.sample) {
-          accepted = verifySampled(
-            l.seq,
-            l.anchor,
-            d ?? NO_DRAFTS,
-            d ? k : 0,
-            cfg.temperature,
-            l.verifyRng,
-            this.scratch,
-            emitted,
-          );
-        } else {
-          accepted = verifyGreedy(l.seq, l.anchor, d ? d.ids : EMPTY, d ? d.offset : 0, d ? k : 0, emitted);
-        }
-        m.targetSteps.inc(l.seq.steps - before);
-        m.targetForwards.inc();
-        if (k > 0) {
-          m.draftsVerified.inc(k);
-          m.draftsAccepted.inc(accepted);
-          m.verificationsWithDrafts.inc();
-          m.acceptedLengthSum.inc(accepted + 1);
-          roundVerified += k;
-          this.o.onVerified?.(d as LinkDrafts, k, accepted);
-        } else {
-          roundUnverified++;
-        }
-        for (const t of emitted) l.out.push(t);
-        l.anchor = emitted[emitted.length - 1] as number;
-        m.tokensGenerated.inc(emitted.length);
-        if (l.out.length >= l.spec.maxNewTokens) {
-          if (l.out.length > l.spec.maxNewTokens) {
-            throw new HarnessError(HarnessErrorCode.INTERNAL, `request ${l.spec.id} overran its length`);
-          }
-          this.finish(l);
-          released.push({ slot: l.place.slot, generation: l.place.generation });
-        }
+        const k = this.verifyOne(
+          liveOrder[i] as Live,
+          d,
+          (linkReqs[i] as LinkRequest).want,
+          emitted,
+          released,
+        );
+        if (k > 0) roundVerified += k;
+        else roundUnverified++;
       }
       this.o.onRoundVerified?.(liveOrder.length, roundVerified, roundUnverified);
       const tv1 = performance.now();
@@ -461,6 +375,137 @@ export class Engine {
       schedulingMs: schedMs,
       prefillMs,
     };
+  }
+
+  /**
+   * Requests due by `elapsed` arrive, up to `arrivalCap` (the rest are held, in arrival order);
+   * a request with media waits for it, the others are submitted; requests whose media is ready
+   * are submitted with their conditioning.
+   */
+  private admitArrivals(arrivals: ArrivalQueue<RequestSpec>, elapsed: number, total: number): void {
+    const { metrics: m, media } = this.o;
+    const held = this.held;
+    for (const spec of arrivals.due(elapsed)) held.push(spec);
+    const cap =
+      this.o.arrivalCap?.({
+        arrived: this.arrived,
+        running: this.sched.runningCount,
+        total,
+        waiting: held.length - this.heldHead,
+      }) ?? Number.POSITIVE_INFINITY;
+    while (this.heldHead < held.length && this.arrived < cap) {
+      const spec = held[this.heldHead++] as RequestSpec;
+      this.arrived++;
+      m.requestsArrived.inc();
+      if (spec.media.length > 0) media.request(spec);
+      else this.sched.submit(spec);
+    }
+    for (const ready of media.poll()) {
+      this.conditioning.set(ready.spec.id, conditioningOf(ready.digests));
+      this.sched.submit(ready.spec);
+    }
+  }
+
+  /** Counts the drafts a round received and whether it verified any (with its budget). */
+  private countDrafts(res: LinkRound, n: number): void {
+    const m = this.o.metrics;
+    let anyDrafts = false;
+    for (let i = 0; i < n; i++) {
+      const d = res.drafts[i] ?? null;
+      if (d && d.k > 0) {
+        anyDrafts = true;
+        m.draftsReceived.inc(d.k);
+      }
+    }
+    if (anyDrafts) {
+      m.roundsWithDrafts.inc();
+      m.budgetSum.inc(this.o.budgetFor(n));
+    } else {
+      m.roundsTargetOnly.inc();
+    }
+  }
+
+  /** The live requests in slot order and, for each, its link request of this round. */
+  private linkRequests(liveOrder: Live[], linkReqs: LinkRequest[]): void {
+    const { cfg } = this.o;
+    liveOrder.length = 0;
+    linkReqs.length = 0;
+    for (const l of this.live) {
+      if (!l) continue;
+      liveOrder.push(l);
+      const { rows, nRows } = l.seq.takeRows();
+      const remaining = l.spec.maxNewTokens - l.out.length;
+      linkReqs.push({
+        slot: l.place.slot,
+        generation: l.place.generation,
+        anchorPos: l.seq.position,
+        anchorToken: l.anchor,
+        rows,
+        nRows,
+        want: Math.min(cfg.numSpec, remaining - 1),
+        sample: cfg.sample
+          ? {
+              seed: l.draftRng.u32(),
+              topK: cfg.topK,
+              tempMilli: Math.max(1, Math.round(cfg.temperature * 1000)),
+            }
+          : null,
+      });
+    }
+  }
+
+  /**
+   * Verifies one request's drafts (CONTRACT 8 when sampled) and appends the tokens; a finished
+   * request is released. Returns the drafts verified (0: the round was target-only for it).
+   */
+  private verifyOne(
+    l: Live,
+    d: LinkDrafts | null,
+    want: number,
+    emitted: number[],
+    released: Array<{ slot: number; generation: number }>,
+  ): number {
+    const { cfg, metrics: m } = this.o;
+    // the depth policy's choice, never past the request's last token
+    const k = d ? Math.min(d.depth, d.k, want) : 0;
+    if (d) m.draftsSkipped.inc(d.k - k);
+    emitted.length = 0;
+    const before = l.seq.steps;
+    let accepted: number;
+    if (cfg.sample) {
+      accepted = verifySampled(
+        l.seq,
+        l.anchor,
+        d ?? NO_DRAFTS,
+        d ? k : 0,
+        cfg.temperature,
+        l.verifyRng,
+        this.scratch,
+        emitted,
+      );
+    } else {
+      accepted = verifyGreedy(l.seq, l.anchor, d ? d.ids : EMPTY, d ? d.offset : 0, d ? k : 0, emitted);
+    }
+    m.targetSteps.inc(l.seq.steps - before);
+    m.targetForwards.inc();
+    if (k > 0) {
+      m.draftsVerified.inc(k);
+      m.draftsAccepted.inc(accepted);
+      m.verificationsWithDrafts.inc();
+      m.acceptedLengthSum.inc(accepted + 1);
+      this.o.onVerified?.(d as LinkDrafts, k, accepted);
+    }
+    for (const t of emitted) l.out.push(t);
+    l.anchor = emitted[emitted.length - 1] as number;
+    m.tokensGenerated.inc(emitted.length);
+    if (l.out.length >= l.spec.maxNewTokens) {
+      if (l.out.length > l.spec.maxNewTokens) {
+        throw new HarnessError(HarnessErrorCode.INTERNAL, `request ${l.spec.id} overran its length`);
+      }
+      this.finish(l);
+      released.push({ slot: l.place.slot, generation: l.place.generation });
+    }
+    return k;
   }
 
   /** Counts a link round's outcome and STEP RTT (decode rounds and RELEASE-only rounds alike). */

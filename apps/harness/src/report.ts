@@ -179,17 +179,14 @@ function counts(rec: Record<string, number>): string {
   return parts.length > 0 ? parts.join(", ") : "none";
 }
 
-/** Renders the report as the summary table printed on stdout. */
-export function formatReport(r: Report): string {
-  const rows: Array<[string, string] | string> = [];
-  const sec = (t: string) => rows.push(t);
-  const row = (k: string, v: string) => rows.push([k, v]);
-  const c = r.config;
-  sec(
-    `tapwire harness: ${c["requests"]} requests, S=${c["slots"]} N=${c["numSpec"]} W=${c["window"]}, rows ${c["numTaps"]}x${c["hidden"]} bf16, ` +
-      `${c["sample"] ? "sampled" : "greedy"}, link ${c["draftTransport"]}, ec data ${c["ecData"]}${c["faults"] ? ", faults" : ""}`,
-  );
-  sec("");
+/** The summary table being built: section lines and key/value rows. */
+interface Rows {
+  sec: (t: string) => void;
+  row: (k: string, v: string) => void;
+}
+
+/** The lossless check (CONTRACT 8 for sampled runs). */
+function losslessRows(r: Report, { sec, row }: Rows): void {
   sec("lossless");
   if (r.lossless.mode === "greedy") {
     row(
@@ -209,7 +206,10 @@ export function formatReport(r: Report): string {
       row(`    token ${p.position}`, `chi2 ${num(p.statistic, 1)} df ${p.df}, p = ${num(p.pValue, 4)}`);
     }
   }
-  sec("");
+}
+
+/** Requests, tokens, rounds, drafts and the depth policy. */
+function decodingRows(r: Report, { sec, row }: Rows): void {
   sec("decoding");
   row(
     "  requests",
@@ -245,7 +245,10 @@ export function formatReport(r: Report): string {
       `${num(dp.ece.rawOverall, 3)} -> ${num(dp.ece.calibratedOverall, 3)} (per position: ${dp.ece.raw.map((v, j) => `${num(v, 2)}->${num(dp.ece.calibrated[j] ?? 0, 2)}`).join(" ")})`,
     );
   }
-  sec("");
+}
+
+/** Latencies, where the round time went, throughput. */
+function timeRows(r: Report, { sec, row }: Rows): void {
   sec("time");
   row(
     "  STEP RTT p50 / p99",
@@ -262,7 +265,10 @@ export function formatReport(r: Report): string {
     "  throughput",
     `${num(r.throughput.tokensPerSecond, 0)} tokens/s, ${num(r.throughput.requestsPerSecond, 1)} requests/s over ${num(r.throughput.wallSeconds, 1)} s`,
   );
-  sec("");
+}
+
+/** The encoder cache transfers (EC-CONTRACT 3 statuses). */
+function ecRows(r: Report, { sec, row }: Rows): void {
   sec("encoder cache");
   row(
     "  media lookups",
@@ -272,7 +278,10 @@ export function formatReport(r: Report): string {
   row("  cache hits / joined in flight", `${int(r.ec.cacheHits)} / ${int(r.ec.joined)}`);
   row("  retries / local fallbacks", `${int(r.ec.retries)} / ${int(r.ec.fallbacks)}`);
   row("  EC statuses", counts(r.ec.statusCounts));
-  sec("");
+}
+
+/** The drafter link, and the faults injected. */
+function linkRows(r: Report, { sec, row }: Rows): void {
   sec("drafter link");
   row("  client outcomes", counts(r.client.outcomes));
   row(
@@ -291,7 +300,10 @@ export function formatReport(r: Report): string {
       row(`  ${f.kind} @${num(f.atMs / 1000, 1)}s`, `${f.detail}; ${rec}: ${counts(f.recovery)}`);
     }
   }
-  sec("");
+}
+
+/** The child processes and their unexpected exits. */
+function processRows(r: Report, { sec, row }: Rows): void {
   sec("processes");
   const pids = (p: { pids: number[] }) => p.pids.join(" -> ");
   row("  worker pids", pids(r.processes.worker));
@@ -302,7 +314,10 @@ export function formatReport(r: Report): string {
       `${d.signal !== null ? `signal ${d.signal}` : `exit code ${d.code}`} at ${num(d.atMs / 1000, 1)} s into decoding, not by --faults`,
     );
   }
-  sec("");
+}
+
+/** The leak check at the end of the run (EC-CONTRACT 8). */
+function endStateRows(r: Report, { sec, row }: Rows): void {
   sec("end state");
   const v = (n: number | null) => (n === null ? "unknown" : String(n));
   const leakWord = {
@@ -318,6 +333,33 @@ export function formatReport(r: Report): string {
       : `${leakWord}: consumer pinned ${v(r.leaks.consumerPinnedBlocks)}, in flight ${v(r.leaks.consumerInFlightBlocks)}, retired ${v(r.leaks.consumerRetiredBlocks)}; producer pinned ${v(r.leaks.producerPinnedBlocks)}, grants ${v(r.leaks.producerGrants)}`,
   );
   for (const n of r.leaks.notes) row("  note", n);
+}
+
+/** Renders the report as the summary table printed on stdout. */
+export function formatReport(r: Report): string {
+  const rows: Array<[string, string] | string> = [];
+  const sec = (t: string) => rows.push(t);
+  const row = (k: string, v: string) => rows.push([k, v]);
+  const c = r.config;
+  sec(
+    `tapwire harness: ${c["requests"]} requests, S=${c["slots"]} N=${c["numSpec"]} W=${c["window"]}, rows ${c["numTaps"]}x${c["hidden"]} bf16, ` +
+      `${c["sample"] ? "sampled" : "greedy"}, link ${c["draftTransport"]}, ec data ${c["ecData"]}${c["faults"] ? ", faults" : ""}`,
+  );
+  sec("");
+  const table: Rows = { sec, row };
+  losslessRows(r, table);
+  sec("");
+  decodingRows(r, table);
+  sec("");
+  timeRows(r, table);
+  sec("");
+  ecRows(r, table);
+  sec("");
+  linkRows(r, table);
+  sec("");
+  processRows(r, table);
+  sec("");
+  endStateRows(r, table);
   if (r.notes.length > 0) {
     sec("");
     sec("notes");
