@@ -45,70 +45,92 @@ function intOpt(name: string, v: number | undefined, dflt: number, lo: number, h
   return x;
 }
 
-/**
- * Exports a reference head (a `DraftHead`, or its safetensors bytes) as ONNX model bytes with
- * the head signature; its identities equal the head's (checked before returning).
- * @throws OnnxDrafterError `ONNX_DRAFTER_BAD_HEAD` for unreadable safetensors,
- *   `ONNX_DRAFTER_BAD_OPTION` for a bad window or num_spec.
- */
-export function exportReferenceHead(head: DraftHead | Uint8Array, options: ExportOptions = {}): Uint8Array {
-  let h: DraftHead;
-  if (head instanceof Uint8Array) {
-    try {
-      h = DraftHead.fromSafetensors(head);
-    } catch (cause) {
-      throw new OnnxDrafterError(
-        "ONNX_DRAFTER_BAD_HEAD",
-        `not a reference draft head: ${(cause as Error).message}`,
-        { cause },
-      );
-    }
-  } else {
-    h = head;
+/** The graph being built and the constants every phase uses. */
+interface Build {
+  g: GraphBuilder;
+  /** State size `d` (content `d - 2` plus the two clock values). */
+  d: number;
+  /** Rows the read-out reads. */
+  rd: number;
+  table: string;
+  zeroI: string;
+  one: string;
+  zeroD: string;
+  rowShape: string;
+  stateShape: string;
+  axis1: string;
+  splitState: string;
+  split11: string;
+  /** Cast to float64, to float32; transpose. */
+  D: (x: string) => string;
+  F: (x: string) => string;
+  T: (x: string) => string;
+}
+
+function readHead(head: DraftHead | Uint8Array): DraftHead {
+  if (!(head instanceof Uint8Array)) return head;
+  try {
+    return DraftHead.fromSafetensors(head);
+  } catch (cause) {
+    throw new OnnxDrafterError(
+      "ONNX_DRAFTER_BAD_HEAD",
+      `not a reference draft head: ${(cause as Error).message}`,
+      {
+        cause,
+      },
+    );
   }
-  const window = intOpt("window", options.window, h.config.window, 1, 4096);
-  const numSpec = intOpt("numSpec", options.numSpec, h.config.numSpec, 1, 32);
-  const w = h.weights as Map<string, SafetensorsTensor>;
-  const d = h.stateDim;
+}
+
+/** The weights as initializers, then the shared constants (in this order: node names follow it). */
+function startGraph(w: Map<string, SafetensorsTensor>, d: number): Build {
   const dc = d - 2;
-  const v = h.vocabSize;
   const rd = w.get("backbone.read_index")!.shape[0]!;
   const g = new GraphBuilder("t/");
   for (const [name, t] of w) {
     g.init(name, t.dtype === "I32" ? DataType.INT32 : DataType.FLOAT, t.shape, t.data);
   }
-  const table = g.init("tapwire.bf16_table", DataType.FLOAT, [65536], bf16Table());
-  const zeroI = g.i64("tapwire.zero", [0]);
-  const one = g.f64("tapwire.one", [1], []);
-  const zeroD = g.f64("tapwire.zero_f64", [0], []);
-  const rowShape = g.i64("tapwire.row_shape", [0, -1]);
-  const stateShape = g.i64("tapwire.state_shape", [-1, d]);
-  const axis1 = g.i64("tapwire.axis1", [1]);
-  const splitState = g.i64("tapwire.split_state", [dc, 1, 1]);
-  const split11 = g.i64("tapwire.split_11", [1, 1]);
-  const D = (x: string) => g.op1("Cast", [x], { to: DataType.DOUBLE });
-  const F = (x: string) => g.op1("Cast", [x], { to: DataType.FLOAT });
-  const T = (x: string) => g.op1("Transpose", [x], { perm: [1, 0] });
+  return {
+    g,
+    d,
+    rd,
+    table: g.init("tapwire.bf16_table", DataType.FLOAT, [65536], bf16Table()),
+    zeroI: g.i64("tapwire.zero", [0]),
+    one: g.f64("tapwire.one", [1], []),
+    zeroD: g.f64("tapwire.zero_f64", [0], []),
+    rowShape: g.i64("tapwire.row_shape", [0, -1]),
+    stateShape: g.i64("tapwire.state_shape", [-1, d]),
+    axis1: g.i64("tapwire.axis1", [1]),
+    splitState: g.i64("tapwire.split_state", [dc, 1, 1]),
+    split11: g.i64("tapwire.split_11", [1, 1]),
+    D: (x: string) => g.op1("Cast", [x], { to: DataType.DOUBLE }),
+    F: (x: string) => g.op1("Cast", [x], { to: DataType.FLOAT }),
+    T: (x: string) => g.op1("Transpose", [x], { perm: [1, 0] }),
+  };
+}
 
-  // Position 0 reads the state from the last row; later positions take the carried state.
-  const is0 = g.op1("Equal", [Input.POSITION, zeroI]);
+/**
+ * The state at this position: position 0 reads it from the last row (the read-out, unrolled in
+ * the JavaScript head's order), later positions take the carried state.
+ */
+function stateAtPosition(b: Build): { is0: string; state0: string } {
+  const { g, d, rd, D } = b;
+  const is0 = g.op1("Equal", [Input.POSITION, b.zeroI]);
   // The read-out's weight rows, cast and split in the main graph (folded once at load).
   const readRows = g.op("Split", [D("backbone.read")], { axis: 0 }, rd);
   const rb = new GraphBuilder("r/");
-  {
-    const D2 = (x: string) => rb.op1("Cast", [x], { to: DataType.DOUBLE });
-    const F2 = (x: string) => rb.op1("Cast", [x], { to: DataType.FLOAT });
-    const flat = rb.op1("Reshape", [Input.ROWS, rowShape]);
-    const sel = rb.op1("Gather", [flat, "backbone.read_index"], { axis: 1 });
-    const x = rb.op1("Gather", [table, rb.op1("Cast", [sel], { to: DataType.INT32 })], { axis: 0 });
-    const xs = rb.op("Split", [D2(x)], { axis: 1 }, rd); // [B, 1] each
-    // f32 accumulation in row order, each product exact in f64 (as the JavaScript head does).
-    let s = F2(rb.op1("Add", [zeroD, rb.op1("Mul", [xs[0]!, readRows[0]!])])); // +0 + -0 = +0, as in JS
-    for (let i = 1; i < rd; i++) s = F2(rb.op1("Add", [D2(s), rb.op1("Mul", [xs[i]!, readRows[i]!])]));
-    const readout = rb.op1("Reshape", [s, stateShape]);
-    const empty = rb.op1("Unsqueeze", [rb.op1("Equal", [Input.ROW_COUNT, zeroI]), axis1]);
-    rb.op1("Where", [empty, "backbone.init_state", readout], {}, "r/state0");
-  }
+  const D2 = (x: string) => rb.op1("Cast", [x], { to: DataType.DOUBLE });
+  const F2 = (x: string) => rb.op1("Cast", [x], { to: DataType.FLOAT });
+  const flat = rb.op1("Reshape", [Input.ROWS, b.rowShape]);
+  const sel = rb.op1("Gather", [flat, "backbone.read_index"], { axis: 1 });
+  const x = rb.op1("Gather", [b.table, rb.op1("Cast", [sel], { to: DataType.INT32 })], { axis: 0 });
+  const xs = rb.op("Split", [D2(x)], { axis: 1 }, rd); // [B, 1] each
+  // f32 accumulation in row order, each product exact in f64 (as the JavaScript head does).
+  let s = F2(rb.op1("Add", [b.zeroD, rb.op1("Mul", [xs[0]!, readRows[0]!])])); // +0 + -0 = +0, as in JS
+  for (let i = 1; i < rd; i++) s = F2(rb.op1("Add", [D2(s), rb.op1("Mul", [xs[i]!, readRows[i]!])]));
+  const readout = rb.op1("Reshape", [s, b.stateShape]);
+  const empty = rb.op1("Unsqueeze", [rb.op1("Equal", [Input.ROW_COUNT, b.zeroI]), b.axis1]);
+  rb.op1("Where", [empty, "backbone.init_state", readout], {}, "r/state0");
   const thenBranch: OnnxNs.IGraphProto = {
     name: "from_rows",
     node: rb.nodes,
@@ -120,18 +142,25 @@ export function exportReferenceHead(head: DraftHead | Uint8Array, options: Expor
     output: [valueInfo("c/state0", DataType.FLOAT, ["batch", d])],
   };
   const state0 = g.op1("If", [is0], { then_branch: thenBranch, else_branch: elseBranch });
+  return { is0, state0 };
+}
 
-  // Backbone step j -> j + 1 (rank-r recurrence, clock rotation, anchor or mean embedding).
-  const [content, c0, c1] = g.op("Split", [D(state0), splitState], { axis: 1 }, 3) as [
+/**
+ * Backbone step j -> j + 1 (rank-r recurrence, clock rotation, anchor or mean embedding); writes
+ * `next_state` and returns the pre-activation, the new content and the rotated clock (float32).
+ */
+function backboneStep(b: Build, is0: string, state0: string) {
+  const { g, D, F, T } = b;
+  const [content, c0, c1] = g.op("Split", [D(state0), b.splitState], { axis: 1 }, 3) as [
     string,
     string,
     string,
   ];
-  const [rot0, rot1] = g.op("Split", [D("backbone.clock_rotation"), split11], { axis: 0 }, 2) as [
+  const [rot0, rot1] = g.op("Split", [D("backbone.clock_rotation"), b.split11], { axis: 0 }, 2) as [
     string,
     string,
   ];
-  const [cc0, cc1] = g.op("Split", [T(D("backbone.clock_coupling")), split11], { axis: 0 }, 2) as [
+  const [cc0, cc1] = g.op("Split", [T(D("backbone.clock_coupling")), b.split11], { axis: 0 }, 2) as [
     string,
     string,
   ];
@@ -152,13 +181,19 @@ export function exportReferenceHead(head: DraftHead | Uint8Array, options: Expor
   const n0F = F(n0);
   const n1F = F(n1);
   g.op1("Concat", [newC, n0F, n1F], { axis: 1 }, Output.NEXT_STATE);
+  return { preF, newC, n0F, n1F };
+}
 
-  // Markov head (positions >= 1): the previous draft's low-rank embedding offset.
+/**
+ * The Markov head (positions >= 1: the previous draft's low-rank embedding offset), the LM head
+ * (rank 16) with its top-k, and the confidence (calibrated temperature of this position).
+ */
+function heads(b: Build, is0: string, step: ReturnType<typeof backboneStep>): void {
+  const { g, D, F, T, one } = b;
   const mv = g.op1("Gather", [D("markov.in"), Input.PREV_TOKEN], { axis: 0 });
-  const corr = F(g.op1("Tanh", [g.op1("Add", [D(preF), g.op1("MatMul", [mv, T(D("markov.out"))])])]));
-  const src = g.op1("Concat", [g.op1("Where", [is0, newC, corr]), n0F, n1F], { axis: 1 });
+  const corr = F(g.op1("Tanh", [g.op1("Add", [D(step.preF), g.op1("MatMul", [mv, T(D("markov.out"))])])]));
+  const src = g.op1("Concat", [g.op1("Where", [is0, step.newC, corr]), step.n0F, step.n1F], { axis: 1 });
 
-  // LM head (rank 16) and confidence (calibrated temperature of this position).
   const hv = D(F(g.op1("MatMul", [D(src), T(D("backbone.lm_m"))])));
   const logits = F(g.op1("Add", [g.op1("MatMul", [hv, T(D("backbone.lm_u"))]), D("backbone.lm_bias")]));
   g.op("TopK", [logits, Input.TOP_K], { axis: -1, largest: 1, sorted: 1 }, [
@@ -172,15 +207,22 @@ export function exportReferenceHead(head: DraftHead | Uint8Array, options: Expor
   ]);
   const z = g.op1(
     "ReduceSum",
-    [g.op1("Exp", [g.op1("Mul", [g.op1("Sub", [D(logits), D(l1)]), invT])]), axis1],
+    [g.op1("Exp", [g.op1("Mul", [g.op1("Sub", [D(logits), D(l1)]), invT])]), b.axis1],
     {
       keepdims: 0,
     },
   );
   g.op1("Cast", [g.op1("Min", [g.op1("Div", [one, z]), one])], { to: DataType.FLOAT }, Output.CONFIDENCE);
+}
 
-  const tensors = new Map(w);
-  const ids = modelIdentities(tensors, {
+/** The model's metadata; its identities are computed from the graph's tensors and must equal the head's. */
+function metadata(
+  h: DraftHead,
+  w: Map<string, SafetensorsTensor>,
+  window: number,
+  numSpec: number,
+): Record<string, string> {
+  const ids = modelIdentities(new Map(w), {
     drafterDomain: REFERENCE_DRAFTER_DOMAIN,
     markovDomain: REFERENCE_MARKOV_DOMAIN,
     markovPrefix: "markov.",
@@ -192,11 +234,11 @@ export function exportReferenceHead(head: DraftHead | Uint8Array, options: Expor
   ) {
     throw new OnnxDrafterError("ONNX_DRAFTER_BAD_HEAD", "exported identities differ from the head's");
   }
-  const meta: Record<string, string> = {
+  return {
     [Meta.SIGNATURE]: SIGNATURE_VERSION,
     [Meta.WINDOW]: String(window),
     [Meta.NUM_SPEC]: String(numSpec),
-    [Meta.VOCAB_SIZE]: String(v),
+    [Meta.VOCAB_SIZE]: String(h.vocabSize),
     [Meta.NUM_TAPS]: String(h.numTaps),
     [Meta.HIDDEN]: String(h.hidden),
     [Meta.DRAFTER_DOMAIN]: REFERENCE_DRAFTER_DOMAIN,
@@ -205,6 +247,25 @@ export function exportReferenceHead(head: DraftHead | Uint8Array, options: Expor
     [Meta.DRAFTER_IDENTITY]: hex(ids.drafterIdentity),
     [Meta.MARKOV_IDENTITY]: hex(ids.markovIdentity),
   };
+}
+
+/**
+ * Exports a reference head (a `DraftHead`, or its safetensors bytes) as ONNX model bytes with
+ * the head signature; its identities equal the head's (checked before returning).
+ * @throws OnnxDrafterError `ONNX_DRAFTER_BAD_HEAD` for unreadable safetensors,
+ *   `ONNX_DRAFTER_BAD_OPTION` for a bad window or num_spec.
+ */
+export function exportReferenceHead(head: DraftHead | Uint8Array, options: ExportOptions = {}): Uint8Array {
+  const h = readHead(head);
+  const window = intOpt("window", options.window, h.config.window, 1, 4096);
+  const numSpec = intOpt("numSpec", options.numSpec, h.config.numSpec, 1, 32);
+  const w = h.weights as Map<string, SafetensorsTensor>;
+  const d = h.stateDim;
+  const b = startGraph(w, d);
+  const { is0, state0 } = stateAtPosition(b);
+  heads(b, is0, backboneStep(b, is0, state0));
+  const meta = metadata(h, w, window, numSpec);
+  const g = b.g;
   const graph: OnnxNs.IGraphProto = {
     name: "tapwire_reference_head",
     node: g.nodes,

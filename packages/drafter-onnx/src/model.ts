@@ -123,34 +123,15 @@ export function decodeModel(bytes: Uint8Array): OnnxNs.ModelProto {
   return m;
 }
 
-/**
- * Checks a decoded model against the head signature and computes its identities.
- * @throws OnnxDrafterError `ONNX_DRAFTER_BAD_SIGNATURE` naming the first mismatch,
- *   `ONNX_DRAFTER_IDENTITY_MISMATCH` when recorded identities differ from the weights',
- *   `ONNX_DRAFTER_BAD_MODEL` for unreadable initializers.
- */
-export function inspectModel(m: OnnxNs.ModelProto): ModelInfo {
-  const meta = new Map<string, string>();
-  for (const p of m.metadataProps ?? []) meta.set(p.key ?? "", p.value ?? "");
-  const version = meta.get(Meta.SIGNATURE);
-  if (version !== SIGNATURE_VERSION) {
-    sig(
-      `metadata ${Meta.SIGNATURE} is ${version === undefined ? "missing" : JSON.stringify(version)}, expected "${SIGNATURE_VERSION}"`,
-    );
-  }
-  const window = metaInt(meta, Meta.WINDOW, 1, 4096);
-  const numSpec = metaInt(meta, Meta.NUM_SPEC, 1, 32);
-  const vocabSize = metaInt(meta, Meta.VOCAB_SIZE, 2, 0x7fffffff);
-  const numTaps = metaInt(meta, Meta.NUM_TAPS, 1, 0xffff);
-  const hidden = metaInt(meta, Meta.HIDDEN, 1, 0x7fffffff);
-  if (numTaps * hidden * 2 > 0xffffffff) sig(`num_taps ${numTaps} x hidden ${hidden} gives no u32 row_bytes`);
+type ValueInfos = Map<string, OnnxNs.IValueInfoProto>;
 
-  const graph = m.graph!;
-  const inits = new Set((graph.initializer ?? []).map((t) => t.name ?? ""));
-  const inputs = new Map<string, OnnxNs.IValueInfoProto>();
-  for (const v of graph.input ?? []) if (!inits.has(v.name ?? "")) inputs.set(v.name ?? "", v);
-  const outputs = new Map<string, OnnxNs.IValueInfoProto>();
-  for (const v of graph.output ?? []) outputs.set(v.name ?? "", v);
+/** The signature's inputs (and the state pair): names, types and shapes against the geometry. */
+function checkInputs(
+  inputs: ValueInfos,
+  outputs: ValueInfos,
+  geo: { window: number; numTaps: number; hidden: number },
+): { windowRows: number; hasTopKInput: boolean; stateSize: number } {
+  const { window, numTaps, hidden } = geo;
   const known = new Set<string>(Object.values(Input));
   for (const name of inputs.keys())
     if (!known.has(name))
@@ -184,10 +165,15 @@ export function inspectModel(m: OnnxNs.ModelProto): ModelInfo {
   } else if (outputs.has(Output.NEXT_STATE)) {
     sig(`output ${Output.NEXT_STATE} needs the input ${Input.STATE}`);
   }
-  if (!outputs.has(Output.CONFIDENCE)) sig(`output ${Output.CONFIDENCE} is missing`);
-  expect("output", Output.CONFIDENCE, tensorType(outputs.get(Output.CONFIDENCE)!, "output"), DataType.FLOAT, [
-    "batch",
-  ]);
+  return { windowRows, hasTopKInput, stateSize };
+}
+
+/** Which outputs the model drafts from: its top logits and ids (fixed K or the `top_k` input), or full logits. */
+function readOutputKind(
+  outputs: ValueInfos,
+  hasTopKInput: boolean,
+  vocabSize: number,
+): { output: "top" | "logits"; fixedK: number; top32: boolean } {
   let output: "top" | "logits";
   let fixedK = 0;
   let top32: boolean;
@@ -221,7 +207,11 @@ export function inspectModel(m: OnnxNs.ModelProto): ModelInfo {
   } else {
     sig(`outputs: need ${Output.LOGITS}, or ${Output.TOP_LOGITS} and ${Output.TOP_IDS}`);
   }
+  return { output, fixedK, top32 };
+}
 
+/** The identities of the initializers; recorded identities in the metadata must equal them. */
+function checkedIdentities(graph: OnnxNs.IGraphProto, meta: Map<string, string>) {
   const ids = modelIdentities(initializerTensors(graph), identityRule(meta));
   for (const [key, got, what] of [
     [Meta.DRAFTER_IDENTITY, ids.drafterIdentity, "drafter"],
@@ -237,6 +227,45 @@ export function inspectModel(m: OnnxNs.ModelProto): ModelInfo {
       );
     }
   }
+  return ids;
+}
+
+/**
+ * Checks a decoded model against the head signature and computes its identities.
+ * @throws OnnxDrafterError `ONNX_DRAFTER_BAD_SIGNATURE` naming the first mismatch,
+ *   `ONNX_DRAFTER_IDENTITY_MISMATCH` when recorded identities differ from the weights',
+ *   `ONNX_DRAFTER_BAD_MODEL` for unreadable initializers.
+ */
+export function inspectModel(m: OnnxNs.ModelProto): ModelInfo {
+  const meta = new Map<string, string>();
+  for (const p of m.metadataProps ?? []) meta.set(p.key ?? "", p.value ?? "");
+  const version = meta.get(Meta.SIGNATURE);
+  if (version !== SIGNATURE_VERSION) {
+    sig(
+      `metadata ${Meta.SIGNATURE} is ${version === undefined ? "missing" : JSON.stringify(version)}, expected "${SIGNATURE_VERSION}"`,
+    );
+  }
+  const window = metaInt(meta, Meta.WINDOW, 1, 4096);
+  const numSpec = metaInt(meta, Meta.NUM_SPEC, 1, 32);
+  const vocabSize = metaInt(meta, Meta.VOCAB_SIZE, 2, 0x7fffffff);
+  const numTaps = metaInt(meta, Meta.NUM_TAPS, 1, 0xffff);
+  const hidden = metaInt(meta, Meta.HIDDEN, 1, 0x7fffffff);
+  if (numTaps * hidden * 2 > 0xffffffff) sig(`num_taps ${numTaps} x hidden ${hidden} gives no u32 row_bytes`);
+
+  const graph = m.graph!;
+  const inits = new Set((graph.initializer ?? []).map((t) => t.name ?? ""));
+  const inputs = new Map<string, OnnxNs.IValueInfoProto>();
+  for (const v of graph.input ?? []) if (!inits.has(v.name ?? "")) inputs.set(v.name ?? "", v);
+  const outputs = new Map<string, OnnxNs.IValueInfoProto>();
+  for (const v of graph.output ?? []) outputs.set(v.name ?? "", v);
+  const { windowRows, hasTopKInput, stateSize } = checkInputs(inputs, outputs, { window, numTaps, hidden });
+  if (!outputs.has(Output.CONFIDENCE)) sig(`output ${Output.CONFIDENCE} is missing`);
+  expect("output", Output.CONFIDENCE, tensorType(outputs.get(Output.CONFIDENCE)!, "output"), DataType.FLOAT, [
+    "batch",
+  ]);
+  const { output, fixedK, top32 } = readOutputKind(outputs, hasTopKInput, vocabSize);
+
+  const ids = checkedIdentities(graph, meta);
   return {
     window,
     numSpec,
