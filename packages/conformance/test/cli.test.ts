@@ -47,6 +47,18 @@ describe("tapwire-conformance --list", () => {
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/--sample-mode beam/);
   });
+  it.each([
+    [["worker", "tcp://127.0.0.1:1", "--timeout-ms", "-1"], /--timeout-ms -1 is not a non-negative integer/],
+    [["worker", "tcp://127.0.0.1:1", "--bogus", "1"], /unknown flag --bogus/],
+    [["ec-producer", "tcp://127.0.0.1:1", "-x"], /unknown flag -x/],
+    [["beam"], /mode beam is not worker/],
+  ])("usage error %j: one line naming it, exit 2", async (args, msg) => {
+    const r = await bin(args);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(msg);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect(r.stderr).not.toMatch(/ambiguous|To specify a positional/);
+  });
 });
 
 describe("tapwire-conformance worker", () => {

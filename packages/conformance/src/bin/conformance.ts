@@ -89,168 +89,218 @@ function listCases(defs: readonly CaseInfo[], filter: string | undefined): strin
     .join("\n");
 }
 
-async function main(): Promise<number> {
-  const str = { type: "string" } as const;
-  const { values: v, positionals } = parseArgs({
-    options: {
-      token: str,
-      window: str,
-      "num-spec": str,
-      vocab: str,
-      "num-taps": str,
-      hidden: str,
-      "drafter-identity": str,
-      "markov-identity": str,
-      "sample-mode": str,
-      takeover: str,
-      "session-lease-ms": str,
-      "unbound-idle-ms": str,
-      "max-connections": str,
-      "tls-ca": str,
-      "tls-cert": str,
-      "tls-key": str,
-      "tls-servername": str,
-      listen: str,
-      "mm-hash": str,
-      "compatibility-hash": str,
-      "num-blocks": str,
-      "model-id": str,
-      dtype: str,
-      "hidden-size": str,
-      "pin-lease-ms": str,
-      "ack-timeout-ms": str,
-      "block-bytes": str,
-      list: { type: "boolean" },
-      cases: str,
-      json: str,
-      junit: str,
-      "timeout-ms": str,
-      "backoff-ms": str,
-      "disable-wait-ms": str,
-      seed: str,
-      verbose: { type: "boolean" },
-      help: { type: "boolean" },
-    },
+const str = { type: "string" } as const;
+const OPTIONS = {
+  token: str,
+  window: str,
+  "num-spec": str,
+  vocab: str,
+  "num-taps": str,
+  hidden: str,
+  "drafter-identity": str,
+  "markov-identity": str,
+  "sample-mode": str,
+  takeover: str,
+  "session-lease-ms": str,
+  "unbound-idle-ms": str,
+  "max-connections": str,
+  "tls-ca": str,
+  "tls-cert": str,
+  "tls-key": str,
+  "tls-servername": str,
+  listen: str,
+  "mm-hash": str,
+  "compatibility-hash": str,
+  "num-blocks": str,
+  "model-id": str,
+  dtype: str,
+  "hidden-size": str,
+  "pin-lease-ms": str,
+  "ack-timeout-ms": str,
+  "block-bytes": str,
+  list: { type: "boolean" },
+  cases: str,
+  json: str,
+  junit: str,
+  "timeout-ms": str,
+  "backoff-ms": str,
+  "disable-wait-ms": str,
+  seed: str,
+  verbose: { type: "boolean" },
+  help: { type: "boolean" },
+} as const;
+
+type Values = {
+  [K in keyof typeof OPTIONS]?: (typeof OPTIONS)[K]["type"] extends "boolean" ? boolean : string;
+};
+
+/**
+ * Parses argv with one rule for values: the word after a flag that takes a value is its value
+ * even when it starts with "-" (so `--timeout-ms -1` reaches the range check instead of
+ * parseArgs' "ambiguous" message), and an unknown flag is named in one line.
+ */
+function parseCli(argv: readonly string[]): { v: Values; positionals: string[] } {
+  const joined: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i] as string;
+    const name = a.startsWith("--") && !a.includes("=") ? a.slice(2) : undefined;
+    if (name !== undefined && !(name in OPTIONS)) throw new UsageError(`unknown flag ${a}`);
+    if (a.startsWith("-") && !a.startsWith("--") && a.length > 1) throw new UsageError(`unknown flag ${a}`);
+    const opt = name === undefined ? undefined : OPTIONS[name as keyof typeof OPTIONS];
+    if (opt !== undefined && opt.type === "string" && i + 1 < argv.length) {
+      joined.push(`${a}=${argv[++i] as string}`);
+    } else {
+      joined.push(a);
+    }
+  }
+  const { values, positionals } = parseArgs({
+    args: joined,
+    options: OPTIONS,
     strict: true,
     allowPositionals: true,
   });
+  return { v: values as Values, positionals };
+}
+
+interface Common {
+  timeoutMs: number | undefined;
+  seed: number | undefined;
+  run: ReturnType<typeof runOptions>;
+}
+
+function runOptions(v: Values) {
+  const onResult = (r: CaseResult) => {
+    if (v.verbose === true) process.stderr.write(`${r.verdict.padEnd(13)} ${r.id}\n`);
+  };
+  return defined({ cases: v.cases, onResult });
+}
+
+function worker(v: Values, positionals: readonly string[], c: Common): Promise<RunReport> {
+  const endpoint = positionals[1];
+  if (endpoint === undefined) throw new UsageError("worker needs an endpoint");
+  const sm = v["sample-mode"];
+  if (sm !== undefined && sm !== "greedy" && sm !== "top32")
+    throw new UsageError(`--sample-mode ${sm} is not greedy or top32`);
+  const tk = v.takeover;
+  if (tk !== undefined && tk !== "allow" && tk !== "refuse")
+    throw new UsageError(`--takeover ${tk} is not allow or refuse`);
+  const token = v.token ?? process.env.TAPWIRE_TOKEN;
+  return runWorkerSuite(
+    defined({
+      endpoint,
+      token: token === "" ? undefined : token,
+      window: int("window", v.window, 1, 4096),
+      numSpec: int("num-spec", v["num-spec"], 1, 32),
+      vocab: int("vocab", v.vocab, 1, 0xffffffff),
+      numTaps: int("num-taps", v["num-taps"], 1, 0xffff),
+      hidden: int("hidden", v.hidden, 1, 0xffffffff),
+      drafterIdentity: v["drafter-identity"],
+      markovIdentity: v["markov-identity"],
+      sampleMode: sm as "greedy" | "top32" | undefined,
+      takeover: tk as "allow" | "refuse" | undefined,
+      sessionLeaseMs: int("session-lease-ms", v["session-lease-ms"], 0, 2 ** 31 - 1),
+      unboundIdleMs: int("unbound-idle-ms", v["unbound-idle-ms"], 0, 2 ** 31 - 1),
+      maxConnections: int("max-connections", v["max-connections"], 1, 1 << 20),
+      timeoutMs: c.timeoutMs,
+      seed: c.seed,
+      tls: defined({
+        caFile: v["tls-ca"],
+        certFile: v["tls-cert"],
+        keyFile: v["tls-key"],
+        servername: v["tls-servername"],
+      }),
+    }),
+    c.run,
+  );
+}
+
+function client(v: Values, positionals: readonly string[], c: Common): Promise<RunReport> {
+  const listen = v.listen ?? positionals[1];
+  if (listen === undefined) throw new UsageError("client needs --listen <endpoint>");
+  return runClientSuite(
+    defined({
+      listen,
+      window: int("window", v.window, 1, 4096),
+      numSpec: int("num-spec", v["num-spec"], 1, 32),
+      vocab: int("vocab", v.vocab, 1, 0xffffffff),
+      numTaps: int("num-taps", v["num-taps"], 1, 0xffff),
+      hidden: int("hidden", v.hidden, 1, 0xffffffff),
+      drafterIdentity: v["drafter-identity"],
+      markovIdentity: v["markov-identity"],
+      timeoutMs: c.timeoutMs,
+      backoffMs: int("backoff-ms", v["backoff-ms"], 0, 2 ** 31 - 1),
+      disableWaitMs: int("disable-wait-ms", v["disable-wait-ms"], 0, 2 ** 31 - 1),
+      onNeedClient: (why: string) => process.stderr.write(`restart the client now (${why})\n`),
+      token: v.token,
+      onListening: (ep: string) => process.stderr.write(`listening on ${ep}\n`),
+    }),
+    c.run,
+  );
+}
+
+function ecProducer(v: Values, positionals: readonly string[], c: Common): Promise<RunReport> {
+  const endpoint = positionals[1];
+  if (endpoint === undefined) throw new UsageError("ec-producer needs an endpoint");
+  return runEcProducerSuite(
+    defined({
+      endpoint,
+      mmHash: v["mm-hash"],
+      compatibilityHash: v["compatibility-hash"],
+      modelId: v["model-id"],
+      dtype: v.dtype,
+      hiddenSize: int("hidden-size", v["hidden-size"], 1, 2 ** 31 - 1),
+      blockBytes: int("block-bytes", v["block-bytes"], 1, 2 ** 31 - 1),
+      numBlocks: int("num-blocks", v["num-blocks"], 1, 2 ** 31 - 1),
+      pinLeaseMs: int("pin-lease-ms", v["pin-lease-ms"], 0, 2 ** 31 - 1),
+      timeoutMs: c.timeoutMs,
+      seed: c.seed,
+    }),
+    c.run,
+  );
+}
+
+function ecConsumer(v: Values, positionals: readonly string[], c: Common): Promise<RunReport> {
+  const listen = v.listen ?? positionals[1];
+  if (listen === undefined) throw new UsageError("ec-consumer needs --listen <endpoint>");
+  const hash = v["compatibility-hash"];
+  if (hash === undefined) throw new UsageError("ec-consumer needs --compatibility-hash");
+  return runEcConsumerSuite(
+    defined({
+      listen,
+      compatibilityHash: hash,
+      blocks: int("num-blocks", v["num-blocks"], 1, 1 << 20),
+      blockBytes: int("block-bytes", v["block-bytes"], 1, 1 << 30),
+      ackTimeoutMs: int("ack-timeout-ms", v["ack-timeout-ms"], 0, 2 ** 31 - 1),
+      timeoutMs: c.timeoutMs,
+      onListening: (ep: string) => process.stderr.write(`listening on ${ep}\n`),
+    }),
+    c.run,
+  );
+}
+
+const RUNNERS = { worker, client, "ec-producer": ecProducer, "ec-consumer": ecConsumer } as const;
+
+async function main(): Promise<number> {
+  const { v, positionals } = parseCli(process.argv.slice(2));
   if (v.help === true || positionals.length === 0) {
     process.stdout.write(HELP);
     return v.help === true ? 0 : 2;
   }
-  const mode = positionals[0]!;
-  const modes: readonly string[] = ["worker", "client", "ec-producer", "ec-consumer"];
-  const defs = modes.includes(mode) ? allCases(mode as Mode) : undefined;
-  if (defs === undefined)
+  const mode = positionals[0] as string;
+  if (!(mode in RUNNERS))
     throw new UsageError(`mode ${mode} is not worker, client, ec-producer or ec-consumer`);
+  const defs = allCases(mode as Mode);
   if (v.list === true) {
     process.stdout.write(`${listCases(defs, v.cases)}\n`);
     return 0;
   }
-  const timeoutMs = int("timeout-ms", v["timeout-ms"], 1, 600_000);
-  const seed = int("seed", v.seed, 0, 0xffffffff);
-  const color = process.stdout.isTTY === true;
-  const onResult = (r: CaseResult) => {
-    if (v.verbose === true) process.stderr.write(`${r.verdict.padEnd(13)} ${r.id}\n`);
+  const common: Common = {
+    timeoutMs: int("timeout-ms", v["timeout-ms"], 1, 600_000),
+    seed: int("seed", v.seed, 0, 0xffffffff),
+    run: runOptions(v),
   };
-  const run = defined({ cases: v.cases, onResult });
-  let rep: RunReport;
-  if (mode === "worker") {
-    const endpoint = positionals[1];
-    if (endpoint === undefined) throw new UsageError("worker needs an endpoint");
-    const sm = v["sample-mode"];
-    if (sm !== undefined && sm !== "greedy" && sm !== "top32")
-      throw new UsageError(`--sample-mode ${sm} is not greedy or top32`);
-    const tk = v.takeover;
-    if (tk !== undefined && tk !== "allow" && tk !== "refuse")
-      throw new UsageError(`--takeover ${tk} is not allow or refuse`);
-    const token = v.token ?? process.env.TAPWIRE_TOKEN;
-    rep = await runWorkerSuite(
-      defined({
-        endpoint,
-        token: token === "" ? undefined : token,
-        window: int("window", v.window, 1, 4096),
-        numSpec: int("num-spec", v["num-spec"], 1, 32),
-        vocab: int("vocab", v.vocab, 1, 0xffffffff),
-        numTaps: int("num-taps", v["num-taps"], 1, 0xffff),
-        hidden: int("hidden", v.hidden, 1, 0xffffffff),
-        drafterIdentity: v["drafter-identity"],
-        markovIdentity: v["markov-identity"],
-        sampleMode: sm as "greedy" | "top32" | undefined,
-        takeover: tk as "allow" | "refuse" | undefined,
-        sessionLeaseMs: int("session-lease-ms", v["session-lease-ms"], 0, 2 ** 31 - 1),
-        unboundIdleMs: int("unbound-idle-ms", v["unbound-idle-ms"], 0, 2 ** 31 - 1),
-        maxConnections: int("max-connections", v["max-connections"], 1, 1 << 20),
-        timeoutMs,
-        seed,
-        tls: defined({
-          caFile: v["tls-ca"],
-          certFile: v["tls-cert"],
-          keyFile: v["tls-key"],
-          servername: v["tls-servername"],
-        }),
-      }),
-      run,
-    );
-  } else if (mode === "client") {
-    const listen = v.listen ?? positionals[1];
-    if (listen === undefined) throw new UsageError("client needs --listen <endpoint>");
-    rep = await runClientSuite(
-      defined({
-        listen,
-        window: int("window", v.window, 1, 4096),
-        numSpec: int("num-spec", v["num-spec"], 1, 32),
-        vocab: int("vocab", v.vocab, 1, 0xffffffff),
-        numTaps: int("num-taps", v["num-taps"], 1, 0xffff),
-        hidden: int("hidden", v.hidden, 1, 0xffffffff),
-        drafterIdentity: v["drafter-identity"],
-        markovIdentity: v["markov-identity"],
-        timeoutMs,
-        backoffMs: int("backoff-ms", v["backoff-ms"], 0, 2 ** 31 - 1),
-        disableWaitMs: int("disable-wait-ms", v["disable-wait-ms"], 0, 2 ** 31 - 1),
-        onNeedClient: (why: string) => process.stderr.write(`restart the client now (${why})\n`),
-        token: v.token,
-        onListening: (ep: string) => process.stderr.write(`listening on ${ep}\n`),
-      }),
-      run,
-    );
-  } else if (mode === "ec-producer") {
-    const endpoint = positionals[1];
-    if (endpoint === undefined) throw new UsageError("ec-producer needs an endpoint");
-    rep = await runEcProducerSuite(
-      defined({
-        endpoint,
-        mmHash: v["mm-hash"],
-        compatibilityHash: v["compatibility-hash"],
-        modelId: v["model-id"],
-        dtype: v.dtype,
-        hiddenSize: int("hidden-size", v["hidden-size"], 1, 2 ** 31 - 1),
-        blockBytes: int("block-bytes", v["block-bytes"], 1, 2 ** 31 - 1),
-        numBlocks: int("num-blocks", v["num-blocks"], 1, 2 ** 31 - 1),
-        pinLeaseMs: int("pin-lease-ms", v["pin-lease-ms"], 0, 2 ** 31 - 1),
-        timeoutMs,
-        seed,
-      }),
-      run,
-    );
-  } else {
-    const listen = v.listen ?? positionals[1];
-    if (listen === undefined) throw new UsageError("ec-consumer needs --listen <endpoint>");
-    const hash = v["compatibility-hash"];
-    if (hash === undefined) throw new UsageError("ec-consumer needs --compatibility-hash");
-    rep = await runEcConsumerSuite(
-      defined({
-        listen,
-        compatibilityHash: hash,
-        blocks: int("num-blocks", v["num-blocks"], 1, 1 << 20),
-        blockBytes: int("block-bytes", v["block-bytes"], 1, 1 << 30),
-        ackTimeoutMs: int("ack-timeout-ms", v["ack-timeout-ms"], 0, 2 ** 31 - 1),
-        timeoutMs,
-        onListening: (ep: string) => process.stderr.write(`listening on ${ep}\n`),
-      }),
-      run,
-    );
-  }
+  const rep = await RUNNERS[mode as keyof typeof RUNNERS](v, positionals, common);
+  const color = process.stdout.isTTY === true;
   process.stdout.write(formatText(rep, defined({ color, verbose: v.verbose })));
   if (v.json !== undefined) writeFileSync(v.json, `${JSON.stringify(rep, null, 2)}\n`);
   if (v.junit !== undefined) writeFileSync(v.junit, formatJunit(rep));
@@ -268,7 +318,7 @@ main().then(
       e instanceof UsageError ||
       (e instanceof Error && "code" in e && String(e.code).startsWith("ERR_PARSE_ARGS"))
     ) {
-      process.stderr.write(`tapwire-conformance: ${e.message}\n(see --help)\n`);
+      process.stderr.write(`tapwire-conformance: ${e.message} (see --help)\n`);
       process.exit(2);
     }
     const msg =
