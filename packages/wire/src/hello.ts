@@ -131,6 +131,56 @@ function readName(b: Uint8Array, o: number): string {
   return utf8Decoder.decode(b.subarray(o, end));
 }
 
+/** An integer field of a fixed-layout body: its name (in the object and in errors), width in bits, offset. */
+type IntField<T> = readonly [name: keyof T & string, bits: 8 | 16 | 32, offset: number];
+
+/** HELLO's integer fields (CONTRACT 6.1), in layout order. */
+const HELLO_INTS: ReadonlyArray<IntField<Hello>> = [
+  ["window", 16, H_WINDOW],
+  ["numSpec", 16, H_NUM_SPEC],
+  ["sampleMode", 8, H_SAMPLE_MODE],
+  ["rowDtype", 8, H_ROW_DTYPE],
+  ["numTaps", 16, H_NUM_TAPS],
+  ["hidden", 32, H_HIDDEN],
+  ["rowBytes", 32, H_ROW_BYTES],
+  ["vocabSize", 32, H_VOCAB],
+  ["maxSlots", 32, H_MAX_SLOTS],
+  ["maxRowsPerStep", 32, H_MAX_ROWS],
+  ["helloFlags", 32, H_FLAGS],
+];
+
+/** HelloReply's integer fields (CONTRACT 6.1), in layout order (the reserved u32 is written as 0). */
+const REPLY_INTS: ReadonlyArray<IntField<HelloReply>> = [
+  ["window", 16, R_WINDOW],
+  ["numSpec", 16, R_NUM_SPEC],
+  ["capabilities", 32, R_CAPS],
+  ["maxSlots", 32, R_MAX_SLOTS],
+  ["maxRowsPerStep", 32, R_MAX_ROWS],
+  ["vocabSize", 32, R_VOCAB],
+  ["rowBytes", 32, R_ROW_BYTES],
+  ["windowsKept", 32, R_WINDOWS_KEPT],
+];
+
+/** Range-checks every integer field of `v`, in order (`WIRE_BAD_ARGUMENT` naming the first). */
+function checkInts<T>(v: T, fields: ReadonlyArray<IntField<T>>): void {
+  for (const [name, bits] of fields) {
+    const x = v[name] as unknown as number;
+    if (bits === 8) checkU8(name, x);
+    else if (bits === 16) checkU16(name, x);
+    else checkU32(name, x);
+  }
+}
+
+/** Writes every integer field of `v` little-endian at `o` + its offset (checked already). */
+function writeInts<T>(b: Uint8Array, o: number, v: T, fields: ReadonlyArray<IntField<T>>): void {
+  for (const [name, bits, offset] of fields) {
+    const x = v[name] as unknown as number;
+    if (bits === 8) b[o + offset] = x;
+    else if (bits === 16) wr16(b, o + offset, x);
+    else wr32(b, o + offset, x);
+  }
+}
+
 function target(out: Uint8Array | undefined, offset: number, size: number): Uint8Array {
   if (out === undefined) return new Uint8Array(size);
   if (!Number.isInteger(offset) || offset < 0 || offset + size > out.length) {
@@ -147,32 +197,12 @@ function target(out: Uint8Array | undefined, offset: number, size: number): Uint
 export function encodeHello(h: Hello, out?: Uint8Array, offset = 0): Uint8Array {
   const b = target(out, offset, HELLO_BODY_SIZE);
   const o = out === undefined ? 0 : offset;
-  checkU16("window", h.window);
-  checkU16("numSpec", h.numSpec);
-  checkU8("sampleMode", h.sampleMode);
-  checkU8("rowDtype", h.rowDtype);
-  checkU16("numTaps", h.numTaps);
-  checkU32("hidden", h.hidden);
-  checkU32("rowBytes", h.rowBytes);
-  checkU32("vocabSize", h.vocabSize);
-  checkU32("maxSlots", h.maxSlots);
-  checkU32("maxRowsPerStep", h.maxRowsPerStep);
-  checkU32("helloFlags", h.helloFlags);
+  checkInts(h, HELLO_INTS);
   writeBytes("drafterIdentity", b, o + H_DRAFTER, h.drafterIdentity, false);
   writeBytes("markovIdentity", b, o + H_MARKOV, h.markovIdentity, false);
   writeBytes("auth", b, o + H_AUTH, h.auth, true);
   writeName("clientName", b, o + H_NAME, h.clientName);
-  wr16(b, o + H_WINDOW, h.window);
-  wr16(b, o + H_NUM_SPEC, h.numSpec);
-  b[o + H_SAMPLE_MODE] = h.sampleMode;
-  b[o + H_ROW_DTYPE] = h.rowDtype;
-  wr16(b, o + H_NUM_TAPS, h.numTaps);
-  wr32(b, o + H_HIDDEN, h.hidden);
-  wr32(b, o + H_ROW_BYTES, h.rowBytes);
-  wr32(b, o + H_VOCAB, h.vocabSize);
-  wr32(b, o + H_MAX_SLOTS, h.maxSlots);
-  wr32(b, o + H_MAX_ROWS, h.maxRowsPerStep);
-  wr32(b, o + H_FLAGS, h.helloFlags);
+  writeInts(b, o, h, HELLO_INTS);
   return b.subarray(o, o + HELLO_BODY_SIZE);
 }
 
@@ -212,25 +242,11 @@ export function decodeHello(body: Uint8Array): Hello {
 export function encodeHelloReply(r: HelloReply, out?: Uint8Array, offset = 0): Uint8Array {
   const b = target(out, offset, HELLO_REPLY_BODY_SIZE);
   const o = out === undefined ? 0 : offset;
-  checkU16("window", r.window);
-  checkU16("numSpec", r.numSpec);
-  checkU32("capabilities", r.capabilities);
-  checkU32("maxSlots", r.maxSlots);
-  checkU32("maxRowsPerStep", r.maxRowsPerStep);
-  checkU32("vocabSize", r.vocabSize);
-  checkU32("rowBytes", r.rowBytes);
-  checkU32("windowsKept", r.windowsKept);
+  checkInts(r, REPLY_INTS);
   writeBytes("drafterIdentity", b, o + R_DRAFTER, r.drafterIdentity, false);
   writeBytes("markovIdentity", b, o + R_MARKOV, r.markovIdentity, false);
   writeName("workerName", b, o + R_NAME, r.workerName);
-  wr16(b, o + R_WINDOW, r.window);
-  wr16(b, o + R_NUM_SPEC, r.numSpec);
-  wr32(b, o + R_CAPS, r.capabilities);
-  wr32(b, o + R_MAX_SLOTS, r.maxSlots);
-  wr32(b, o + R_MAX_ROWS, r.maxRowsPerStep);
-  wr32(b, o + R_VOCAB, r.vocabSize);
-  wr32(b, o + R_ROW_BYTES, r.rowBytes);
-  wr32(b, o + R_WINDOWS_KEPT, r.windowsKept);
+  writeInts(b, o, r, REPLY_INTS);
   wr32(b, o + R_RESERVED, 0);
   return b.subarray(o, o + HELLO_REPLY_BODY_SIZE);
 }
