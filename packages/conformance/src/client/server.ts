@@ -5,6 +5,7 @@
  */
 import * as net from "node:net";
 import * as zmq from "zeromq";
+import type { Endpoint } from "../conn.js";
 import { parseEndpoint } from "../conn.js";
 import { ConformanceError } from "../errors.js";
 import { lePrefix, u32 } from "../frames.js";
@@ -71,58 +72,65 @@ export class ScriptedListener {
   /** Binds `url` (tcp, unix, zmq+tcp, zmq+ipc). */
   async listen(url: string): Promise<void> {
     const ep = parseEndpoint(url);
-    if (ep.scheme === "zmq+tcp" || ep.scheme === "zmq+ipc") {
-      const r = new zmq.Router({ linger: 0 });
-      const addr = ep.scheme === "zmq+tcp" ? `tcp://${ep.host}:${ep.port}` : `ipc://${ep.path}`;
-      await r.bind(addr);
-      this.endpoint = url;
-      this.stream = false;
-      const peers = new Map<string, ServerConn>();
-      void (async () => {
-        for (;;) {
-          let parts: Buffer[];
-          try {
-            parts = await r.receive();
-          } catch {
-            return;
-          }
-          const rid = parts[0]!;
-          const key = rid.toString("hex");
-          let c = peers.get(key);
-          if (c === undefined || c.closed) {
-            let closed = false;
-            const id = this.nextId++;
-            c = {
-              id,
-              send: (m) => {
-                if (!closed) void r.send([rid, m]).catch(() => undefined);
-              },
-              sendRaw: (m) => {
-                if (!closed) void r.send([rid, m]).catch(() => undefined);
-              },
-              close: () => {
-                closed = true;
-              },
-              get closed() {
-                return closed;
-              },
-            };
-            peers.set(key, c);
-            this.push({ kind: "open", conn: c, at: performance.now() });
-          }
-          this.push({
-            kind: "msg",
-            conn: c,
-            msg: new Uint8Array(Buffer.concat(parts.slice(1))),
-            at: performance.now(),
-          });
+    if (ep.scheme === "zmq+tcp" || ep.scheme === "zmq+ipc") await this.#listenZmq(url, ep);
+    else await this.#listenStream(url, ep);
+  }
+
+  /** A ROUTER: each routing id is one connection (a ROUTER never sees a peer close). */
+  async #listenZmq(url: string, ep: Endpoint): Promise<void> {
+    const r = new zmq.Router({ linger: 0 });
+    const addr = ep.scheme === "zmq+tcp" ? `tcp://${ep.host}:${ep.port}` : `ipc://${ep.path}`;
+    await r.bind(addr);
+    this.endpoint = url;
+    this.stream = false;
+    const peers = new Map<string, ServerConn>();
+    void (async () => {
+      for (;;) {
+        let parts: Buffer[];
+        try {
+          parts = await r.receive();
+        } catch {
+          return;
         }
-      })();
-      this.closers.push(async () => {
-        r.close();
-      });
-      return;
-    }
+        const rid = parts[0]!;
+        const key = rid.toString("hex");
+        let c = peers.get(key);
+        if (c === undefined || c.closed) {
+          let closed = false;
+          const id = this.nextId++;
+          c = {
+            id,
+            send: (m) => {
+              if (!closed) void r.send([rid, m]).catch(() => undefined);
+            },
+            sendRaw: (m) => {
+              if (!closed) void r.send([rid, m]).catch(() => undefined);
+            },
+            close: () => {
+              closed = true;
+            },
+            get closed() {
+              return closed;
+            },
+          };
+          peers.set(key, c);
+          this.push({ kind: "open", conn: c, at: performance.now() });
+        }
+        this.push({
+          kind: "msg",
+          conn: c,
+          msg: new Uint8Array(Buffer.concat(parts.slice(1))),
+          at: performance.now(),
+        });
+      }
+    })();
+    this.closers.push(async () => {
+      r.close();
+    });
+  }
+
+  /** tcp or unix: u32 little-endian length-prefixed messages (CONTRACT 3). */
+  async #listenStream(url: string, ep: Endpoint): Promise<void> {
     if (ep.scheme === "tls")
       throw new ConformanceError(
         "CONFORMANCE_BAD_ENDPOINT",
