@@ -174,6 +174,8 @@ export interface ConsumerSessionOptions {
   quarantineTimeoutMs?: number;
   /** Verify the CRC-32 of every read (default true; EC-CONTRACT 6.3). */
   verifyChecksum?: boolean;
+  /** Read-ahead when the producer offers it (default false; docs/ec-protocol.md 3.2). */
+  readAhead?: boolean;
   /** Session id (default: a fresh UUID, made once per session). */
   sessionId?: string;
   /** Where the `consumer_*` metrics go (default: a fresh Registry). */
@@ -200,6 +202,7 @@ export class ConsumerSession {
   readonly #readTimeout: number;
   readonly #quarantineTimeout: number;
   readonly #verify: boolean;
+  readonly #aheadWanted: boolean;
   readonly #m: ConsumerMetrics;
   readonly #log: Logger;
   #agentName: string | null = null;
@@ -242,6 +245,10 @@ export class ConsumerSession {
       throw new EcError("EC_BAD_OPTION", "option verifyChecksum: expected a boolean");
     }
     this.#verify = options.verifyChecksum ?? true;
+    if (options.readAhead !== undefined && typeof options.readAhead !== "boolean") {
+      throw new EcError("EC_BAD_OPTION", "option readAhead: expected a boolean");
+    }
+    this.#aheadWanted = options.readAhead ?? false;
     this.sessionId = options.sessionId ?? randomUUID();
     if (typeof this.sessionId !== "string" || this.sessionId.length === 0 || this.sessionId.includes(":")) {
       throw new EcError("EC_BAD_OPTION", "option sessionId: expected a non-empty string without ':'");
@@ -290,10 +297,8 @@ export class ConsumerSession {
     const xfer = new ConsumerXfer(mmHash, [...localBlocks], ackDeadline, expectedNbytes, this.#log);
     this.#xfers.set(mmHash, xfer);
     this.#m.requests.inc();
-    const canAhead = this.#data.readAhead === true && typeof this.#data.postReadAhead === "function";
-    if (canAhead && this.#peerAhead && this.#agentName !== null && expectedNbytes !== undefined) {
-      this.#postAhead(xfer, expectedNbytes);
-    }
+    const canAhead =
+      this.#aheadWanted && this.#data.readAhead === true && typeof this.#data.postReadAhead === "function";
     try {
       this.#send(
         encodeXferReq({
@@ -307,6 +312,10 @@ export class ConsumerSession {
     } catch (err) {
       // A failed send is an ack that will never come: the ack deadline retries it.
       this.#log.warn({ err, mmHash }, "XferReq send failed");
+    }
+    // After the XferReq (the control round trip is the longer leg): the read follows it.
+    if (canAhead && this.#peerAhead && this.#agentName !== null && expectedNbytes !== undefined) {
+      this.#postAhead(xfer, expectedNbytes);
     }
     return xfer;
   }

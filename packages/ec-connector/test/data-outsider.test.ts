@@ -271,6 +271,7 @@ describe("read-ahead (docs/ec-protocol.md 3.2), frames from its table", () => {
       blockBytes: BB,
       compatibility: producer.compatibilityHash,
       registry: new Registry(),
+      readAhead: true,
     });
     const d = new Driver(conn).start();
     const old = new Dealer({ linger: 0 });

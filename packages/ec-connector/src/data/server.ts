@@ -113,13 +113,17 @@ export class DataServer {
     const waiting = this.#parked.get(key);
     if (waiting === undefined) return;
     this.#parked.delete(key);
-    for (const c of waiting) {
-      const p = c.parked;
-      if (p === null) continue;
-      clearTimeout(p.timer);
-      c.parked = null;
-      if (!c.socket.destroyed) this.#readAhead(c, p.frame, key, false);
-    }
+    // In a microtask: the producer's step that made the grant sends its ack first (the ack and
+    // the bytes then travel together), and the checks below see the grant as the step left it.
+    queueMicrotask(() => {
+      for (const c of waiting) {
+        const p = c.parked;
+        if (p === null) continue;
+        clearTimeout(p.timer);
+        c.parked = null;
+        if (!c.socket.destroyed && !this.#closed) this.#readAhead(c, p.frame, key, false);
+      }
+    });
   }
 
   revoke(key: string): void {
