@@ -275,7 +275,7 @@ describe("CONTRACT 12.1: a shared worker's sessions", () => {
     expect(ca.unbound).toBe(1);
     const after = (await r.stats(cb)).json.worker as Record<string, number>;
     expect(after.sessions_held).toBe(1);
-    expect(after.slot_bytes).toBeLessThan(held.slot_bytes);
+    expect(after.slot_bytes).toBeLessThan(held.slot_bytes!);
     expect((await r.step(ca, A, 0, 1)).status).toBe(FrameStatus.NO_SESSION);
     // Its client re-HELLOs: a new session (windows_kept 0).
     const again = await r.hello(ca, A);
