@@ -156,6 +156,12 @@ export class SessionTable {
     const h = this.#byConn.get(conn);
     if (h === undefined) return null;
     if (!h.held || !h.session.isBound(conn)) return null;
+    // CONTRACT 12.1 "Idle sessions": dropped when its idle time reaches session_idle_ms, whether
+    // or not the sweep timer has run yet.
+    if (this.#cfg.now() - h.session.lastOkAt >= this.#cfg.sessionIdleMs) {
+      this.#drop(h, DropReason.IDLE);
+      return null;
+    }
     return h;
   }
 
