@@ -346,19 +346,75 @@ async function memory(windows: number) {
   };
 }
 
+/**
+ * The drafter alone, in this process, at 8 and 64 entries per call (full windows, greedy): the
+ * ceiling of what batching 8 STEPs of 8 entries can gain, `8 * t(8) / t(64)`.
+ */
+async function drafterScaling(d: { draft(b: unknown[], o: unknown): void | Promise<void>; numSpec: number }) {
+  const rb = head.numTaps * head.hidden * 2;
+  const W = head.config.window;
+  const pool = new Uint8Array(64 * W * rb);
+  for (let i = 0; i < pool.length; i += 2) pool[i + 1] = 0x3c + ((i >> 1) % 3); // small bf16 values
+  const batchOf = (n: number) =>
+    Array.from({ length: n }, (_, i) => ({
+      index: i,
+      slot: i,
+      anchorPos: 100 + i,
+      anchorToken: (i * 37) % head.vocabSize,
+      k: d.numSpec,
+      rows: pool.subarray(i * W * rb, (i + 1) * W * rb),
+      nRows: W,
+      sample: null,
+    }));
+  const outOf = (n: number) => ({
+    draftIds: new Int32Array(n * d.numSpec),
+    confidence: new Float32Array(n * d.numSpec),
+    margin: new Float32Array(n * d.numSpec),
+    sampledMask: null,
+    supportIds: null,
+    proposalQ: null,
+    numSpec: d.numSpec,
+    failed: new Uint8Array(n),
+  });
+  const time = async (n: number) => {
+    const b = batchOf(n);
+    const o = outOf(n);
+    for (let i = 0; i < WARM; i++) await d.draft(b, o);
+    const t0 = performance.now();
+    const reps = QUICK ? 10 : 40;
+    for (let i = 0; i < reps; i++) await d.draft(b, o);
+    return (performance.now() - t0) / reps;
+  };
+  const t8 = await time(8);
+  const t64 = await time(64);
+  return { call_ms_8: r3(t8), call_ms_64: r3(t64), ceiling_8x8_vs_64: r3((8 * t8) / t64) };
+}
+
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), "tapwire-bench-shared-"));
   try {
-    const { exportReferenceHead } = (await import(join(ONNX_PKG, "dist", "index.js"))) as {
+    const onnxMod = (await import(join(ONNX_PKG, "dist", "index.js"))) as {
       exportReferenceHead(h: unknown): Uint8Array;
+      OnnxDrafter: {
+        create(m: Uint8Array, o: Record<string, unknown>): Promise<Parameters<typeof drafterScaling>[0]>;
+      };
     };
     const model = join(dir, "head.onnx");
-    writeFileSync(model, exportReferenceHead(head));
+    const bytes = onnxMod.exportReferenceHead(head);
+    writeFileSync(model, bytes);
+    const { ReferenceDrafter } = await import("../src/index.js");
+    const scaling = {
+      onnx: await drafterScaling(await onnxMod.OnnxDrafter.create(bytes, { intraOpThreads: 1 })),
+      reference: await drafterScaling(
+        new ReferenceDrafter(head) as unknown as Parameters<typeof drafterScaling>[0],
+      ),
+    };
     const onnx = ["--drafter", "onnx", "--model", model, "--onnx-threads", "1"];
     const out = {
       bench: "worker shared (CONTRACT 12.1)",
       quick: QUICK,
       steps_per_session: STEPS,
+      drafter_alone_in_process: scaling,
       onnx: await batching(onnx, ONNX_PKG),
       reference: await batching(["--drafter", "reference"]),
       unshared_tax_reference: await unsharedTax(["--drafter", "reference"]),
