@@ -198,28 +198,42 @@ function pct(xs: number[], p: number): number {
 
 const r3 = (x: number) => Math.round(x * 1000) / 1000;
 
-/** `n` sessions x `slots` entries, closed loops at once: STEPs/s, entries/s, RTT p50/p99 (ms). */
-async function load(b: Bin, n: number, slots: number, base: number) {
-  const ss = await Promise.all(Array.from({ length: n }, (_, k) => Session.open(b, base + k, slots)));
+interface Load {
+  bin: Bin;
+  sessions: Session[];
+  slots: number;
+  seconds: number;
+}
+
+async function openLoad(bin: Bin, n: number, slots: number, base: number): Promise<Load> {
+  const sessions = await Promise.all(Array.from({ length: n }, (_, k) => Session.open(bin, base + k, slots)));
   await Promise.all(
-    ss.map(async (s) => {
+    sessions.map(async (s) => {
       for (let i = 0; i < WARM; i++) await s.step(false);
     }),
   );
+  return { bin, sessions, slots, seconds: 0 };
+}
+
+/** One block: every session of `l` runs `rounds` closed-loop rounds at once. */
+async function block(l: Load, rounds: number): Promise<void> {
   const t0 = performance.now();
   await Promise.all(
-    ss.map(async (s) => {
-      for (let i = 0; i < STEPS; i++) await s.step(true);
+    l.sessions.map(async (s) => {
+      for (let i = 0; i < rounds; i++) await s.step(true);
     }),
   );
-  const sec = (performance.now() - t0) / 1000;
-  for (const s of ss) s.close();
-  const rtts = ss.flatMap((s) => s.rtts);
+  l.seconds += (performance.now() - t0) / 1000;
+}
+
+function summary(l: Load) {
+  const rtts = l.sessions.flatMap((s) => s.rtts);
+  for (const s of l.sessions) s.close();
   return {
-    sessions: n,
-    entries_per_step: slots,
-    steps_per_s: r3((n * STEPS) / sec),
-    entries_per_s: r3((n * STEPS * slots) / sec),
+    sessions: l.sessions.length,
+    entries_per_step: l.slots,
+    steps_per_s: r3(rtts.length / l.seconds),
+    entries_per_s: r3((rtts.length * l.slots) / l.seconds),
     rtt_ms_p50: r3(pct(rtts, 50)),
     rtt_ms_p99: r3(pct(rtts, 99)),
   };
@@ -232,17 +246,28 @@ async function statsOf(b: Bin): Promise<Record<string, unknown>> {
   return JSON.parse(Buffer.from(a.body).toString("utf8")) as Record<string, unknown>;
 }
 
+/**
+ * The three configurations run in alternating blocks (load on this shared machine drifts within
+ * seconds; blocks make every ratio compare figures measured side by side).
+ */
 async function batching(drafterArgs: string[], cwd?: string) {
   const shared = await startBin([...drafterArgs, "--max-sessions", "8"], cwd);
-  const batched = await load(shared, 8, 8, 0x1000);
-  const st = (await statsOf(shared)) as { histograms: Record<string, { mean: number; p99: number }> };
-  await stopBin(shared);
   const aloneBin = await startBin([...drafterArgs, "--max-sessions", "8", "--max-batch-entries", "8"], cwd);
-  const alone = await load(aloneBin, 8, 8, 0x2000);
-  await stopBin(aloneBin);
   const singleBin = await startBin([...drafterArgs], cwd);
-  const single = await load(singleBin, 1, 64, 0x3000);
-  await stopBin(singleBin);
+  const lb = await openLoad(shared, 8, 8, 0x1000);
+  const la = await openLoad(aloneBin, 8, 8, 0x2000);
+  const ls = await openLoad(singleBin, 1, 64, 0x3000);
+  const BLOCKS = QUICK ? 3 : 10;
+  for (let i = 0; i < BLOCKS; i++) {
+    await block(lb, STEPS / BLOCKS);
+    await block(la, STEPS / BLOCKS);
+    await block(ls, STEPS / BLOCKS);
+  }
+  const st = (await statsOf(shared)) as { histograms: Record<string, { mean: number; p99: number }> };
+  const batched = summary(lb);
+  const alone = summary(la);
+  const single = summary(ls);
+  await Promise.all([stopBin(shared), stopBin(aloneBin), stopBin(singleBin)]);
   return {
     batched,
     alone,
