@@ -70,6 +70,7 @@ interface EventsMetrics {
   snapshots: Counter;
   malformed: Counter;
   peersRefused: Counter;
+  disconnects: Counter;
   replaced: Counter;
   seq: Gauge;
   ring: Gauge;
@@ -96,6 +97,10 @@ function eventsMetrics(r: Registry): EventsMetrics {
       "producer_replay_peers_refused",
       "replay requests of a new peer dropped beyond 256 peers in 30 s (EC-CONTRACT 10.2)",
     ),
+    disconnects: r.counter(
+      "producer_replay_disconnects",
+      "replay connections dropped: an over-64-KiB message (EC-CONTRACT 9.1) or a peer gone",
+    ),
     replaced: r.counter(
       "producer_replay_answers_replaced",
       "unsent rests of answers dropped because the same peer asked again",
@@ -111,10 +116,18 @@ interface Change {
   free: number;
 }
 
+/**
+ * One peer's answer in the send queue: ring messages `ringNext ..= ringLast` made on the way out
+ * (the answer costs no copy of the ring), then the snapshot pages, then `end`.
+ */
 interface Outgoing {
   identity: Uint8Array;
-  msgs: Uint8Array[];
+  rid: Uint8Array;
+  ringNext: number;
+  ringLast: number;
+  pages: Uint8Array[];
   next: number;
+  end: Uint8Array;
 }
 
 const te = new TextEncoder();
@@ -204,6 +217,7 @@ export class ResidencyEvents {
       this.#hello();
     }, heartbeatMs);
     this.#timer.unref();
+    router.events.on("disconnect", () => this.#m.disconnects.inc());
     void this.#serve();
   }
 
@@ -425,36 +439,62 @@ export class ResidencyEvents {
     this.#peers.set(peer, now); // insertion order = least recently active first
     this.#m.requests.inc();
     this.flush(); // the answer reflects every change made so far
-    const msgs = this.#answer(requestId, incarnation, since);
+    const answer = this.#answer(identity, requestId, incarnation, since);
     if (this.#out.has(peer)) this.#m.replaced.inc();
     this.#out.delete(peer);
-    this.#out.set(peer, { identity, msgs, next: 0 });
+    this.#out.set(peer, answer);
     if (!this.#routerBusy) void this.#pumpRouter();
   }
 
-  #answer(requestId: string, incarnation: string, since: number): Uint8Array[] {
-    const out: Uint8Array[] = [];
+  #answer(identity: Uint8Array, requestId: string, incarnation: string, since: number): Outgoing {
     const last = this.#seq;
-    const first = Math.max(1, last - this.#ring.length + 1);
-    const rid = packMsg(requestId);
-    if (incarnation === this.incarnation && since <= last && since + 1 >= first) {
-      this.#m.replays.inc();
-      for (let s = since + 1; s <= last; s++)
-        out.push(withRequestId(this.#ring[s % this.#ring.length]!, rid));
-    } else {
-      this.#m.snapshots.inc();
-      out.push(...this.#snapshot(requestId, last));
-    }
-    out.push(
-      packMsg({
+    const o: Outgoing = {
+      identity,
+      rid: packMsg(requestId),
+      ringNext: 1,
+      ringLast: 0,
+      pages: [],
+      next: 0,
+      end: packMsg({
         kind: "end",
         request_id: requestId,
         incarnation: this.incarnation,
         seq: last,
         heartbeat_ms: this.heartbeatMs,
       }),
-    );
-    return out;
+    };
+    if (incarnation === this.incarnation && since <= last && since + 1 >= this.#firstInRing()) {
+      this.#m.replays.inc();
+      o.ringNext = since + 1;
+      o.ringLast = last;
+    } else {
+      this.#m.snapshots.inc();
+      o.pages = this.#snapshot(requestId, last);
+    }
+    return o;
+  }
+
+  #firstInRing(): number {
+    return Math.max(1, this.#seq - this.#ring.length + 1);
+  }
+
+  /** The next message of an answer, or null when it is complete. */
+  #nextOf(o: Outgoing): Uint8Array | null {
+    if (o.ringNext <= o.ringLast) {
+      // A message overwritten since the request (a slow reader, a big burst): the rest of the ring
+      // part is skipped, the end tells the subscriber what it lacks and it asks again (10.2).
+      if (o.ringNext < this.#firstInRing()) o.ringNext = o.ringLast + 1;
+      else {
+        const s = o.ringNext++;
+        return withRequestId(this.#ring[s % this.#ring.length]!, o.rid);
+      }
+    }
+    if (o.next < o.pages.length) return o.pages[o.next++]!;
+    if (o.next === o.pages.length) {
+      o.next++;
+      return o.end;
+    }
+    return null;
   }
 
   /** EC-CONTRACT 10.2: the resident set as of seq `last`, in pages within the limits of 10.1. */
@@ -502,8 +542,11 @@ export class ResidencyEvents {
     while (this.#out.size > 0 && !this.#closed) {
       for (const [peer, o] of [...this.#out]) {
         if (this.#out.get(peer) !== o) continue;
-        const msg = o.msgs[o.next++]!;
-        if (o.next >= o.msgs.length) this.#out.delete(peer);
+        const msg = this.#nextOf(o);
+        if (msg === null) {
+          this.#out.delete(peer);
+          continue;
+        }
         try {
           await this.#router.send([o.identity, msg]);
         } catch (err) {

@@ -455,6 +455,21 @@ export class EcProducer {
         const n = int(msg, "nbytes", "encode", 1, this.cache.numBlocks * this.cache.blockBytes);
         return { op: "encode", mm_hash: h, result: this.encode(h, n) };
       }
+      case "residents": {
+        // A tapwire extension for tests and operators: the ready entries and the last published seq
+        // (flushed first, so the two agree). Bounded to what fits a 64 KiB reply.
+        this.events?.flush();
+        const hashes: string[] = [];
+        let bytes = 64;
+        for (const h of this.cache.keys()) {
+          if (!this.cache.isReady(h)) continue;
+          bytes += Buffer.byteLength(h) + 3;
+          if (bytes > 60_000)
+            return { op: "residents", mm_hashes: hashes, seq: this.events?.seq ?? 0, truncated: true };
+          hashes.push(h);
+        }
+        return { op: "residents", mm_hashes: hashes, seq: this.events?.seq ?? 0, truncated: false };
+      }
       case "evict": {
         const h = str(msg, "mm_hash", "evict", MAX_STRING_BYTES);
         return { op: "evict", mm_hash: h, result: this.evict(h) };
