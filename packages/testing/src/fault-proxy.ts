@@ -140,6 +140,7 @@ class Pipe {
   private readonly queue: QueueItem[] = [];
   private lastDue = 0;
   private timer: NodeJS.Timeout | null = null;
+  private immediate: NodeJS.Immediate | null = null;
   private dropping = false;
   private waitingDrain = false;
 
@@ -208,6 +209,10 @@ class Pipe {
       clearTimeout(this.timer);
       this.timer = null;
     }
+    if (this.immediate !== null) {
+      clearImmediate(this.immediate);
+      this.immediate = null;
+    }
     const f = this.proxy.fault;
     while (this.queue.length > 0 && !this.conn.closed) {
       if (f !== null && f.kind === "stall" && appliesTo(f, this.dir)) return;
@@ -226,10 +231,19 @@ class Pipe {
       }
       const wait = head.due - performance.now();
       if (wait > 0) {
-        this.timer = setTimeout(() => {
-          this.timer = null;
-          this.pump();
-        }, Math.ceil(wait));
+        // Timers have a 1 ms granularity: whole milliseconds on a timer, the rest polled on the
+        // event loop, so a 0.25 ms link delay is 0.25 ms and not 1 ms (never earlier than due).
+        if (wait >= 1) {
+          this.timer = setTimeout(() => {
+            this.timer = null;
+            this.pump();
+          }, Math.floor(wait));
+        } else {
+          this.immediate = setImmediate(() => {
+            this.immediate = null;
+            this.pump();
+          });
+        }
         return;
       }
       this.queue.shift();
@@ -250,6 +264,8 @@ class Pipe {
   stop(): void {
     if (this.timer !== null) clearTimeout(this.timer);
     this.timer = null;
+    if (this.immediate !== null) clearImmediate(this.immediate);
+    this.immediate = null;
     this.queue.length = 0;
   }
 }

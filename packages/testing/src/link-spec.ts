@@ -10,6 +10,8 @@ import { TestingError, TestingErrorCode } from "./errors.js";
  *   lower bound, since timers never fire early and have a 1 ms granularity.
  * - `jitter`: each chunk's delay is `delay ± jitter` (uniform), never reordering a stream.
  * - `stall`: the probability per chunk that the stream pauses for `stall_time` before it.
+ * - `relay=on|off`: whether the relay is in the path at all; on by default exactly when one of
+ *   the three above is set (`relay=on` alone: the relay's own cost, a same-path baseline).
  */
 export interface LinkSpec {
   /** One-way delay added in each direction, ms (`delay=`, default 0). */
@@ -26,6 +28,8 @@ export interface LinkSpec {
   readonly stallMs: number;
   /** Seed of the relay's jitter and stall draws (`seed=`, default 1): runs are repeatable. */
   readonly seed: number;
+  /** Whether connections to servers pass the relay (`relay=`; default: delay, jitter or stall set). */
+  readonly relay: boolean;
 }
 
 /** Length of a stall when the spec names none (`stall_time=`), ms. */
@@ -40,10 +44,20 @@ export const LINK_NONE: LinkSpec = Object.freeze({
   stallProbability: 0,
   stallMs: DEFAULT_STALL_MS,
   seed: 1,
+  relay: false,
 });
 
 /** The keys a link spec accepts, in documentation order. */
-export const LINK_SPEC_KEYS = ["delay", "jitter", "rate", "burst", "stall", "stall_time", "seed"] as const;
+export const LINK_SPEC_KEYS = [
+  "delay",
+  "jitter",
+  "rate",
+  "burst",
+  "stall",
+  "stall_time",
+  "seed",
+  "relay",
+] as const;
 
 const MAX_TIME_MS = 10_000;
 const MIN_RATE = 8_000;
@@ -82,6 +96,7 @@ export function parseLinkSpec(text: string): LinkSpec {
   const bad = (why: string) =>
     new TestingError(TestingErrorCode.BAD_OPTION, `link spec ${JSON.stringify(text)}: ${why}`);
   const seen = new Set<string>();
+  let relay: boolean | null = null;
   const out = { ...LINK_NONE } as { -readonly [K in keyof LinkSpec]: LinkSpec[K] };
   for (const token of trimmed.split(/\s+/)) {
     const eq = token.indexOf("=");
@@ -134,6 +149,10 @@ export function parseLinkSpec(text: string): LinkSpec {
         out.stallProbability = p;
         break;
       }
+      case "relay":
+        if (value !== "on" && value !== "off") throw bad(`relay ${JSON.stringify(value)} is not on or off`);
+        relay = value === "on";
+        break;
       case "seed": {
         if (!/^\d{1,9}$/.test(value))
           throw bad(`seed ${JSON.stringify(value)} is not an integer in [0, 999999999]`);
@@ -146,6 +165,9 @@ export function parseLinkSpec(text: string): LinkSpec {
     throw bad(`jitter ${out.jitterMs} ms is above delay ${out.delayMs} ms (a delay never goes negative)`);
   }
   if (out.burstBytes !== null && out.rateBitsPerSec === null) throw bad("burst needs a rate");
+  const impaired = out.delayMs > 0 || out.jitterMs > 0 || out.stallProbability > 0;
+  if (relay === false && impaired) throw bad("relay=off cannot add delay, jitter or stalls");
+  out.relay = relay ?? impaired;
   return Object.freeze(out);
 }
 
@@ -159,12 +181,14 @@ export function formatLinkSpec(spec: LinkSpec): string {
   if (spec.stallProbability > 0) parts.push(`stall=${spec.stallProbability * 100}%`);
   if (spec.stallMs !== DEFAULT_STALL_MS) parts.push(`stall_time=${spec.stallMs}ms`);
   if (spec.seed !== 1) parts.push(`seed=${spec.seed}`);
+  if (spec.relay && !(spec.delayMs > 0 || spec.jitterMs > 0 || spec.stallProbability > 0))
+    parts.push("relay=on");
   return parts.length === 0 ? "none" : parts.join(" ");
 }
 
-/** True when the spec asks for delay, jitter or stalls, i.e. for a relay in the path. */
+/** True when connections pass a relay: the spec asks for delay, jitter or stalls, or says `relay=on`. */
 export function linkNeedsRelay(spec: LinkSpec): boolean {
-  return spec.delayMs > 0 || spec.jitterMs > 0 || spec.stallProbability > 0;
+  return spec.relay;
 }
 
 /** The tbf bucket of a shaped link, bytes: the spec's `burst`, or 1 ms at `rate` within [16 KiB, 16 MiB]. */

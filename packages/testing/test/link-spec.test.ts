@@ -29,6 +29,7 @@ describe("parseLinkSpec", () => {
       stallProbability: 0.001,
       stallMs: DEFAULT_STALL_MS,
       seed: 1,
+      relay: true,
     });
     expect(parseLinkSpec("  delay=250us   rate=8kbit burst=2kb stall_time=1s seed=42 ")).toMatchObject({
       delayMs: 0.25,
@@ -44,7 +45,12 @@ describe("parseLinkSpec", () => {
   });
 
   test.each([
-    ["dealy=1ms", /unknown key "dealy" \(known: delay, jitter, rate, burst, stall, stall_time, seed\)/],
+    [
+      "dealy=1ms",
+      /unknown key "dealy" \(known: delay, jitter, rate, burst, stall, stall_time, seed, relay\)/,
+    ],
+    ["relay=yes", /relay "yes" is not on or off/],
+    ["delay=1ms relay=off", /relay=off cannot add delay, jitter or stalls/],
     ["delay", /"delay" is not key=value/],
     ["=1ms", /"=1ms" is not key=value/],
     ["delay=1ms delay=2ms", /key delay given twice/],
@@ -81,12 +87,15 @@ describe("parseLinkSpec", () => {
       "delay=1ms jitter=0.2ms",
       "rate=1000000000bit",
       "stall=2% stall_time=5ms seed=9",
+      "relay=on",
     ]) {
       expect(formatLinkSpec(parseLinkSpec(s))).toBe(s);
     }
     expect(linkNeedsRelay(parseLinkSpec("rate=1gbit"))).toBe(false);
     expect(linkNeedsRelay(parseLinkSpec("delay=1ms"))).toBe(true);
     expect(linkNeedsRelay(parseLinkSpec("stall=1%"))).toBe(true);
+    expect(linkNeedsRelay(parseLinkSpec("relay=on"))).toBe(true);
+    expect(linkNeedsRelay(parseLinkSpec("delay=0ms"))).toBe(false);
     expect(tbfBurstBytes(parseLinkSpec("rate=1gbit"))).toBe(125_000);
     expect(tbfBurstBytes(parseLinkSpec("rate=4mbit"))).toBe(16 << 10);
     expect(tbfBurstBytes(parseLinkSpec("rate=100gbit"))).toBe(12_500_000);
