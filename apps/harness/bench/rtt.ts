@@ -6,12 +6,12 @@
 // row: STEP RTT and round time (p50, mean), wall tokens/s and the same run's target-only tokens/s
 // (the reference model decoding the same requests in process), the harness's goodput line
 // (tokens per simulated second, H100 / 8B cost model with its fixed 0.3 ms RTT term), and that goodput
-// with the measured STEP RTT in place of the fixed term against the cost model's target-only
+// with the measured STEP RTT (p50) in place of the fixed term against the cost model's target-only
 // goodput at the same batch. The budget is where drafting stops paying (goodput with drafts <=
 // target-only), linearly interpolated between rows.
 // JSON on stdout, a markdown table on stderr; `--write` also writes docs/benchmarks/rtt.json and
 // rtt.svg (bench/rtt-svg.ts). Env: BENCH_RTTS (ms, default 0,0.5,1,2,3,4,5), BENCH_REQUESTS (24),
-// BENCH_REPEATS (1: rows interleaved, the median kept).
+// BENCH_REPEATS (3: passes over the rows interleaved, the median of each figure kept).
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
@@ -23,7 +23,7 @@ import { rttSvg } from "./rtt-svg.js";
 
 const RTTS = (process.env.BENCH_RTTS ?? "0,0.5,1,2,3,4,5").split(",").map(Number);
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 24);
-const REPEATS = Number(process.env.BENCH_REPEATS ?? 1);
+const REPEATS = Number(process.env.BENCH_REPEATS ?? 3);
 const BIN = fileURLToPath(new URL("../dist/bin/harness.js", import.meta.url));
 const docs = (f: string) => fileURLToPath(new URL(`../../../docs/benchmarks/${f}`, import.meta.url));
 const log = (s: string) => process.stderr.write(`${s}\n`);
@@ -45,7 +45,7 @@ export interface RttRow {
   goodput_with_measured_rtt: number;
   target_only_goodput: number;
   goodput_ratio_to_target_only: number;
-  /** The mean STEP RTT (ms) at which this row's modelled goodput would equal target-only's. */
+  /** The STEP RTT (ms, p50) at which this row's modelled goodput would equal target-only's. */
   break_even_step_rtt_ms: number;
   relay_bytes: number;
   lossless: boolean;
@@ -64,9 +64,9 @@ export interface RttBench {
     h100_8b_ms: number | null;
     /** The budget is past the sweep's last row (linear extrapolation). */
     h100_8b_extrapolated: boolean;
-    /** The whole STEP RTT (ms, mean) at which drafting stops paying for the H100 / 8B model (median over rows). */
+    /** The whole STEP RTT (ms, p50) at which drafting stops paying for the H100 / 8B model (median over rows). */
     h100_8b_step_rtt_ms: number;
-    /** The 0 ms row's mean STEP RTT (ms): this machine's own link + worker time. */
+    /** The 0 ms row's STEP RTT (ms, p50): this machine's own link + worker time. */
     base_step_rtt_ms: number;
     statement: string;
   };
@@ -118,7 +118,8 @@ function rowOf(rtt: number, runs: Report[]): Omit<RttRow, "wall_ratio_to_0ms"> {
     const dp = r.depthPolicy!;
     const rounds = r.rounds.total;
     // the harness's line counts H100_8B_COST.rttSec per round: put the measured STEP RTT there
-    const seconds = dp.simulatedSeconds + rounds * (r.latency.stepRtt.mean / 1000 - H100_8B_COST.rttSec);
+    // p50, not the mean: on a shared machine a few scheduling stalls would dominate a mean
+    const seconds = dp.simulatedSeconds + rounds * (r.latency.stepRtt.p50 / 1000 - H100_8B_COST.rttSec);
     return r.tokens.generated / seconds;
   };
   const targetOnly = (r: Report) => {
@@ -195,12 +196,12 @@ async function main(): Promise<void> {
     const h100 = crossing(rows, (r) => r.goodput_ratio_to_target_only);
     const fmt = (v: number | null) => (v === null ? "never" : `${v.toFixed(2)} ms`);
     const stepBudget = median(rows.map((r) => r.break_even_step_rtt_ms));
-    const baseRtt = rows[0]!.step_rtt_mean_ms;
+    const baseRtt = rows[0]!.step_rtt_p50_ms;
     const statement = [
       wall.ms === 0
         ? `Reference model (wall time on this CPU): remote drafting does not pay at any added RTT, 0 ms included: the same run's target-only decode makes ${rows[0]!.target_only_wall_tokens_per_s.toFixed(0)} tokens/s against ${rows[0]!.wall_tokens_per_s.toFixed(0)} with drafts, since one reference forward costs far less than one STEP round trip.`
         : `Reference model (wall time on this CPU): remote drafting stops paying at ${fmt(wall.ms)} of added RTT.`,
-      `H100 / 8B cost model with the measured STEP RTT: drafting pays while the whole STEP RTT stays below ${stepBudget.toFixed(2)} ms (mean), the round trip in which the extra tokens per forward still buy more than they wait for; this machine's 0 ms row already spends ${baseRtt.toFixed(2)} ms per STEP (link, relay and a CPU worker drafting), so the added-RTT budget here is ${fmt(h100.ms)}${h100.extrapolated ? " (beyond the sweep, extrapolated linearly)" : ""} and ${(stepBudget - baseRtt).toFixed(2)} ms by the break-even RTT.`,
+      `H100 / 8B cost model with the measured STEP RTT: drafting pays while the whole STEP RTT stays below ${stepBudget.toFixed(2)} ms (p50), the round trip in which the extra tokens per forward still buy more than they wait for; this machine's 0 ms row already spends ${baseRtt.toFixed(2)} ms per STEP (link, relay and a CPU worker drafting), so the added-RTT budget here is ${fmt(h100.ms)}${h100.extrapolated ? " (beyond the sweep, extrapolated linearly)" : ""} and ${(stepBudget - baseRtt).toFixed(2)} ms by the break-even RTT.`,
     ].join(" ");
     const out: RttBench = {
       bench: "rtt",
