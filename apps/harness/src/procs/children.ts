@@ -42,6 +42,17 @@ function placement(scope: RunScope, role: ServerRole): { netns?: string } {
   return netns === undefined ? {} : { netns };
 }
 
+/** `--advertise <address>` when a server of `role` binds a wildcard (netns), nothing locally. */
+function advertiseArgs(scope: RunScope, role: ServerRole): string[] {
+  const t = scope.topology;
+  return t.bindHost(role) === t.address(role) ? [] : ["--advertise", t.address(role)];
+}
+
+/** `endpoint` (as advertised) with the bind host back in place: what a restart listens on. */
+function rebind(endpoint: string, host: string): string {
+  return endpoint.replace(/^([a-z+]+:\/\/).+(:\d+)$/, `$1${host}$2`);
+}
+
 /** Makes the port of each `scheme://host:port` endpoint of a server reachable from the engine. */
 async function exposeAll(scope: RunScope, role: ServerRole, endpoints: readonly unknown[]): Promise<void> {
   for (const e of endpoints) {
@@ -109,9 +120,10 @@ export interface StartedWorker {
 /** Starts the drafter worker serving the head saved at `weights`. */
 export async function startWorker(scope: RunScope, weights: string): Promise<StartedWorker> {
   const { cfg, dir } = scope;
-  const host = scope.topology.bindHost("worker");
-  const listen = endpointFor(cfg.draftTransport, dir, host);
-  const workerArgs = workerArgsFor(cfg, weights);
+  const bind = scope.topology.bindHost("worker");
+  const host = scope.topology.address("worker");
+  const listen = endpointFor(cfg.draftTransport, dir, bind);
+  const workerArgs = [...workerArgsFor(cfg, weights), ...advertiseArgs(scope, "worker")];
   let tls: { ca: string } | null = null;
   if (cfg.draftTransport === "tls") {
     const creds = makeTlsCredentials();
@@ -149,9 +161,15 @@ export async function startWorker(scope: RunScope, weights: string): Promise<Sta
       `worker listening line has no endpoints: ${JSON.stringify(wl)}`,
     );
   await exposeAll(scope, "worker", [endpoint]);
-  scope.note(`worker pid ${worker.pid} listening on ${endpoint}`);
+  const bound =
+    Array.isArray(wl["bind"]) && wl["bind"][0] !== endpoint ? ` (bound ${String(wl["bind"][0])})` : "";
+  scope.note(`worker pid ${worker.pid} listening on ${endpoint}${bound}`);
   // a restart (faults) must come back on the same endpoint
-  worker.setArgs([...workerArgs, "--listen", endpoint]);
+  worker.setArgs([
+    ...workerArgs,
+    "--listen",
+    endpoint.startsWith("unix:") ? endpoint : rebind(endpoint, bind),
+  ]);
   return { worker, endpoint, tls };
 }
 
@@ -233,8 +251,9 @@ export interface StartedEncoder {
 /** Starts the encoder (EC producer) with the cache geometry `geo`. */
 export async function startEncoder(scope: RunScope, geo: EcGeometry): Promise<StartedEncoder> {
   const { cfg } = scope;
-  const host = scope.topology.bindHost("encoder");
-  const encoderArgs = encoderArgsFor(cfg, scope.dir, geo, host);
+  const bind = scope.topology.bindHost("encoder");
+  const host = scope.topology.address("encoder");
+  const encoderArgs = encoderArgsFor(cfg, scope.dir, geo, bind);
   const encoderScript = binPath("@tapwire/ec-connector", "tapwire-ec-producer");
   // the producer's own metrics endpoint, announced (not merged into ours: its tapwire_ec_
   // families would clash with the engine-side consumer's)
@@ -247,10 +266,11 @@ export async function startEncoder(scope: RunScope, geo: EcGeometry): Promise<St
   }
   // over a network the engine's leak check asks the admin socket from its own host
   const remoteAdmin = scope.topology.remote ? ["--admin", `tcp://${host}:0`, "--admin-allow-remote"] : [];
+  const advertise = advertiseArgs(scope, "encoder");
   const encoder = new ChildService({
     name: "encoder",
     script: encoderScript,
-    args: [...encoderArgs(`tcp://${host}:0`), ...encoderMetrics, ...remoteAdmin],
+    args: [...encoderArgs(`tcp://${bind}:0`), ...encoderMetrics, ...remoteAdmin, ...advertise],
     ...(scope.childLog ? { log: scope.childLog } : {}),
     ...placement(scope, "encoder"),
   });
@@ -267,14 +287,18 @@ export async function startEncoder(scope: RunScope, geo: EcGeometry): Promise<St
     );
   }
   await exposeAll(scope, "encoder", [el["control"], el["data"], el["admin"]]);
-  scope.note(`encoder pid ${encoder.pid} listening on ${producerEndpoint}`);
+  const cb = (el["bind"] as { control?: unknown } | undefined)?.control;
+  const encBound = typeof cb === "string" && cb !== producerEndpoint ? ` (bound ${cb})` : "";
+  scope.note(`encoder pid ${encoder.pid} listening on ${producerEndpoint}${encBound}`);
   // a restart (faults) must come back on the same control (and admin) endpoint; over a network
   // on the same data port too (the relay forwards the ports it was told)
   const pinAdmin =
     typeof el["admin"] === "string" && binHasFlag(encoder.script, "--admin") ? ["--admin", el["admin"]] : [];
-  const pinData = scope.topology.remote && typeof el["data"] === "string" ? el["data"] : undefined;
+  const pinData =
+    scope.topology.remote && typeof el["data"] === "string" ? rebind(el["data"], bind) : undefined;
   encoder.setArgs([
-    ...encoderArgs(producerEndpoint, pinData),
+    ...encoderArgs(rebind(producerEndpoint, bind), pinData),
+    ...advertise,
     ...encoderMetrics,
     ...pinAdmin,
     ...(pinAdmin.length > 0 && scope.topology.remote ? ["--admin-allow-remote"] : []),

@@ -138,7 +138,11 @@ export class NetnsTopology implements Topology {
     return l;
   }
 
-  bindHost(role: ServerRole): string {
+  bindHost(): string {
+    return "0.0.0.0";
+  }
+
+  address(role: ServerRole): string {
     return this.#leaf(role).address;
   }
 

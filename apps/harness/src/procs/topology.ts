@@ -35,8 +35,13 @@ export interface TopologyReport {
 export interface Topology {
   /** `local` or `netns`. */
   readonly kind: "local" | "netns";
-  /** The address a server of `role` binds its sockets to (`127.0.0.1`, or its namespace's address). */
+  /**
+   * The address a server of `role` binds its listening sockets to: `127.0.0.1`, or `0.0.0.0` in a
+   * namespace of its own, as an operator would (it then advertises {@link Topology.address}).
+   */
   bindHost(role: ServerRole): string;
+  /** The address peers reach a server of `role` at (its `--advertise`; admin and metrics bind it). */
+  address(role: ServerRole): string;
   /** True when the engine reaches the servers over a network (admin and metrics must bind non-loopback). */
   readonly remote: boolean;
   /** The network namespace a server of `role` runs in (`ip netns exec`), undefined for this one. */
@@ -57,6 +62,10 @@ export class LocalTopology implements Topology {
   readonly remote = false;
 
   bindHost(): string {
+    return "127.0.0.1";
+  }
+
+  address(): string {
     return "127.0.0.1";
   }
 
