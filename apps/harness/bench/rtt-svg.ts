@@ -95,6 +95,7 @@ export function rttSvg(b: RttBench): string {
     1,
   );
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="11">
+<title>STEP RTT, round time and goodput over target-only against added link RTT (bench:rtt)</title>
 <rect width="${W}" height="${H}" fill="white"/>
 ${left}
 ${right}
