@@ -5,7 +5,7 @@ import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { listNamespaces, requireRoot } from "@tapwire/testing";
+import { isAlive, listNamespaces, requireRoot, waitUntil } from "@tapwire/testing";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { parseArgs } from "../src/index.js";
 import { BIN, readReport, SMALL, startBin } from "./bin-helpers.js";
@@ -109,4 +109,32 @@ describe("harness in network namespaces", () => {
       for (const h of [engine, worker, encoder]) expect(left).not.toContain(h!.netns);
     },
   );
+
+  test("SIGKILL of the supervisor stops the run and its children; the next netns run removes the namespaces", async () => {
+    const args = [...RUN, "--requests", "400", "--rate", "4", "--link", "delay=1ms"];
+    const first = startBin(args);
+    const started = await first.waitFor(/encoder pid (\d+) listening/, 60_000);
+    const worker = Number((await first.waitFor(/worker pid (\d+) listening/))[1]);
+    const encoder = Number(started[1]);
+    const mine = (names: string[], pid: number) => names.filter((n) => n.startsWith(`twnet-${pid}-`));
+    const left = mine(await listNamespaces(), first.child.pid!);
+    expect(left).toHaveLength(4);
+    first.child.kill("SIGKILL");
+    await first.exited;
+    // the run process sees its stdin close and stops everything it started
+    await waitUntil(() => !isAlive(worker) && !isAlive(encoder), {
+      timeoutMs: 30_000,
+      what: "children gone",
+    });
+    expect(mine(await listNamespaces(), first.child.pid!)).toEqual(left);
+    // the next netns run removes them before it builds its own, and SIGTERM ends it cleanly
+    const next = startBin(args);
+    await next.waitFor(/netns topology: engine/, 60_000);
+    const now = await listNamespaces();
+    for (const n of left) expect(now).not.toContain(n);
+    await next.waitFor(/worker pid \d+ listening/, 60_000);
+    next.child.kill("SIGTERM");
+    expect((await next.exited).code).toBe(143);
+    expect(mine(await listNamespaces(), next.child.pid!)).toEqual([]);
+  });
 });
