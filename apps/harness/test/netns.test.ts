@@ -126,7 +126,7 @@ describe("harness in network namespaces", () => {
       timeoutMs: 30_000,
       what: "children gone",
     });
-    expect(mine(await listNamespaces(), first.child.pid!)).toEqual(left);
+    // the namespaces stay until a netns run starts (here or, in CI, another test process)
     // the next netns run removes them before it builds its own, and SIGTERM ends it cleanly
     const next = startBin(args);
     await next.waitFor(/netns topology: engine/, 60_000);

@@ -166,9 +166,9 @@ describe("netns: a star of namespaces", () => {
     const { namespaces, pids } = owner.readyLine.json as { namespaces: string[]; pids: number[] };
     expect(namespaces).toHaveLength(3);
     await owner.kill("SIGKILL");
-    // what a crash leaves: the namespaces, and the server still running inside one
-    expect(await listNamespaces()).toEqual(expect.arrayContaining(namespaces));
-    expect(isAlive(pids[1]!)).toBe(true);
+    // A crash leaves the namespaces and the server running inside one. Not asserted: another test
+    // process starting now (CI runs packages side by side) may sweep them first, which is the
+    // behaviour under test too; without the sweep they stay and the checks below fail.
     const again = await spawnBin(OWNER, ["sweep"], { timeoutMs: 60_000 });
     await again.exited;
     const left = await listNamespaces();
