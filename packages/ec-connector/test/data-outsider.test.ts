@@ -303,4 +303,45 @@ describe("read-ahead (docs/ec-protocol.md 3.2), frames from its table", () => {
       await producer.close();
     }
   });
+
+  it("consumer side: a NACK releases the read-ahead (blocks back, no byte lands); a failed read-ahead falls back to a READ once", async () => {
+    const n = 2 * BB + 3;
+    const producer = await EcProducer.start({
+      numBlocks: 64,
+      blockBytes: BB,
+      data: "tcp://127.0.0.1:0",
+      prepopulate: [
+        ["a", n],
+        ["b", n],
+        ["c", n],
+      ],
+    });
+    const conn = await ConsumerConnector.create({
+      numBlocks: 16,
+      blockBytes: BB,
+      compatibility: producer.compatibilityHash,
+      registry: new Registry(),
+      readAhead: true,
+    });
+    const d = new Driver(conn).start();
+    try {
+      expect(await d.fetch("a", producer.controlEndpoint, n, 10_000)).toBe("loaded"); // learns the offer
+      const free = conn.cache.freeBlocks;
+      // NACK_MISSING while a READ_AHEAD for it waits at the producer: released, blocks freed.
+      expect(await d.fetch("missing", producer.controlEndpoint, n, 10_000)).toMatch(/MISSING|missing/);
+      expect(conn.cache.freeBlocks).toBe(free);
+      expect(conn.registry.snapshot().counters["consumer_read_aheads"]).toBe(1);
+      // A read-ahead that breaks (aborted before its first byte) is replaced by a READ after the ack.
+      (conn.data as SocketDataTransport).injectFault({ kind: "abort" }, 1);
+      expect(await d.fetch("b", producer.controlEndpoint, n, 10_000)).toBe("loaded");
+      expect(conn.registry.snapshot().counters["consumer_read_ahead_fallbacks"]).toBe(1);
+      expect(await d.fetch("c", producer.controlEndpoint, n, 10_000)).toBe("loaded");
+      expect(d.mismatched).toEqual([]);
+      conn.cache.check();
+    } finally {
+      d.stop();
+      await conn.close();
+      await producer.close();
+    }
+  });
 });
