@@ -43,5 +43,7 @@ export type { PromFamily, PromSample, PromtoolResult } from "./prom.js";
 export { parsePrometheus, promtoolCheck, sampleValue, scrape } from "./prom.js";
 export type { ChildHandle, ExitInfo, OutputLine, ProcessLimits, SpawnBinOptions } from "./spawn.js";
 export { killAllChildren, spawnBin, withFdLimit } from "./spawn.js";
+export type { SupervisedChild, SupervisedSpec, Supervisor } from "./supervisor.js";
+export { startSupervisor } from "./supervisor.js";
 export type { TlsCredentials } from "./tls.js";
 export { makeTlsCredentials, testTlsCredentials } from "./tls.js";
