@@ -426,6 +426,25 @@ try {
       );
     }
   }
+  // tapwire-make-certs ships in @tapwire/transport's tarball (issue 19): npm users make the
+  // certificates of docs/operations.md without a clone of the repository.
+  const transport = scratchPkgs.find((q) => q.installed && q.pkg.name === "@tapwire/transport");
+  if (transport) {
+    const out = path.join(transport.scratch, "certs");
+    const mk = await run(
+      path.join(transport.scratch, "node_modules/.bin/tapwire-make-certs"),
+      [out, "localhost", "127.0.0.1"],
+      { cwd: transport.scratch, timeoutMs: 60_000 },
+    );
+    const made = ["ca.crt", "server.crt", "server.key", "client.crt", "client.key"].filter((f) =>
+      fs.existsSync(path.join(out, f)),
+    );
+    record(
+      "tapwire-make-certs from the tarball",
+      "@tapwire/transport",
+      mk.code === 0 && made.length === 5 ? null : `${failure(mk)} (made: ${made.join(", ") || "nothing"})`,
+    );
+  }
   for (const p of scratchPkgs.filter((q) => q.compiled)) {
     const readme = fs.readFileSync(path.join(p.dir, "README.md"), "utf8");
     let service = null;
