@@ -103,6 +103,8 @@ export interface ChildOptions {
   exitWithParent?: boolean;
   /** Environment added to the harness's own (e.g. `TAPWIRE_DRAFTER_ONNX`). */
   env?: Record<string, string>;
+  /** Run inside this network namespace (`ip netns exec`, same pid; `--topology netns`). */
+  netns?: string;
 }
 
 /** A parsed pino line: every JSON object the child prints on stdout. */
@@ -164,8 +166,12 @@ export class ChildService {
       return Promise.reject(new HarnessError(HarnessErrorCode.PROCESS, `${this.opts.name} already running`));
     const { name, script, args } = this.opts;
     const parentPipe = this.opts.exitWithParent === true;
-    const child = spawn(process.execPath, [script, ...args, ...(parentPipe ? ["--exit-with-parent"] : [])], {
-      // the stdin pipe is never written nor closed: its end is the harness's death
+    const argv = [process.execPath, script, ...args, ...(parentPipe ? ["--exit-with-parent"] : [])];
+    const [cmd, ...rest] =
+      this.opts.netns === undefined ? argv : ["ip", "netns", "exec", this.opts.netns, ...argv];
+    const child = spawn(cmd!, rest, {
+      // the stdin pipe is never written nor closed: its end is the harness's death (issue 19);
+      // `ip netns exec` execs the bin, which keeps the pipe as its stdin
       stdio: [parentPipe ? "pipe" : "ignore", "pipe", "pipe"],
       ...(this.opts.env !== undefined ? { env: { ...process.env, ...this.opts.env } } : {}),
     });
