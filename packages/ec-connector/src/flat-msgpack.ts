@@ -27,6 +27,12 @@ export interface FlatLimits {
 
 const NO_ARRAYS: ReadonlySet<string> = new Set();
 const UTF8_FATAL = new TextDecoder("utf-8", { fatal: true });
+/** Longest key kept by the key cache of `FlatReader.key`, in bytes (the contract's keys are shorter). */
+const KEY_INTERN_MAX = 32;
+/** Most keys the cache holds (process-wide, never evicted: bounded memory under a key flood). */
+const KEY_INTERN_ENTRIES = 256;
+/** Keys seen before, by a 32-bit FNV-1a hash of their bytes (verified byte for byte on a hit). */
+const KEYS = new Map<number, string>();
 
 /**
  * EC-CONTRACT 9.1: decodes one control message that must be a single flat MessagePack map with
@@ -67,6 +73,8 @@ class FlatReader {
   readonly #b: Uint8Array;
   readonly #v: DataView;
   readonly #what: string;
+  /** A Buffer over the same bytes, made on the first ASCII string (see `#str`). */
+  #buf: Buffer | null = null;
   #p = 0;
 
   constructor(bytes: Uint8Array, what: string) {
@@ -111,7 +119,39 @@ class FlatReader {
     const t = this.#u8();
     const len = this.#strLen(t);
     if (len < 0) this.fail("a key is not a string");
-    return this.#str(len);
+    if (len > KEY_INTERN_MAX) return this.#str(len);
+    // Issue 23: the same few keys arrive in every message; a key seen before is returned as the
+    // string made the first time (a hash of its bytes, then a byte-for-byte check), so it is
+    // neither decoded nor hashed again as a new property name. ASCII keys only; the cache is
+    // bounded (a flood of new keys stops adding to it, and decoding goes on as before).
+    this.#need(len);
+    const b = this.#b;
+    const p = this.#p;
+    let h = 0x811c9dc5 ^ len;
+    let ascii = true;
+    for (let i = p; i < p + len; i++) {
+      const c = b[i]!;
+      if (c >= 0x80) ascii = false;
+      h = Math.imul(h ^ c, 0x01000193);
+    }
+    if (!ascii) return this.#str(len);
+    const hit = KEYS.get(h);
+    if (hit !== undefined && hit.length === len) {
+      let same = true;
+      for (let i = 0; i < len; i++) {
+        if (hit.charCodeAt(i) !== b[p + i]) {
+          same = false;
+          break;
+        }
+      }
+      if (same) {
+        this.#p += len;
+        return hit;
+      }
+    }
+    const key = this.#str(len);
+    if (hit === undefined && KEYS.size < KEY_INTERN_ENTRIES) KEYS.set(h, key);
+    return key;
   }
 
   /** One value; `maxArray` >= 0 allows an array of integers of at most that many elements. */
@@ -224,6 +264,17 @@ class FlatReader {
     this.#need(len);
     const p = this.#p;
     this.#p += len;
+    // Issue 23: keys and control strings are ASCII, which is valid UTF-8 and decodes to the same
+    // characters as latin1; an all-ASCII string skips the fatal TextDecoder (a view and a
+    // validating native call per string). Anything else goes through the decoder as before.
+    const b = this.#b;
+    const end = p + len;
+    let i = p;
+    while (i < end && b[i]! < 0x80) i++;
+    if (i === end) {
+      this.#buf ??= Buffer.from(b.buffer, b.byteOffset, b.byteLength);
+      return this.#buf.toString("latin1", p, end);
+    }
     try {
       return UTF8_FATAL.decode(this.#b.subarray(p, p + len));
     } catch {

@@ -114,3 +114,41 @@ describe("flat control-message decoder (EC-CONTRACT 9.1)", () => {
     );
   });
 });
+
+// Issue 23: the ASCII fast path of strings and the key cache change no result (EC-CONTRACT 9.1).
+describe("flat decoder fast paths (issue 23)", () => {
+  it("ASCII, multi-byte and long strings decode as UTF-8; invalid UTF-8 keys and values are refused", () => {
+    const long = "k".repeat(40); // past the key cache's 32 bytes
+    const m = decodeFlatMap(
+      encode({ ascii: "emb-1k", ключ: "значение", [long]: "é".repeat(70), e: "" }),
+      "msg",
+    );
+    expect(m).toEqual({ ascii: "emb-1k", ключ: "значение", [long]: "é".repeat(70), e: "" });
+    // 0xa1 0xff: a one-byte key that is not UTF-8; 0x81 map, then key "a" with value 0xa1 0xc3.
+    refused(new Uint8Array([0x81, 0xa1, 0xff, 0x01]), /not UTF-8/);
+    refused(new Uint8Array([0x81, 0xa1, 0x61, 0xa1, 0xc3]), /not UTF-8/);
+  });
+
+  it("a key seen before decodes the same in every message, next to keys that differ in one byte", () => {
+    for (let i = 0; i < 3; i++) {
+      expect(decodeFlatMap(encode({ ...REQ, mm_hasi: i }), "msg")).toEqual({ ...REQ, mm_hasi: i });
+      expect(decodeXferReq(encode({ ...REQ, mm_hash: `h${i}` })).mmHash).toBe(`h${i}`);
+    }
+  });
+
+  it("a flood of distinct keys fills the bounded key cache and decoding stays exact afterwards", () => {
+    for (let i = 0; i < 20; i++) {
+      const o: Record<string, number> = {};
+      for (let j = 0; j < 30; j++) o[`flood_${i}_${j}`] = j;
+      expect(decodeFlatMap(encode(o), "msg")).toEqual(o);
+    }
+    expect(decodeFlatMap(encode({ fresh_key_after_flood: 7, ...REQ }), "msg")).toEqual({
+      fresh_key_after_flood: 7,
+      ...REQ,
+    });
+    // a cached key twice in one map is still a duplicate
+    const dup = encode({ mm_hash: 1, mm_hasX: 2 });
+    dup[17] = 0x68; // "mm_hasX" -> "mm_hash"
+    refused(dup, /duplicate key mm_hash/);
+  });
+});
