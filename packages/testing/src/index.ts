@@ -45,3 +45,5 @@ export type { ChildHandle, ExitInfo, OutputLine, ProcessLimits, SpawnBinOptions 
 export { killAllChildren, spawnBin, withFdLimit } from "./spawn.js";
 export type { TlsCredentials } from "./tls.js";
 export { makeTlsCredentials, testTlsCredentials } from "./tls.js";
+export type { EtcdChild, StartEtcdOptions } from "./etcd.js";
+export { ETCD_BIN, startEtcd } from "./etcd.js";

@@ -11,6 +11,7 @@ import type { EcProducerOptions } from "../producer.js";
 import { EC_PRODUCER_DEFAULTS, EcProducer } from "../producer.js";
 import { PRODUCER_DEFAULTS } from "../producer-session.js";
 import { HEARTBEAT_DEFAULTS } from "../zmq.js";
+import { REGISTER_FLAGS, startRegistration } from "./register.js";
 
 const NAME = "tapwire-ec-producer";
 
@@ -141,6 +142,7 @@ const FLAGS = {
     help: 'log a "stats" line this often (0: off)',
     def: 0,
   },
+  ...REGISTER_FLAGS,
   "log-level": { kind: "string", arg: "<level>", help: "pino level", def: "info" },
   help: { kind: "boolean", help: "this text" },
 } as const satisfies Record<string, { kind: Kind; arg?: string; help: string; def?: string | number }>;
@@ -368,6 +370,7 @@ async function main(argv: string[]): Promise<void> {
     },
     "listening",
   );
+  const unregister = await startRegistration(v, p, log); // --register (issue 21)
   const statsTimer =
     statsEvery > 0 ? setInterval(() => log.info({ stats: p.stats() }, "stats"), statsEvery) : null;
   const stop = (signal: string) => {
@@ -375,8 +378,8 @@ async function main(argv: string[]): Promise<void> {
     stopping = true;
     if (statsTimer !== null) clearInterval(statsTimer);
     always.info({ signal }, "closing");
-    void p
-      .close()
+    void (unregister?.() ?? Promise.resolve())
+      .then(() => p.close())
       .then(async () => {
         await metrics?.close();
         always.info({ signal, stats: p.stats() }, "closed");

@@ -25,6 +25,7 @@ import type { Worker } from "../worker.js";
 import { createWorker } from "../worker.js";
 import type { ParsedFlags } from "./flags.js";
 import { FLAGS, helpText, intFlag, numFlag, parseFlags, strFlag, UsageError } from "./flags.js";
+import { startRegistration } from "./register.js";
 
 function hex32(name: string, v: string | undefined): Uint8Array | undefined {
   if (v === undefined) return undefined;
@@ -233,10 +234,12 @@ async function run(p: ParsedFlags, log: Logger, stopSignal: Promise<string>): Pr
     },
     "listening",
   );
+  const registration = await startRegistration(p, worker, drafter, log); // --register (issue 21)
   const signal = await stopSignal;
   state.closing = true;
   log.info({ signal }, "closing");
   try {
+    await registration?.stop();
     await worker.close();
     await metrics?.close();
   } catch (e) {
