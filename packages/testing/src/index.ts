@@ -17,6 +17,8 @@ export {
 export type { EchoServer } from "./echo.js";
 export { startEchoServer } from "./echo.js";
 export { TestingError, TestingErrorCode } from "./errors.js";
+export type { EtcdChild, StartEtcdOptions } from "./etcd.js";
+export { ETCD_BIN, startEtcd } from "./etcd.js";
 export type { FakeTimer } from "./fake-clock.js";
 export { FakeClock } from "./fake-clock.js";
 export type {
@@ -45,5 +47,3 @@ export type { ChildHandle, ExitInfo, OutputLine, ProcessLimits, SpawnBinOptions 
 export { killAllChildren, spawnBin, withFdLimit } from "./spawn.js";
 export type { TlsCredentials } from "./tls.js";
 export { makeTlsCredentials, testTlsCredentials } from "./tls.js";
-export type { EtcdChild, StartEtcdOptions } from "./etcd.js";
-export { ETCD_BIN, startEtcd } from "./etcd.js";
