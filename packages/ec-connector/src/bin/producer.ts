@@ -41,6 +41,18 @@ const FLAGS = {
     def: EC_PRODUCER_DEFAULTS.admin,
   },
   "admin-allow-remote": { kind: "boolean", help: "allow a non-loopback --admin endpoint" },
+  "events-listen": {
+    kind: "string",
+    arg: "<zmq endpoint>",
+    help: "residency events PUB (EC-CONTRACT 10.1; off when not given; needs --replay-listen)",
+  },
+  "replay-listen": {
+    kind: "string",
+    arg: "<zmq endpoint>",
+    help: "residency replay ROUTER (EC-CONTRACT 10.2)",
+  },
+  "events-heartbeat-ms": { kind: "int", arg: "<ms>", help: "events hello period", def: 2000 },
+  "events-ring-messages": { kind: "int", arg: "<n>", help: "events kept for replay (>= 4096)", def: 4096 },
   "metrics-listen": {
     kind: "string",
     arg: "<tcp://host:port>",
@@ -280,6 +292,10 @@ function options(v: Partial<Record<Flag, string | number | boolean>>, log: Logge
     ["missNbytes", "miss-nbytes"],
     ["encodeDelayMs", "encode-delay-ms"],
     ["throttleBytesPerSec", "throttle-bps"],
+    ["events", "events-listen"],
+    ["replay", "replay-listen"],
+    ["eventsHeartbeatMs", "events-heartbeat-ms"],
+    ["eventsRingMessages", "events-ring-messages"],
   ];
   const o = opts as Record<string, unknown>;
   for (const [key, flag] of map) if (v[flag] !== undefined) o[key] = v[flag];
@@ -359,6 +375,13 @@ async function main(argv: string[]): Promise<void> {
       control: p.controlEndpoint,
       data: p.dataEndpoint,
       admin: p.adminEndpoint,
+      ...(p.events === null
+        ? {}
+        : {
+            events: p.events.eventsEndpoint,
+            replay: p.events.replayEndpoint,
+            incarnation: p.events.incarnation,
+          }),
       ...(metrics === null ? {} : { metrics: `tcp://${metrics.host}:${metrics.port}` }),
       dataKind: p.data.kind,
       curve: opts.curve !== undefined,

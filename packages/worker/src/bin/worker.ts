@@ -180,6 +180,7 @@ async function startMetrics(
   if (at === undefined) return null;
   const { host, port } = parseMetricsListen(at);
   return serveMetrics([registry], port, host, {
+    extra: () => state.worker?.core.clientMetricsText() ?? "",
     ready: () => (state.closing ? "closing" : state.worker !== null ? true : "drafter loading"),
   });
 }
@@ -208,6 +209,10 @@ async function run(p: ParsedFlags, log: Logger, stopSignal: Promise<string>): Pr
       token: token === "" ? undefined : token,
       takeover,
       sessionLease: intFlag(p, "session-lease-ms"),
+      maxSessions: intFlag(p, "max-sessions"),
+      maxWindowBytes: intFlag(p, "max-window-bytes"),
+      sessionIdleMs: intFlag(p, "session-idle-ms"),
+      maxBatchEntries: intFlag(p, "max-batch-entries"),
       name: strFlag(p, "name"),
       slotBufferWindows: intFlag(p, "slot-buffer-windows"),
       receiveInPlace: inPlace === "yes",
