@@ -65,7 +65,6 @@ export async function startRegistration(
   worker: Worker,
   drafter: Drafter,
   log: Logger,
-  maxSessions = 1,
 ): Promise<WorkerRegistration | null> {
   const url = strFlag(p, "register");
   if (url === undefined) return null;
@@ -95,7 +94,7 @@ export async function startRegistration(
         sample_modes: modes,
       },
       capacity: {
-        max_sessions: maxSessions,
+        max_sessions: intFlag(p, "max-sessions") ?? 1,
         max_slots: worker.core.maxSlots,
         max_rows_per_step: worker.core.maxRowsPerStep,
       },
