@@ -60,7 +60,8 @@ async function spawnWorker(p: string): Promise<{ child: ChildHandle; endpoint: s
     "500",
   ]);
   await child.waitFor((l) => String(l.json?.msg ?? "").includes("registered"), 15_000);
-  return { child, endpoint: (child.readyLine.json?.endpoints as string[])[0]! };
+  const eps = child.readyLine.json?.endpoints as string[];
+  return { child, endpoint: eps[0]! };
 }
 
 function poolOn(p: string): WorkerPool {
