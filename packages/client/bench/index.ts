@@ -586,10 +586,11 @@ async function main(): Promise<void> {
     await worker.kill();
   }
   // pool rows (issue 21): a round over 2 members vs one member, same run (bench/pool.ts)
-  const pool =
-    process.env.BENCH_POOL === "0"
-      ? null
-      : (process.stderr.write("client bench: pool rows\n"), await poolRows());
+  let pool: Record<string, unknown> | null = null;
+  if (process.env.BENCH_POOL !== "0") {
+    process.stderr.write("client bench: pool rows\n");
+    pool = await poolRows();
+  }
   process.stdout.write(
     `${JSON.stringify(
       {

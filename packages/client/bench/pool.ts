@@ -50,7 +50,8 @@ async function worker(): Promise<{ child: ChildHandle; endpoint: string }> {
     "--log-level",
     "warn",
   ]);
-  return { child, endpoint: (child.readyLine.json?.endpoints as string[])[0]! };
+  const eps = child.readyLine.json?.endpoints as string[];
+  return { child, endpoint: eps[0]! };
 }
 
 const common = {
