@@ -430,16 +430,18 @@ export class WorkerPool implements DraftLink {
     for (let s = 0; s < sm.length; s++) if (sm[s] === m) this.#unassign(s, m);
   }
 
-  #unassign(slot: number, m: Member): void {
+  // failover: the member could not keep it (not ready, drained, gone); else a new request placed anew
+  #unassign(slot: number, m: Member, failover = true): void {
     this.#slotMember[slot] = null;
     m.assigned--;
-    m.failoversOut++;
-    this.#c.failovers.inc();
     const g = m.sent.get(slot);
     if (g !== undefined) {
       m.sent.delete(slot);
       m.moved.set(slot, g);
     }
+    if (!failover) return;
+    m.failoversOut++;
+    this.#c.failovers.inc();
     // the gap runs from the old member's first failed STEP (or now, for a drained member)
     this.#slotFailStart[slot] = m.failedSince >= 0 ? m.failedSince : this.#round;
   }
@@ -527,10 +529,20 @@ export class WorkerPool implements DraftLink {
   /**
    * Assigns `slot` for this round (CONTRACT 12.2) and returns its epoch token: unchanged while
    * the slot stays with the same ready member on the same connection, new (RoundCore resyncs)
-   * when it moves or its member reconnected, null when no member is ready.
+   * when it moves or its member reconnected, null when no member is ready. A `fresh` slot (a new
+   * request took it) moves to the member with the fewest slots when its own has at least 2 more.
    */
-  slotEpoch(slot: number): number | null {
-    const cur = this.#slotMember[slot] ?? null;
+  slotEpoch(slot: number, fresh = false): number | null {
+    let cur = this.#slotMember[slot] ?? null;
+    if (fresh && cur?.servable()) {
+      // a new request in the slot is a new slot: the ready member with the fewest slots takes it
+      const best = this.#pick();
+      if (best !== null && best !== cur && best.assigned < cur.assigned - 1) {
+        this.#unassign(slot, cur, false);
+        this.#slotFailStart[slot] = -1;
+        cur = null;
+      }
+    }
     if (cur?.servable()) {
       const ep = cur.client.epoch;
       if (ep !== this.#slotMemberEpoch[slot]) {

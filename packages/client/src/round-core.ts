@@ -35,6 +35,8 @@ class Slot {
   needResync = true;
   pendingRelease = false;
   seenRound = -1;
+  /** The round a new request (generation) took the slot. */
+  freshRound = -1;
   waitedRounds = 0;
   draft: DraftOut | null = null;
   /** A {@link RoundCore.rowsTarget} reservation waiting for its round: rows, or 0 for none. */
@@ -558,6 +560,7 @@ export class RoundCore {
         s.needResync = true;
         s.workerEnd = -1;
         s.waitedRounds = 0;
+        s.freshRound = this.#round;
         s.ringStart = s.ringEnd = n > 0 ? (r.newRowsStart ?? r.anchorPos - n) : r.anchorPos;
       }
       if (inRing > 0) {
@@ -604,7 +607,7 @@ export class RoundCore {
       const s = this.#slots[r.slot]!;
       const anchor = r.anchorPos;
       // the slot's epoch: a pool assigns the slot to a ready member here (CONTRACT 12.2)
-      const se = perSlot ? link.slotEpoch!(r.slot) : epoch;
+      const se = perSlot ? link.slotEpoch!(r.slot, s.freshRound === this.#round) : epoch;
       if (se === null) {
         plannedRows[i] = -2;
         res.drafts[i]!.clear("not_ready");

@@ -41,10 +41,11 @@ export interface DraftLink {
    * The epoch a slot's entry is built for this round, or null when no connection can take it
    * (the entry is then target-only, `not_ready`). A slot whose value differs from the one of
    * its last sync is sent with RESYNC and its whole ring (CONTRACT 7.5). A pool assigns the slot
-   * to a ready member here (12.2), so RoundCore calls it once per planned slot and round.
-   * Optional: without it every slot uses {@link connectionEpoch}.
+   * to a ready member here (12.2), so RoundCore calls it once per planned slot and round;
+   * `fresh` is true when a new request took the slot this round (a pool places it anew, fewest
+   * slots first). Optional: without it every slot uses {@link connectionEpoch}.
    */
-  slotEpoch?(slot: number): number | null;
+  slotEpoch?(slot: number, fresh: boolean): number | null;
   /** Offset of the rows in `sendBuffer` for `nEntries` entries. */
   rowsOffset(nEntries: number): number;
   /** One round's STEP (a pool: one STEP per member) and its CONTRACT 9.2 outcome(s). */

@@ -125,8 +125,8 @@ test("random deaths, returns and reassignments: one member per slot per round, d
         // the member each slot was assigned to when the round was built
         let assigned = new Map<number, string | null>();
         const slotEpoch = pool.slotEpoch.bind(pool);
-        pool.slotEpoch = (slot) => {
-          const t = slotEpoch(slot);
+        pool.slotEpoch = (slot, fresh) => {
+          const t = slotEpoch(slot, fresh);
           assigned.set(slot, pool.slotMember(slot));
           return t;
         };

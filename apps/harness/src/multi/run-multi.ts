@@ -296,7 +296,13 @@ async function run(
     if (!cfg.faults) return;
     await sleep(300);
     // 1. SIGKILL of a worker mid-run, then back with a new incarnation on the same endpoint
-    const victim = workers[workers.length > 1 ? 1 : 0]!;
+    // the worker holding the most slots now, so that the kill meets live slots
+    const held = (w: WorkerProc) =>
+      engines.reduce(
+        (n, er) => n + (er.pool.members().find((m) => m.endpoint === w.endpoint)?.assigned ?? 0),
+        0,
+      );
+    const victim = [...workers].sort((a, b) => held(b) - held(a))[0]!;
     await victim.svc.kill("SIGKILL", 0);
     victim.events.push("killed with SIGKILL");
     fault(`SIGKILL worker-${victim.id} (${victim.endpoint})`);
@@ -321,7 +327,7 @@ async function run(
       }
       discoveredMs = Date.now() - ts;
       // 3. a clean stop (SIGTERM: revoke, drain, close): it leaves every pool without a failed STEP
-      const leaving = workers[0]!;
+      const leaving = workers.find((w) => w !== victim && w !== fresh)!;
       const failed = () =>
         engines.reduce((s, er) => s + (er.memberStats.get(leaving.endpoint)?.stepsFailed ?? 0), 0);
       const before = failed();
