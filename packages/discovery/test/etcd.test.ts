@@ -2,8 +2,10 @@
 // loopback (@tapwire/testing startEtcd): a clean stop revokes the record at once; a registered
 // process killed with SIGKILL disappears when its lease expires; etcd stopped for a while loses
 // no member and the watch comes back (a record registered after the restart is seen).
+import { createHash } from "node:crypto";
 import { fileURLToPath } from "node:url";
 import { type EtcdChild, killAllChildren, spawnBin, startEtcd, waitUntil } from "@tapwire/testing";
+import { Etcd3 } from "etcd3";
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "vitest";
 import {
   type EtcdMemberSource,
@@ -108,5 +110,45 @@ describe("discovery over a real etcd", () => {
     expect(eps(last())).toEqual(["tcp://127.0.0.1:7101", "tcp://127.0.0.1:7102"]);
     expect(src.listings).toBeGreaterThanOrEqual(listings);
     expect(a.registered).toBe(true);
+  });
+
+  test("hostile records under the prefix (written by hand, not by register) are ignored, a hand-made valid one is listed", async () => {
+    const p = prefix();
+    const { src, last } = watch(p);
+    const raw = new Etcd3({ hosts: etcd.clientUrl });
+    try {
+      const identities = { drafter: "11".repeat(32), markov: "22".repeat(32) };
+      const geometry = { window: 8, num_spec: 4 };
+      const canon = `{"geometry":{"num_spec":4,"window":8},"identities":{"drafter":"${identities.drafter}","markov":"${identities.markov}"}}`;
+      const good = JSON.stringify({
+        schema: 1,
+        kind: "worker",
+        incarnation: "a".repeat(32),
+        started_at: "2026-12-02T01:00:00Z",
+        endpoints: ["tcp://127.0.0.1:7201"],
+        identities,
+        geometry,
+        compat: createHash("sha256").update(canon).digest("hex"),
+        capacity: { max_slots: 8 },
+        extra: { from: "a router in another language" },
+      });
+      await raw.put(`${p}worker/garbage`).value(Buffer.from([0xff, 0x00, 0x7b]));
+      await raw.put(`${p}worker/huge`).value("x".repeat(64 * 1024));
+      await raw.put(`${p}worker/nested`).value(`${"[".repeat(10_000)}${"]".repeat(10_000)}`);
+      await raw
+        .put(`${p}worker/wrong-compat`)
+        .value(good.replace(/"compat":"[0-9a-f]+"/, `"compat":"${"0".repeat(64)}"`));
+      await raw.put(`${p}worker/good`).value(good);
+      await waitUntil(() => last().length === 1, { timeoutMs: 10_000, what: "the one valid record" });
+      expect(last()[0]!.endpoint).toBe("tcp://127.0.0.1:7201");
+      expect(last()[0]!.compat).toMatchObject({ drafterIdentity: identities.drafter, window: 8, numSpec: 4 });
+      // a flood of puts to one bad key: still one valid member, the source keeps working
+      for (let i = 0; i < 200; i++) await raw.put(`${p}worker/garbage`).value(`{"schema":${i}}`);
+      await raw.delete().key(`${p}worker/good`);
+      await waitUntil(() => last().length === 0, { timeoutMs: 10_000, what: "the valid record deleted" });
+      expect(src.records().size).toBe(0);
+    } finally {
+      raw.close();
+    }
   });
 });
