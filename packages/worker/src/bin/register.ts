@@ -49,6 +49,18 @@ export async function importDiscovery(): Promise<DiscoveryModule> {
   );
 }
 
+/** Usage checks of the discovery flags (no I/O, nothing loaded): a bad value is a usage error. */
+export function checkRegisterFlags(p: ParsedFlags): void {
+  const url = strFlag(p, "register");
+  if (url !== undefined && !/^etcd:\/\/[^,/\s]+:\d{1,5}(,[^,/\s]+:\d{1,5})*$/.test(url)) {
+    throw new UsageError(`--register ${url}: expected etcd://host:port[,host:port…]`);
+  }
+  const prefix = strFlag(p, "register-prefix");
+  if (prefix !== undefined && !(prefix.startsWith("/") && prefix.endsWith("/"))) {
+    throw new UsageError(`--register-prefix ${prefix}: must start and end with "/"`);
+  }
+}
+
 /** A running registration: `stop()` revokes the record (a clean stop) and waits the drain. */
 export interface WorkerRegistration {
   /** The record's key. */

@@ -25,7 +25,7 @@ import type { Worker } from "../worker.js";
 import { createWorker } from "../worker.js";
 import type { ParsedFlags } from "./flags.js";
 import { FLAGS, helpText, intFlag, numFlag, parseFlags, strFlag, UsageError } from "./flags.js";
-import { startRegistration } from "./register.js";
+import { checkRegisterFlags, startRegistration } from "./register.js";
 
 function hex32(name: string, v: string | undefined): Uint8Array | undefined {
   if (v === undefined) return undefined;
@@ -51,6 +51,7 @@ function checkUsage(p: ParsedFlags): void {
   }
   hex32("drafter-identity", p["drafter-identity"]);
   hex32("markov-identity", p["markov-identity"]);
+  checkRegisterFlags(p); // --register (issue 21)
 }
 
 async function buildDrafter(p: ParsedFlags): Promise<Drafter> {
