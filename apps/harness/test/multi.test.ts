@@ -10,7 +10,7 @@ import { parseArgs } from "../src/cli/cli.js";
 import { runMulti } from "../src/multi/run-multi.js";
 
 test("--engines 2 --workers 3 --discovery etcd --faults: lossless through kill -9, join, clean stop and etcd down", async () => {
-  const { config } = parseArgs([
+  const parsed = parseArgs([
     "--engines",
     "2",
     "--workers",
@@ -27,6 +27,8 @@ test("--engines 2 --workers 3 --discovery etcd --faults: lossless through kill -
     "--progress",
     "off",
   ]);
+  if (parsed.help) throw new Error("unexpected --help");
+  const config = parsed.config;
   const lines: string[] = [];
   const { report, exitCode } = await runMulti(config, (l) => lines.push(l));
   expect(exitCode, lines.join("\n")).toBe(0);
