@@ -61,6 +61,10 @@ test("--engines 2 --workers 3 --discovery etcd --faults: lossless through kill -
   const stopped = report.workers.find((w) => w.failedStepsAfterCleanStop !== null)!;
   // (a STEP timeout of a loaded machine before the stop may count in stepsFailed: not judged here)
   expect(stopped.failedStepsAfterCleanStop, JSON.stringify(stopped)).toBe(0);
+  // one encoder per engine; encoder-0 killed with SIGKILL and restarted: still lossless
+  expect(report.encoders.length).toBe(2);
+  expect(report.encoders[0]!.pids.length).toBe(2);
+  expect(report.unexpectedExits).toEqual([]);
   // etcd away for 10 s: no member lost
   const down = report.etcd!.down!;
   expect(down.ms).toBe(10_000);

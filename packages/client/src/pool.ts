@@ -458,6 +458,7 @@ export class WorkerPool implements DraftLink {
       }
       if (c.ready && c.epoch !== m.seenEpoch) {
         m.seenEpoch = c.epoch;
+        m.failedSince = -1; // back: a later move starts a new failover episode
         // a HELLO that kept no window: the worker holds nothing of the slots that moved (CONTRACT 6.2)
         if ((c.workerInfo?.windowsKept ?? 0) === 0) {
           m.moved.clear();
@@ -534,12 +535,13 @@ export class WorkerPool implements DraftLink {
    */
   slotEpoch(slot: number, fresh = false): number | null {
     let cur = this.#slotMember[slot] ?? null;
+    // a new request is no failover still in progress (a move below starts a new one)
+    if (fresh) this.#slotFailStart[slot] = -1;
     if (fresh && cur?.servable()) {
       // a new request in the slot is a new slot: the ready member with the fewest slots takes it
       const best = this.#pick();
       if (best !== null && best !== cur && best.assigned < cur.assigned - 1) {
         this.#unassign(slot, cur, false);
-        this.#slotFailStart[slot] = -1;
         cur = null;
       }
     }
@@ -752,13 +754,9 @@ export class WorkerPool implements DraftLink {
           m.sent.delete(en.slot);
           this.#slotFailStart[en.slot] = -1;
         } else if (this.#slotFailStart[en.slot]! >= 0) {
+          // served again: the new member holds the slot's window (drafts when it asks for them)
           const st = reply!.status[j]!;
-          if (
-            (en.flags & EntryFlag.NEED_DRAFT) !== 0 &&
-            (st === ReqStatus.OK || st === ReqStatus.PARTIAL_WINDOW)
-          ) {
-            this.#failoverDone(en.slot);
-          }
+          if (st === ReqStatus.OK || st === ReqStatus.PARTIAL_WINDOW) this.#failoverDone(en.slot);
         }
       }
       if (reply !== null) merged.replyFlags = reply.replyFlags;
@@ -852,7 +850,8 @@ export class WorkerPool implements DraftLink {
 
   /**
    * Failover gaps in rounds (CONTRACT 12.2): per slot that moved, rounds from its old member's
-   * first failed STEP (or the drain) to its first drafted entry at the new member. A copy.
+   * first failed STEP (or the move, when none failed) to the first round its entry is served by
+   * the new member (status OK or PARTIAL_WINDOW: drafted when it asked for drafts). A copy.
    */
   failoverRounds(): number[] {
     return [...this.#failovers];

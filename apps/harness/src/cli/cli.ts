@@ -159,6 +159,9 @@ export function validate(cfg: HarnessConfig): void {
   if (cfg.discovery !== "none" && cfg.draftTransport !== "tcp") {
     throw usage("--discovery: multi-instance runs use --draft-transport tcp");
   }
+  if (cfg.discovery !== "none" && cfg.encoders > 0 && cfg.encoders !== cfg.engines) {
+    throw usage(`--encoders: ${cfg.encoders}: 0 or one per engine (${cfg.engines}) in a multi-instance run`);
+  }
   if (cfg.topK > cfg.vocab) throw usage(`--top-k: ${cfg.topK} above --vocab ${cfg.vocab}`);
   if (cfg.sample && cfg.vocab < 32)
     throw usage("--vocab: sampled sessions need at least 32 tokens (CONTRACT 6.1)");

@@ -98,6 +98,8 @@ export interface HarnessConfig {
   discovery: "none" | "static" | "etcd";
   /** How long `--faults` keeps etcd stopped in a multi-instance run, ms. */
   etcdDownMs: number;
+  /** Encoder processes of a multi-instance run: 0 (local media) or one per engine; -1: one per engine. */
+  encoders: number;
 }
 
 /** Defaults of the normal (greedy) scenario: `pnpm start` runs exactly this. */
@@ -146,6 +148,7 @@ export const DEFAULTS: Readonly<HarnessConfig> = Object.freeze({
   workers: 1,
   discovery: "none",
   etcdDownMs: 10_000,
+  encoders: -1,
 } satisfies HarnessConfig);
 
 /** Defaults that change with `--sample` unless given: many short requests for the statistical test. */

@@ -151,6 +151,13 @@ export const FLAGS: Record<string, FlagSpec> = {
     "D",
     "how pools find workers: static list or etcd (starts an etcd child)",
   ),
+  "--encoders": int(
+    "encoders",
+    -1,
+    16,
+    "N",
+    "multi-instance run: encoder processes, 0 (local media) or one per engine (-1: one per engine)",
+  ),
   "--etcd-down-ms": int(
     "etcdDownMs",
     0,

@@ -46,6 +46,17 @@ export interface MultiReport {
   discovery: string;
   engines: MultiEngineReport[];
   workers: MultiWorkerReport[];
+  /** One encoder per engine (none with `--encoders 0`). */
+  encoders: {
+    id: string;
+    endpoint: string;
+    pids: number[];
+    transfers: number;
+    fallbacks: number;
+    events: string[];
+  }[];
+  /** Child processes that died outside the fault schedule (the run is then not ok). */
+  unexpectedExits: string[];
   etcd: {
     clientUrl: string;
     down: { ms: number; membersBefore: number[]; membersDuring: number[]; membersAfter: number[] } | null;
@@ -97,6 +108,14 @@ export function formatMultiReport(r: MultiReport): string {
     if (w.failedStepsAfterCleanStop !== null)
       out.push(`    failed STEPs after its clean stop: ${w.failedStepsAfterCleanStop}`);
   }
+  if (r.encoders.length > 0) out.push("encoders");
+  for (const x of r.encoders) {
+    out.push(
+      `  ${x.id}  ${x.endpoint}  pids ${x.pids.join(",")}  transfers ${x.transfers}, local fallbacks ${x.fallbacks}`,
+    );
+    out.push(`    ${x.events.join("; ")}`);
+  }
+  for (const d of r.unexpectedExits) out.push(`UNEXPECTED EXIT: ${d}`);
   const f = r.failover_rounds;
   out.push(
     `failover: ${f.n} slots moved, rounds p50 ${f.p50 ?? "-"} max ${f.max ?? "-"} (STEP timeout ${r.step_timeout_ms} ms)`,

@@ -13,11 +13,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type PoolMemberStats, RoundCore, type RoundResult, WorkerPool } from "@tapwire/client";
 import { type EtcdMemberSource, etcdMembers } from "@tapwire/discovery";
+import { EC_METRICS_PREFIX } from "@tapwire/ec-connector";
 import { DEFAULT_DRAFT_CONFIG, DraftHead, TargetModel } from "@tapwire/reference-model";
 import { Registry } from "@tapwire/stats";
 import { type EtcdChild, startEtcd } from "@tapwire/testing";
 import { budgetFromCurve, type HarnessConfig } from "../cli/cli.js";
-import { LocalMedia } from "../ec/media.js";
+import { type EcSide, startEc } from "../ec/ec-side.js";
+import { EcMediaMetrics, LocalMedia, localEmbedding } from "../ec/media.js";
 import { Engine, EngineMetrics } from "../engine/engine.js";
 import { RoundCoreLink } from "../engine/link.js";
 import { checkGreedy, checkSampled } from "../engine/lossless.js";
@@ -25,7 +27,7 @@ import { decodeTargetOnly, mediaConditioning } from "../engine/sequence.js";
 import { SampleScratch } from "../engine/verify.js";
 import { makeWorkload } from "../engine/workload.js";
 import { HarnessError, HarnessErrorCode } from "../errors.js";
-import { workerArgsFor } from "../procs/children.js";
+import { type RunScope, workerArgsFor } from "../procs/children.js";
 import { binPath, ChildService } from "../procs/procs.js";
 import type { LosslessResult } from "../report/report.js";
 import { type MultiReport, percentile } from "./multi-report.js";
@@ -77,10 +79,11 @@ export async function runMulti(
   cfg0: HarnessConfig,
   log: (m: string) => void,
 ): Promise<{ report: MultiReport; exitCode: number }> {
-  // local media only in this mode (no encoder processes)
-  const cfg: HarnessConfig = { ...cfg0, mmShare: 0 };
+  // one encoder per engine (its own consumer connector), or none (local media only)
+  const encoders = cfg0.encoders < 0 ? cfg0.engines : cfg0.encoders;
+  const cfg: HarnessConfig = { ...cfg0, encoders, ecData: "tcp", ...(encoders === 0 ? { mmShare: 0 } : {}) };
   const dir = mkdtempSync(join(tmpdir(), "tapwire-harness-multi-"));
-  const cleanups: Array<() => unknown> = [() => rmSync(dir, { recursive: true, force: true })];
+  const cleanups: Array<() => Promise<void> | void> = [() => rmSync(dir, { recursive: true, force: true })];
   const t0 = Date.now();
   try {
     return await run(cfg, dir, cleanups, log, t0);
@@ -170,7 +173,7 @@ function count(rec: Record<string, number>, k: string): void {
 async function run(
   cfg: HarnessConfig,
   dir: string,
-  cleanups: Array<() => unknown>,
+  cleanups: Array<() => Promise<void> | void>,
   log: (m: string) => void,
   t0: number,
 ): Promise<{ report: MultiReport; exitCode: number }> {
@@ -183,11 +186,36 @@ async function run(
     log(`etcd at ${e.clientUrl} (pid ${e.pid})`);
   }
   const workers: WorkerProc[] = [];
-  cleanups.push(() => Promise.all(workers.map((w) => w.svc.kill("SIGTERM"))));
+  cleanups.push(async () => {
+    await Promise.all(workers.map((w) => w.svc.kill("SIGTERM")));
+  });
   for (let i = 0; i < cfg.workers; i++)
     workers.push(await startWorkerProc(cfg, weights, String(i), etcd, cfg.verbose));
   log(`${workers.length} workers: ${workers.map((w) => w.endpoint).join(", ")}`);
 
+  // encoders: one per engine through the harness's own EC side (EC-CONTRACT), in its run scope
+  const deaths: string[] = [];
+  const scope: RunScope = {
+    cfg,
+    dir,
+    cleanups,
+    note: log,
+    watch: (svc) => {
+      svc.onUnexpectedExit = (e) => {
+        deaths.push(`${e.name} pid ${e.pid} (code ${e.code}, signal ${e.signal})`);
+      };
+    },
+    childLog: cfg.verbose ? (l: string) => process.stderr.write(`${l}\n`) : undefined,
+    setPhase: () => {},
+    metricsAt: null,
+    urls: { worker: null, encoder: null },
+  };
+  const ecs: { ec: EcSide; metrics: EcMediaMetrics; events: string[] }[] = [];
+  for (let e = 0; e < cfg.encoders; e++) {
+    const metrics = new EcMediaMetrics(new Registry({ prefix: `tapwire_harness_ec${e}_` }));
+    const ec = await startEc(scope, {}, new Registry({ prefix: EC_METRICS_PREFIX }), metrics);
+    ecs.push({ ec, metrics, events: [`started pid ${ec.encoder.pid}`] });
+  }
   const { requests } = makeWorkload(cfg);
   // --faults: traffic is let in in stages so that every fault meets live requests
   let share = cfg.faults ? 0.4 : 1;
@@ -259,7 +287,7 @@ async function run(
       target,
       requests,
       link: new RoundCoreLink(core),
-      media: new LocalMedia(cfg.embeddingBytes),
+      media: ecs[e]?.ec.media ?? new LocalMedia(cfg.embeddingBytes),
       budgetFor: (b) => (cfg.budget !== null ? cfg.budget : budgetFromCurve(cfg.loadCurve, b)),
       metrics,
       arrivalCap: ({ total }) => Math.ceil(total * share),
@@ -311,6 +339,17 @@ async function run(
     share = 0.6;
     victim.events.push(`restarted pid ${victim.svc.pid} (new incarnation)`);
     fault(`worker-${victim.id} restarted with a new incarnation`);
+    // an encoder killed with SIGKILL while transfers run; restarted on the same control endpoint
+    const enc = ecs[0];
+    if (enc !== undefined) {
+      await enc.ec.encoder.kill("SIGKILL", 0);
+      enc.events.push("killed with SIGKILL");
+      fault("SIGKILL encoder-0");
+      await sleep(1000);
+      await enc.ec.encoder.start();
+      enc.events.push(`restarted pid ${enc.ec.encoder.pid}`);
+      fault("encoder-0 restarted");
+    }
     // 2. a worker started mid-run: with etcd it is found through discovery and given slots
     if (etcd !== null) {
       const fresh = await startWorkerProc(cfg, weights, String(workers.length), etcd, cfg.verbose);
@@ -364,12 +403,15 @@ async function run(
   const results = await Promise.all(engines.map((er) => er.engine.run()));
   await faultsRun;
   const wallMs = Date.now() - tDecode;
+  for (const x of ecs) await x.ec.media.drain(10_000);
 
   // target-only decoding of the same requests, once; every engine is checked against it
   const scratch = new SampleScratch(cfg.vocab);
   const reference = new Map<number, number[]>();
-  for (const r of requests)
-    reference.set(r.id, decodeTargetOnly(target, r, mediaConditioning([]), cfg, scratch));
+  for (const r of requests) {
+    const extra = mediaConditioning(r.media.map((h) => localEmbedding(h, cfg.embeddingBytes)));
+    reference.set(r.id, decodeTargetOnly(target, r, extra, cfg, scratch));
+  }
   const lossless: LosslessResult[] = results.map((res) =>
     cfg.sample
       ? checkSampled(requests, res.outputs, reference)
@@ -421,6 +463,15 @@ async function run(
       lossless: lossless[i]!,
     })),
     workers: perWorker,
+    encoders: ecs.map((x, i) => ({
+      id: `encoder-${i}`,
+      endpoint: x.ec.encoder.args[x.ec.encoder.args.indexOf("--control") + 1] ?? "",
+      pids: [...x.ec.encoder.pids],
+      transfers: x.metrics.transfers.value,
+      fallbacks: x.metrics.fallbacks.value,
+      events: x.events,
+    })),
+    unexpectedExits: deaths,
     etcd: etcd !== null ? { clientUrl: etcd.clientUrl, down: etcdDown } : null,
     failover_rounds: {
       n: gaps.length,
@@ -432,7 +483,7 @@ async function run(
     step_timeout_ms: cfg.stepTimeoutMs,
     faults: faultLog,
     wall_ms: wallMs,
-    ok: lossless.every((l) => l.ok),
+    ok: lossless.every((l) => l.ok) && deaths.length === 0,
   };
   return { report, exitCode: report.ok ? 0 : 1 };
 }
