@@ -11,6 +11,7 @@ import { HarnessError, HarnessErrorCode } from "../errors.js";
 import { formatMultiReport } from "../multi/multi-report.js";
 import { isMulti, runMulti } from "../multi/run-multi.js";
 import { stopAllChildren } from "../procs/procs.js";
+import { forwardSignal, isNetnsRun, superviseNetns } from "../procs/topology-netns.js";
 import { formatReport } from "../report/report.js";
 import { runHarness } from "../run.js";
 
@@ -38,6 +39,20 @@ async function main(): Promise<number> {
     if (cfg.json !== null) writeFileSync(cfg.json, `${JSON.stringify(m.report, null, 2)}\n`);
     return m.exitCode;
   }
+  if (cfg.topology === "netns" && !isNetnsRun()) {
+    // builds the namespaces and runs this bin again inside the engine's (procs/topology-netns.ts)
+    try {
+      return await superviseNetns(cfg, process.argv[1]!, process.argv.slice(2), (m) =>
+        process.stderr.write(`[harness] ${m}\n`),
+      );
+    } catch (e) {
+      if (e instanceof HarnessError && e.code === HarnessErrorCode.USAGE) {
+        process.stderr.write(`tapwire-harness: ${e.message}\n`);
+        return 2;
+      }
+      throw e;
+    }
+  }
   const { report, exitCode } = await runHarness(cfg);
   process.stdout.write(formatReport(report));
   if (cfg.json !== null) writeFileSync(cfg.json, `${JSON.stringify(report, null, 2)}\n`);
@@ -49,6 +64,8 @@ const SIGNAL_EXIT = { SIGINT: 130, SIGTERM: 143 } as const;
 let stopping = false;
 for (const sig of ["SIGINT", "SIGTERM"] as const) {
   process.on(sig, () => {
+    // a netns supervisor: the run process stops its children; the namespaces go when it exits
+    if (forwardSignal(sig)) return;
     if (stopping) {
       // a second signal: no more grace for the children
       void stopAllChildren(0).finally(() => process.exit(SIGNAL_EXIT[sig]));

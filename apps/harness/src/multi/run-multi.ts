@@ -29,6 +29,7 @@ import { makeWorkload } from "../engine/workload.js";
 import { HarnessError, HarnessErrorCode } from "../errors.js";
 import { type RunScope, workerArgsFor } from "../procs/children.js";
 import { binPath, ChildService } from "../procs/procs.js";
+import { LocalTopology } from "../procs/topology.js";
 import type { LosslessResult } from "../report/report.js";
 import { type MultiReport, percentile } from "./multi-report.js";
 
@@ -209,6 +210,7 @@ async function run(
     setPhase: () => {},
     metricsAt: null,
     urls: { worker: null, encoder: null },
+    topology: new LocalTopology(),
   };
   const ecs: { ec: EcSide; metrics: EcMediaMetrics; events: string[] }[] = [];
   for (let e = 0; e < cfg.encoders; e++) {

@@ -63,6 +63,13 @@ export const FLAGS = {
     kind: { t: "str" },
     help: "PEM CA: ask clients for a certificate signed by it (refused handshakes are logged and counted)",
   },
+  advertise: {
+    section: "Listening",
+    arg: "HOST[:PORT]",
+    kind: { t: "str" },
+    note: "the bind address; for 0.0.0.0/:: the first non-loopback interface",
+    help: "address peers are told to connect to (listening line, discovery); PORT only with a single network listen endpoint",
+  },
   "idle-timeout-ms": int("Listening", "MS", 0, MS, 0, "close connections idle this long (0 = never)"),
   "metrics-listen": {
     section: "Listening",

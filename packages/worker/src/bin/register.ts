@@ -77,6 +77,7 @@ export async function startRegistration(
   worker: Worker,
   drafter: Drafter,
   log: Logger,
+  endpoints: readonly string[] = worker.endpoints,
 ): Promise<WorkerRegistration | null> {
   const url = strFlag(p, "register");
   if (url === undefined) return null;
@@ -89,8 +90,8 @@ export async function startRegistration(
     logger: log,
     record: {
       kind: "worker",
-      // what the bin reports in its "listening" line (the advertised address when it has one)
-      endpoints: worker.endpoints,
+      // what the bin reports in its "listening" line (the advertised addresses, --advertise)
+      endpoints,
       name: worker.core.name,
       identities: {
         drafter: Buffer.from(drafter.drafterIdentity).toString("hex"),
