@@ -8,6 +8,7 @@ import {
   parseLogLevel,
   parseMetricsListen,
   serveMetrics,
+  watchParent,
 } from "@tapwire/stats";
 import { crc32Info } from "../crc.js";
 import { checkCurveServer, newCurveKeyPair } from "../curve.js";
@@ -169,6 +170,10 @@ const FLAGS = {
     def: 0,
   },
   ...REGISTER_FLAGS,
+  "exit-with-parent": {
+    kind: "boolean",
+    help: "exit (as on SIGTERM) when stdin reaches end-of-file: a supervisor holds stdin open as a pipe, so the producer ends with it whatever signal killed it",
+  },
   "log-level": { kind: "string", arg: "<level>", help: "pino level", def: "info" },
   help: { kind: "boolean", help: "this text" },
 } as const satisfies Record<string, { kind: Kind; arg?: string; help: string; def?: string | number }>;
@@ -489,6 +494,13 @@ async function main(argv: string[]): Promise<void> {
   };
   process.on("SIGINT", () => stop("SIGINT"));
   process.on("SIGTERM", () => stop("SIGTERM"));
+  if (v["exit-with-parent"] === true) {
+    // Orphaned: nobody will SIGKILL a hanging close, so it is bounded (issue 19).
+    watchParent(() => {
+      setTimeout(() => process.exit(1), 10_000).unref();
+      stop("parent-exit");
+    });
+  }
 }
 
 /** A failure while starting, its message naming the flag (`cause`: the original error). */
