@@ -227,6 +227,20 @@ export const FLAGS = {
     note: "yes, or env TAPWIRE_WORKER_RECEIVE_IN_PLACE",
     help: "receive large STEPs' rows straight into the slot windows (tcp, unix, tls)",
   },
+  trace: {
+    section: "Capture (docs/trace.md)",
+    arg: "FILE",
+    kind: { t: "str" },
+    note: "off",
+    help: "write a link trace of every frame answered (turns receive-in-place off; replay it with tapwire-replay)",
+  },
+  "trace-rows": {
+    section: "Capture (docs/trace.md)",
+    arg: "ROWS",
+    kind: { t: "str" },
+    default: "all",
+    help: "which STEPs keep their rows in the trace: all, none, or N (one STEP in N)",
+  },
   "log-level": {
     section: "Other",
     arg: "LEVEL",

@@ -17,6 +17,7 @@ import {
   Registry,
   serveMetrics,
 } from "@tapwire/stats";
+import { TraceWriter } from "@tapwire/trace";
 import { parseEndpoint } from "@tapwire/transport";
 import type { Drafter } from "../drafter.js";
 import { NullDrafter } from "../drafter.js";
@@ -50,6 +51,13 @@ function checkUsage(p: ParsedFlags): void {
   }
   hex32("drafter-identity", p["drafter-identity"]);
   hex32("markov-identity", p["markov-identity"]);
+  const rows = p["trace-rows"];
+  if (rows !== undefined && rows !== "all" && rows !== "none" && !/^[1-9]\d{0,4}$/.test(rows)) {
+    throw new UsageError(`--trace-rows ${rows} is not all, none or an integer 1..65535`);
+  }
+  if (rows !== undefined && /^\d+$/.test(rows) && Number(rows) > 65535) {
+    throw new UsageError(`--trace-rows ${rows} is not all, none or an integer 1..65535`);
+  }
 }
 
 async function buildDrafter(p: ParsedFlags): Promise<Drafter> {
@@ -158,6 +166,14 @@ async function onnxDrafter(p: ParsedFlags): Promise<Drafter> {
   return d;
 }
 
+/** `--trace FILE` (issue 24): a TraceWriter of the worker's frames, or null. */
+function openTrace(p: ParsedFlags): TraceWriter | null {
+  const path = p.trace;
+  if (path === undefined) return null;
+  const r = strFlag(p, "trace-rows")!;
+  return new TraceWriter({ path, source: "worker", rows: r === "all" || r === "none" ? r : Number(r) });
+}
+
 function tlsOf(p: ParsedFlags) {
   const cert = p["tls-cert"];
   const key = p["tls-key"];
@@ -194,6 +210,7 @@ async function run(p: ParsedFlags, log: Logger, stopSignal: Promise<string>): Pr
     throw new UsageError(`TAPWIRE_WORKER_RECEIVE_IN_PLACE ${inPlace} is not yes or no`);
   }
   const takeover = p.takeover as "allow" | "refuse" | undefined;
+  const trace = openTrace(p);
   const worker = await createWorker(
     defined({
       drafter,
@@ -213,6 +230,7 @@ async function run(p: ParsedFlags, log: Logger, stopSignal: Promise<string>): Pr
       logger: log,
       tls: tlsOf(p),
       idleTimeoutMs: intFlag(p, "idle-timeout-ms"),
+      frameTap: trace ?? undefined,
     }),
   );
   state.worker = worker;
@@ -230,6 +248,7 @@ async function run(p: ParsedFlags, log: Logger, stopSignal: Promise<string>): Pr
       rowBytes: drafter.numTaps * drafter.hidden * 2,
       maxMessageBytes: worker.core.maxMessageBytes,
       auth: token !== undefined && token !== "",
+      ...(trace !== null ? { trace: trace.path } : {}),
     },
     "listening",
   );
@@ -239,6 +258,7 @@ async function run(p: ParsedFlags, log: Logger, stopSignal: Promise<string>): Pr
   try {
     await worker.close();
     await metrics?.close();
+    if (trace !== null) log.info({ trace: trace.path, ...(await trace.close()) }, "trace closed");
   } catch (e) {
     log.error({ err: String(e) }, "close failed");
     return 1;
