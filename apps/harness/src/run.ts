@@ -15,6 +15,7 @@ import { budgetFromCurve, type HarnessConfig, metricsListenOf } from "./cli/cli.
 import { DepthRunStats, makeDepthPolicy, parseDepthPolicy } from "./depth/depth-sim.js";
 import { startEc } from "./ec/ec-side.js";
 import { EcMediaMetrics, LocalMedia, localEmbedding } from "./ec/media.js";
+import { traceOption } from "./engine/capture.js";
 import { Engine, EngineMetrics, type MediaSource } from "./engine/engine.js";
 import { RoundCoreLink } from "./engine/link.js";
 import { checkGreedy, checkSampled } from "./engine/lossless.js";
@@ -150,6 +151,7 @@ async function connectClient(
     clientName: "tapwire-harness",
     logger,
     registry,
+    ...traceOption(scope),
     ...(tls ? { transportOptions: { tls: { ca: tls.ca, servername: "localhost" } } } : {}),
   });
   live.client = client;

@@ -89,6 +89,14 @@ export interface HarnessConfig {
   progress: ProgressMode;
   /** Log child processes' stderr and the engine's debug lines. */
   verbose: boolean;
+  /** Write a link trace of the engine's client to this file (null: off; docs/trace.md). */
+  trace: string | null;
+  /** Which STEPs keep their rows in the trace: `all`, `none` or `N` (one STEP in N). */
+  traceRows: string;
+  /** Serve the live view while the run goes (docs/harness.md "Live view"). */
+  ui: boolean;
+  /** Where the live view listens, `HOST:PORT` or `tcp://HOST:PORT` (default 127.0.0.1:0). */
+  uiListen: string | null;
 }
 
 /** Defaults of the normal (greedy) scenario: `pnpm start` runs exactly this. */
@@ -133,6 +141,10 @@ export const DEFAULTS: Readonly<HarnessConfig> = Object.freeze({
   ecDeadlineMs: 5000,
   progress: "auto",
   verbose: false,
+  trace: null,
+  traceRows: "all",
+  ui: false,
+  uiListen: null,
 } satisfies HarnessConfig);
 
 /** Defaults that change with `--sample` unless given: many short requests for the statistical test. */

@@ -131,6 +131,15 @@ export const FLAGS: Record<string, FlagSpec> = {
   ),
   "--progress": oneOf("progress", PROGRESS_MODES, "M", "auto | bar | lines | off"),
   "--verbose": bool("verbose", "pass child process logs through to stderr"),
+  "--trace": valued(
+    "trace",
+    "str",
+    "FILE",
+    "write a link trace of every HELLO and STEP to FILE (docs/trace.md)",
+  ),
+  "--trace-rows": valued("traceRows", "str", "R", "rows kept in the trace: all | none | N (one STEP in N)"),
+  "--ui": bool("ui", "serve the live view (SSE) while the run goes; its URL is printed"),
+  "--ui-listen": valued("uiListen", "str", "H:P", "where the live view listens (implies --ui) [127.0.0.1:0]"),
   "--help": bool("help", "print this help and exit"),
 };
 
