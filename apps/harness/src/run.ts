@@ -30,6 +30,7 @@ import { endState } from "./report/leak-check.js";
 import { Progress } from "./report/progress.js";
 import type { Report } from "./report/report.js";
 import { buildReport } from "./report/run-report.js";
+import { VllmExport } from "./report/vllm-metrics.js";
 import { workerMetrics } from "./report/worker-metrics.js";
 
 export { EC_BLOCK_BYTES, ENCODE_DELAY_MS } from "./procs/children.js";
@@ -72,6 +73,8 @@ interface LiveState {
   phase: string;
   decoding: boolean;
   client: RemoteDraftClient | null;
+  /** The vLLM-named series (issue 24). */
+  vllm: VllmExport;
 }
 
 /** The metrics and health endpoint, first, so that /healthz answers while the run starts. */
@@ -80,7 +83,9 @@ async function serveRunMetrics(scope: RunScope, hooks: RunHooks, regs: Registrie
   const { host, port } = parseMetricsListen(scope.metricsAt);
   const srv = await serveMetrics([regs.engine, regs.client, regs.ec], port, host, {
     ready: () => (live.decoding ? true : live.phase),
-    extra: () => workerMetrics(scope.urls.worker, scope.cfg.faults ? null : live.client),
+    extra: async () =>
+      live.vllm.exposition() +
+      (await workerMetrics(scope.urls.worker, scope.cfg.faults ? null : live.client)),
   });
   scope.cleanups.push(() => srv.close());
   const shown = host.includes(":") ? `[${host}]` : host;
@@ -215,6 +220,7 @@ interface EngineParts {
   ecMetrics: EcMediaMetrics;
   faults: FaultDriver | null;
   progress: Progress;
+  vllm: VllmExport;
 }
 
 /** The engine over RoundCore with the `--depth-policy`, reporting progress each round. */
@@ -235,7 +241,10 @@ function makeEngine(p: EngineParts): { engine: Engine; depthStats: DepthRunStats
     media: p.media,
     budgetFor: (b) => (cfg.budget !== null ? cfg.budget : budgetFromCurve(cfg.loadCurve, b)),
     metrics,
-    onVerified: depthStats.onVerified,
+    onVerified: (d, k, accepted) => {
+      depthStats.onVerified(d, k, accepted);
+      p.vllm.onVerified(d, k, accepted);
+    },
     onRoundVerified: depthStats.onRoundVerified,
     ...(faults ? { arrivalCap: faults.arrivalCap } : {}),
     onRound: async (r) => {
@@ -306,7 +315,19 @@ async function runSteps(
       })
     : null;
   const media: MediaSource = ec?.media ?? new LocalMedia(cfg.embeddingBytes);
-  const parts = { cfg, target, requests, client, media, metrics, ecMetrics, faults, progress };
+  live.vllm.attach(metrics, ecMetrics);
+  const parts = {
+    cfg,
+    target,
+    requests,
+    client,
+    media,
+    metrics,
+    ecMetrics,
+    faults,
+    progress,
+    vllm: live.vllm,
+  };
   const { engine, depthStats } = makeEngine(parts);
   note(
     `decoding ${requests.length} requests (S=${cfg.slots}, N=${cfg.numSpec}, ${cfg.sample ? "sampled" : "greedy"})`,
@@ -358,6 +379,8 @@ async function runSteps(
     decodeStartEpoch,
     leaks,
   });
+  live.vllm.sync();
+  report.specDecode = live.vllm.spec.snapshot();
   // a child that died on its own is a process failure (3), even when the output stayed lossless
   return { report, exitCode: report.ok ? 0 : deaths.length > 0 ? 3 : 1 };
 }
@@ -379,7 +402,12 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
   ];
   // exits of child processes nobody asked for (not --faults, not the end of the run)
   const deaths: ChildExit[] = [];
-  const live: LiveState = { phase: "starting", decoding: false, client: null };
+  const live: LiveState = {
+    phase: "starting",
+    decoding: false,
+    client: null,
+    vllm: new VllmExport(cfg.metricsEnginePrefix, cfg.numSpec),
+  };
   const scope: RunScope = {
     cfg,
     dir,

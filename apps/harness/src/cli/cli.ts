@@ -164,6 +164,9 @@ export function validate(cfg: HarnessConfig): void {
   if (cfg.embeddingBytes % 2 !== 0)
     throw usage(`--embedding-bytes: ${cfg.embeddingBytes} is not a whole number of bf16 values`);
   traceRowsOf(cfg.traceRows);
+  if (!/^[a-zA-Z_:][a-zA-Z0-9_:]*$/.test(cfg.metricsEnginePrefix)) {
+    throw usage(`--metrics-engine-prefix: "${cfg.metricsEnginePrefix}" is not a Prometheus name prefix`);
+  }
   if (cfg.uiListen !== null) {
     uiListenOf(cfg.uiListen);
     cfg.ui = true;

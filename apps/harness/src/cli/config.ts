@@ -97,6 +97,8 @@ export interface HarnessConfig {
   ui: boolean;
   /** Where the live view listens, `HOST:PORT` or `tcp://HOST:PORT` (default 127.0.0.1:0). */
   uiListen: string | null;
+  /** Prefix of the vLLM-named series on /metrics (vLLM's engine prefix). */
+  metricsEnginePrefix: string;
 }
 
 /** Defaults of the normal (greedy) scenario: `pnpm start` runs exactly this. */
@@ -145,6 +147,7 @@ export const DEFAULTS: Readonly<HarnessConfig> = Object.freeze({
   traceRows: "all",
   ui: false,
   uiListen: null,
+  metricsEnginePrefix: "vllm:",
 } satisfies HarnessConfig);
 
 /** Defaults that change with `--sample` unless given: many short requests for the statistical test. */

@@ -101,6 +101,12 @@ export const FLAGS: Record<string, FlagSpec> = {
     "tcp://H:P",
     "serve /metrics (harness + worker), /healthz, /readyz while running, e.g. tcp://127.0.0.1:9464",
   ),
+  "--metrics-engine-prefix": valued(
+    "metricsEnginePrefix",
+    "str",
+    "P",
+    "prefix of the spec-decode series under vLLM's names (docs/dashboards)",
+  ),
   "--metrics-port": valued("metricsPort", "port", "P", "same as --metrics-listen tcp://127.0.0.1:P"),
   "--json": valued("json", "str", "FILE", "also write the report as JSON to FILE"),
   "--depth-policy": valued(

@@ -2,6 +2,7 @@
  * The run report: one JSON object (`--json FILE`) and the same numbers as a table on stdout.
  * docs/harness.md explains every field.
  */
+import type { SpecDecodeSnapshot } from "@tapwire/client";
 import type { DepthPolicyReport } from "../depth/depth-sim.js";
 
 /** Percentiles of a latency, milliseconds. */
@@ -97,6 +98,8 @@ export interface Report {
   };
   /** The depth policy (`--depth-policy`): simulated goodput, chosen depths, ECE (docs/depth-policy.md). */
   depthPolicy?: DepthPolicyReport;
+  /** The spec-decode counters under vLLM's names, with acceptance per position (issue 24, docs/dashboards). */
+  specDecode?: SpecDecodeSnapshot;
   latency: { stepRtt: LatencySummary; round: LatencySummary };
   roundTime: {
     draftLinkMs: number;
