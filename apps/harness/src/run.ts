@@ -32,6 +32,7 @@ import type { Report } from "./report/report.js";
 import { buildReport } from "./report/run-report.js";
 import { VllmExport } from "./report/vllm-metrics.js";
 import { workerMetrics } from "./report/worker-metrics.js";
+import { LiveView } from "./ui/live.js";
 
 export { EC_BLOCK_BYTES, ENCODE_DELAY_MS } from "./procs/children.js";
 
@@ -91,6 +92,15 @@ async function serveRunMetrics(scope: RunScope, hooks: RunHooks, regs: Registrie
   const shown = host.includes(":") ? `[${host}]` : host;
   scope.note(`Prometheus metrics on http://${shown}:${srv.port}/metrics (also /healthz, /readyz)`);
   await hooks.onMetrics?.(srv.port);
+}
+
+/** `--ui`: the live view, up from the start; closed (after `--ui-linger-ms`) at the end. */
+async function startLive(scope: RunScope, regs: Registries, live: LiveState): Promise<LiveView> {
+  const ui = await LiveView.start(scope.cfg, [regs.engine, regs.client, regs.ec], () => live.phase);
+  scope.cleanups.push(() => ui.close());
+  // printed at any --progress: the user (and a test) needs the URL
+  process.stderr.write(`[harness] live view on ${ui.url}\n`);
+  return ui;
 }
 
 /** The target, and the draft head the worker will serve (same seed, same weights), saved. */
@@ -282,6 +292,7 @@ async function runSteps(
     client: new Registry({ prefix: "tapwire_client_" }),
   };
   await serveRunMetrics(scope, hooks, regs, live);
+  const ui = cfg.ui ? await startLive(scope, regs, live) : null;
   const { target, head, weights } = makeModels(scope);
   const { worker, endpoint: workerEndpoint, tls } = await startWorker(scope, weights);
   // the fault proxy between client and worker (tcp, --faults)
@@ -329,6 +340,15 @@ async function runSteps(
     vllm: live.vllm,
   };
   const { engine, depthStats } = makeEngine(parts);
+  ui?.attach({
+    metrics,
+    ecMetrics,
+    client: regs.client,
+    ec: regs.ec,
+    vllm: live.vllm,
+    depth: () => depthStats,
+    total: requests.length,
+  });
   note(
     `decoding ${requests.length} requests (S=${cfg.slots}, N=${cfg.numSpec}, ${cfg.sample ? "sampled" : "greedy"})`,
   );
@@ -381,6 +401,7 @@ async function runSteps(
   });
   live.vllm.sync();
   report.specDecode = live.vllm.spec.snapshot();
+  ui?.finish(report);
   // a child that died on its own is a process failure (3), even when the output stayed lossless
   return { report, exitCode: report.ok ? 0 : deaths.length > 0 ? 3 : 1 };
 }

@@ -13,5 +13,5 @@ export type { Counter, Gauge, Histogram, HistogramOptions, HistogramUnit, InfoVa
 export { BUCKETS, exponentialBuckets, MAX_BUCKETS } from "./metrics.js";
 export type { HistogramSnapshot, RegistryOptions, StatsSnapshot } from "./registry.js";
 export { Registry } from "./registry.js";
-export type { MetricsServer, ServeMetricsOptions } from "./serve.js";
-export { serveMetrics } from "./serve.js";
+export type { MetricsServer, ServeMetricsOptions, SseRoute, SseRouteOptions } from "./serve.js";
+export { pageRoute, serveMetrics, sseRoute } from "./serve.js";

@@ -97,6 +97,8 @@ export interface HarnessConfig {
   ui: boolean;
   /** Where the live view listens, `HOST:PORT` or `tcp://HOST:PORT` (default 127.0.0.1:0). */
   uiListen: string | null;
+  /** With `ui`: keep the page up after the run until its viewers close it, at most this long (ms). */
+  uiLingerMs: number;
   /** Prefix of the vLLM-named series on /metrics (vLLM's engine prefix). */
   metricsEnginePrefix: string;
 }
@@ -147,6 +149,7 @@ export const DEFAULTS: Readonly<HarnessConfig> = Object.freeze({
   traceRows: "all",
   ui: false,
   uiListen: null,
+  uiLingerMs: 0,
   metricsEnginePrefix: "vllm:",
 } satisfies HarnessConfig);
 

@@ -146,6 +146,13 @@ export const FLAGS: Record<string, FlagSpec> = {
   "--trace-rows": valued("traceRows", "str", "R", "rows kept in the trace: all | none | N (one STEP in N)"),
   "--ui": bool("ui", "serve the live view (SSE) while the run goes; its URL is printed"),
   "--ui-listen": valued("uiListen", "str", "H:P", "where the live view listens (implies --ui) [127.0.0.1:0]"),
+  "--ui-linger-ms": int(
+    "uiLingerMs",
+    0,
+    3_600_000,
+    "MS",
+    "keep the live view up after the run until closed, at most MS",
+  ),
   "--help": bool("help", "print this help and exit"),
 };
 

@@ -1,0 +1,80 @@
+/**
+ * The live view (`--ui`, issue 24) in a real headless Chromium (/usr/bin/chromium driven by
+ * playwright-core): `pnpm start`'s bin serves the page during the run, Server-Sent Events update
+ * it at least once a second, and at the end the per-position acceptance it shows equals the
+ * final JSON report. The test writes a screenshot to apps/harness/test-output/ui.png.
+ */
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { chromium } from "playwright-core";
+import { afterAll, expect, test } from "vitest";
+import { readReport, startBin } from "./bin-helpers.js";
+
+const dir = mkdtempSync(join(tmpdir(), "tapwire-ui-"));
+const OUT = join(import.meta.dirname, "..", "test-output");
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+test("pnpm start -- --ui: the page in headless Chromium updates live and ends with the report's numbers", async () => {
+  const json = join(dir, "report.json");
+  const run = startBin([
+    "--requests",
+    "48",
+    "--rate",
+    "6",
+    "--progress",
+    "off",
+    "--step-timeout-ms",
+    "20000",
+    "--ui",
+    "--ui-listen",
+    "127.0.0.1:0",
+    "--ui-linger-ms",
+    "120000",
+    "--json",
+    json,
+  ]);
+  const url = (await run.waitFor(/live view on (http:\/\/\S+)/, 60_000))[1]!;
+  const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: ["--no-sandbox"] });
+  let shown: number[] = [];
+  let lossless = "";
+  try {
+    const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+    await page.goto(url);
+    await page.waitForSelector("#acc-pos .acc", { timeout: 120_000 });
+    // Server-Sent Events at least once a second while the run goes (2 Hz is sent)
+    const events = () => page.evaluate(() => Number(document.body.dataset.events ?? 0));
+    const final = () => page.evaluate(() => document.getElementById("status")!.dataset.final === "1");
+    const e0 = await events();
+    const t0 = Date.now();
+    await page.waitForTimeout(3000);
+    if (!(await final())) {
+      const rate = ((await events()) - e0) / ((Date.now() - t0) / 1000);
+      expect(rate).toBeGreaterThanOrEqual(1);
+    }
+    await page.waitForSelector('#status[data-final="1"]', { timeout: 180_000 });
+    shown = await page.$$eval("#acc-pos .acc", (els) =>
+      els.map((e) => Number((e as HTMLElement).dataset.value)),
+    );
+    lossless = await page.$eval("#summary", (e) => (e as HTMLElement).dataset.lossless ?? "");
+    // the charts are drawn: bars in the acceptance, depth and RTT charts
+    for (const id of ["#acc-chart", "#depth-chart", "#rtt-chart", "#roundh-chart", "#round-chart"]) {
+      expect(await page.$$eval(`${id} rect`, (r) => r.length), id).toBeGreaterThan(0);
+    }
+    mkdirSync(OUT, { recursive: true });
+    const png = join(OUT, "ui.png");
+    await page.screenshot({ path: png, fullPage: true });
+    console.log(`live view screenshot: ${png}`);
+  } finally {
+    await browser.close();
+  }
+  // the browser is gone: the run stops lingering, writes its report and exits
+  const { code } = await run.exited;
+  expect(code, run.stderr.join("\n")).toBe(0);
+  const report = readReport(json);
+  expect(report.specDecode).toBeDefined();
+  expect(shown).toEqual(report.specDecode!.acceptanceByPosition);
+  expect(shown.length).toBe(4);
+  expect(shown[0]!).toBeGreaterThan(0);
+  expect(lossless).toBe(report.lossless.ok ? "ok" : "failed");
+}, 300_000);
