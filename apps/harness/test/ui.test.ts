@@ -43,8 +43,10 @@ test("pnpm start -- --ui: the page in headless Chromium updates live and ends wi
     await page.goto(url);
     await page.waitForSelector("#acc-pos .acc", { timeout: 120_000 });
     // Server-Sent Events at least once a second while the run goes (2 Hz is sent)
-    const events = () => page.evaluate(() => Number(document.body.dataset.events ?? 0));
-    const final = () => page.evaluate(() => document.getElementById("status")!.dataset.final === "1");
+    // (page-side code as strings: this package's tsconfig has no DOM types)
+    const events = async () => Number(await page.evaluate("document.body.dataset.events ?? 0"));
+    const final = async () =>
+      (await page.evaluate('document.getElementById("status").dataset.final')) === "1";
     const e0 = await events();
     const t0 = Date.now();
     await page.waitForTimeout(3000);
@@ -53,10 +55,10 @@ test("pnpm start -- --ui: the page in headless Chromium updates live and ends wi
       expect(rate).toBeGreaterThanOrEqual(1);
     }
     await page.waitForSelector('#status[data-final="1"]', { timeout: 180_000 });
-    shown = await page.$$eval("#acc-pos .acc", (els) =>
-      els.map((e) => Number((e as HTMLElement).dataset.value)),
-    );
-    lossless = await page.$eval("#summary", (e) => (e as HTMLElement).dataset.lossless ?? "");
+    shown = (await page.evaluate(
+      '[...document.querySelectorAll("#acc-pos .acc")].map((e) => Number(e.dataset.value))',
+    )) as number[];
+    lossless = String(await page.evaluate('document.getElementById("summary").dataset.lossless ?? ""'));
     // the charts are drawn: bars in the acceptance, depth and RTT charts
     for (const id of ["#acc-chart", "#depth-chart", "#rtt-chart", "#roundh-chart", "#round-chart"]) {
       expect(await page.$$eval(`${id} rect`, (r) => r.length), id).toBeGreaterThan(0);

@@ -113,14 +113,12 @@ export class LiveView {
   /** The state the page shows (JSON), live or final. */
   state(): Record<string, unknown> {
     const s = this.#src;
-    const base: Record<string, unknown> = {
-      phase: this.#phase,
-      elapsedMs: Date.now() - this.#t0,
-      final: false,
-    };
+    const phase = this.#phase ?? this.#phaseOf();
+    const base: Record<string, unknown> = { phase, elapsedMs: Date.now() - this.#t0, final: false };
     if (s === null) return base;
     const m = s.metrics;
-    const spec = (s.vllm.sync(), s.vllm.spec.snapshot());
+    s.vllm.sync();
+    const spec = s.vllm.spec.snapshot();
     const cs = s.client.snapshot();
     const ec = s.ec.snapshot().counters;
     const worker = (() => {
