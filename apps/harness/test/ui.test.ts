@@ -6,7 +6,7 @@
  */
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { chromium } from "playwright-core";
 import { afterAll, expect, test } from "vitest";
 import { readReport, startBin } from "./bin-helpers.js";
@@ -80,3 +80,61 @@ test("pnpm start -- --ui: the page in headless Chromium updates live and ends wi
   expect(shown[0]!).toBeGreaterThan(0);
   expect(lossless).toBe(report.lossless.ok ? "ok" : "failed");
 }, 300_000);
+
+test("tapwire-worker --ui: a page of its own metrics, live, in headless Chromium", async () => {
+  const { spawnBin } = await import("@tapwire/testing");
+  const { RemoteDraftClient } = await import("@tapwire/client");
+  const { createRequire } = await import("node:module");
+  const req = createRequire(import.meta.url);
+  const workerBin = join(dirname(req.resolve("@tapwire/worker/package.json")), "dist", "bin", "worker.js");
+  const w = await spawnBin(workerBin, [
+    "--drafter",
+    "null",
+    "--listen",
+    "tcp://127.0.0.1:0",
+    "--metrics-listen",
+    "tcp://127.0.0.1:0",
+    "--ui",
+    "--log-level",
+    "warn",
+  ]);
+  const metricsUrl = String(w.readyLine.json?.["metrics"]);
+  const pageUrl = metricsUrl.replace(/\/metrics$/, "/");
+  const endpoint = ((w.readyLine.json?.["endpoints"] ?? []) as string[])[0]!;
+  const client = new RemoteDraftClient({
+    endpoint,
+    window: 16,
+    numSpec: 4,
+    numTaps: 3,
+    hidden: 1024,
+    vocabSize: 2048,
+    maxSlots: 4,
+    maxRowsPerStep: 64,
+    drafterIdentity: new Uint8Array(32),
+    markovIdentity: new Uint8Array(32),
+  });
+  const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: ["--no-sandbox"] });
+  try {
+    expect(await client.waitReady(20_000)).toBe(true);
+    const page = await browser.newPage();
+    await page.goto(pageUrl);
+    await page.waitForSelector("#counters tr", { timeout: 30_000 });
+    for (let i = 0; i < 5; i++) await client.ping();
+    // the page follows the worker's counters: the PINGs show up within a few events
+    const pings = async () =>
+      Number(
+        await page.evaluate(
+          '[...document.querySelectorAll("#counters tr")].filter((r) => /ping/.test(r.dataset.name)).map((r) => Number(r.children[1].textContent)).reduce((a, b) => a + b, 0)',
+        ),
+      );
+    const end = Date.now() + 20_000;
+    while ((await pings()) < 5 && Date.now() < end) await page.waitForTimeout(200);
+    expect(await pings()).toBeGreaterThanOrEqual(5);
+    mkdirSync(OUT, { recursive: true });
+    await page.screenshot({ path: join(OUT, "worker-ui.png"), fullPage: true });
+  } finally {
+    await browser.close();
+    await client.close();
+    await w.kill("SIGTERM");
+  }
+}, 120_000);

@@ -7,6 +7,7 @@
 export { StatsError, StatsErrorCode } from "./errors.js";
 export type { MetricsListen } from "./listen.js";
 export { DEFAULT_METRICS_LISTEN, parseMetricsListen } from "./listen.js";
+export { registryPage } from "./live-page.js";
 export type { Logger, LoggerOptions, LogLevel } from "./log.js";
 export { createLogger, flushAndExit, flushLogger, LOG_LEVELS, parseLogLevel } from "./log.js";
 export type { Counter, Gauge, Histogram, HistogramOptions, HistogramUnit, InfoValue } from "./metrics.js";

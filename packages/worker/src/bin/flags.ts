@@ -241,6 +241,11 @@ export const FLAGS = {
     default: "all",
     help: "which STEPs keep their rows in the trace: all, none, or N (one STEP in N)",
   },
+  ui: {
+    section: "Capture (docs/trace.md)",
+    kind: { t: "bool" },
+    help: "serve a live page of the worker's own metrics at / of --metrics-listen (Server-Sent Events at /events)",
+  },
   "log-level": {
     section: "Other",
     arg: "LEVEL",
@@ -255,9 +260,10 @@ export const FLAGS = {
 export type FlagName = keyof typeof FLAGS;
 
 /** Parsed flags: strings as given, `listen` as a list, `help` as a boolean. */
-export type ParsedFlags = Partial<Record<Exclude<FlagName, "listen" | "help">, string>> & {
+export type ParsedFlags = Partial<Record<Exclude<FlagName, "listen" | "help" | "ui">, string>> & {
   listen?: string[];
   help?: boolean;
+  ui?: boolean;
 };
 
 function wrap(text: string, width: number, indent: string): string[] {

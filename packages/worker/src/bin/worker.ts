@@ -12,10 +12,13 @@ import type { Logger, MetricsServer } from "@tapwire/stats";
 import {
   createLogger,
   flushAndExit,
+  pageRoute,
   parseLogLevel,
   parseMetricsListen,
   Registry,
+  registryPage,
   serveMetrics,
+  sseRoute,
 } from "@tapwire/stats";
 import { TraceWriter } from "@tapwire/trace";
 import { parseEndpoint } from "@tapwire/transport";
@@ -51,6 +54,11 @@ function checkUsage(p: ParsedFlags): void {
   }
   hex32("drafter-identity", p["drafter-identity"]);
   hex32("markov-identity", p["markov-identity"]);
+  if (p.ui === true && p["metrics-listen"] === undefined) {
+    throw new UsageError(
+      "--ui serves its page on the --metrics-listen endpoint: give --metrics-listen tcp://HOST:PORT",
+    );
+  }
   const rows = p["trace-rows"];
   if (rows !== undefined && rows !== "all" && rows !== "none" && !/^[1-9]\d{0,4}$/.test(rows)) {
     throw new UsageError(`--trace-rows ${rows} is not all, none or an integer 1..65535`);
@@ -185,6 +193,12 @@ function tlsOf(p: ParsedFlags) {
   };
 }
 
+/** `--ui` (issue 24): the live page of the worker's own metrics and its event stream. */
+function liveRoutes(state: { worker: Worker | null; closing: boolean }) {
+  const events = sseRoute(() => state.worker?.stats() ?? { phase: "drafter loading" }, { intervalMs: 500 });
+  return { "/": pageRoute(registryPage("tapwire-worker")), "/events": events };
+}
+
 /** The metrics endpoint, up before the drafter loads so that /readyz can say it is loading. */
 async function startMetrics(
   p: ParsedFlags,
@@ -196,6 +210,7 @@ async function startMetrics(
   const { host, port } = parseMetricsListen(at);
   return serveMetrics([registry], port, host, {
     ready: () => (state.closing ? "closing" : state.worker !== null ? true : "drafter loading"),
+    ...(p.ui === true ? { routes: liveRoutes(state) } : {}),
   });
 }
 
