@@ -27,6 +27,7 @@ import { FaultDriver } from "./faults/faults.js";
 import { parseHostPort, type RunScope, startWorker } from "./procs/children.js";
 import type { ChildExit } from "./procs/procs.js";
 import { endState } from "./report/leak-check.js";
+import { histogramBins } from "./report/pictures.js";
 import { Progress } from "./report/progress.js";
 import type { Report } from "./report/report.js";
 import { buildReport } from "./report/run-report.js";
@@ -401,6 +402,7 @@ async function runSteps(
   });
   live.vllm.sync();
   report.specDecode = live.vllm.spec.snapshot();
+  report.stepRttHistogram = histogramBins(metrics.stepRtt);
   ui?.finish(report);
   // a child that died on its own is a process failure (3), even when the output stayed lossless
   return { report, exitCode: report.ok ? 0 : deaths.length > 0 ? 3 : 1 };

@@ -3,7 +3,7 @@
 // serving the same head with 0 differences; a 48-request run with `--trace-rows none` writes a
 // trace under 5 MiB.
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync, statSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -75,10 +75,30 @@ test("a harness run's trace replays against a fresh worker with 0 differences", 
   await w.kill("SIGTERM");
 }, 180_000);
 
-test("a 48-request run's trace with --trace-rows none is < 5 MiB", async () => {
+test("a 48-request run's trace with --trace-rows none is < 5 MiB; --svg writes its pictures", async () => {
   const trace = join(dir, "norows.trace");
-  const r = await harness(["--requests", "48", "--trace", trace, "--trace-rows", "none"]);
+  const svg = join(dir, "svg");
+  const json = join(dir, "48.json");
+  const r = await harness([
+    "--requests",
+    "48",
+    "--trace",
+    trace,
+    "--trace-rows",
+    "none",
+    "--json",
+    json,
+    "--svg",
+    svg,
+  ]);
   expect(r.code, r.stderr.join("\n")).toBe(0);
+  // --svg: the report's pictures, with the report's numbers in them
+  const report = readReport(json);
+  const acc = readFileSync(join(svg, "acceptance-per-position.svg"), "utf8");
+  for (const v of report.specDecode!.acceptanceByPosition)
+    expect(acc).toContain(`>${(100 * v).toFixed(1)}%</text>`);
+  expect(readFileSync(join(svg, "step-rtt.svg"), "utf8")).toContain("STEP RTT histogram");
+  expect(readFileSync(join(svg, "goodput-vs-depth.svg"), "utf8")).toContain("<polyline");
   const size = statSync(trace).size;
   console.log(`48-request harness trace without rows: ${size} bytes`);
   expect(size).toBeLessThan(5 * 1024 * 1024);

@@ -14,13 +14,14 @@
 // one by one in rotating order; medians. A separate, untimed phase counts the bytes a round
 // allocates (sampling heap profiler + external memory). JSON on stdout; progress on stderr.
 
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import * as inspector from "node:inspector/promises";
 import * as net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import * as v8 from "node:v8";
+import { barChartSvg } from "@tapwire/stats";
 import { type ChildHandle, spawnBin, uniqueSocketPath } from "@tapwire/testing";
 import { TraceWriter } from "@tapwire/trace";
 import { makeClient } from "@tapwire/transport";
@@ -594,6 +595,7 @@ async function main(): Promise<void> {
     }
     process.stderr.write("client bench: trace capture on vs off (unix, 8 slots x 8 rows)\n");
     capture = await captureLine(wEps.unix);
+    if (process.env.BENCH_SVG !== undefined) writeCaptureSvg(process.env.BENCH_SVG, capture);
   } finally {
     await worker.kill();
   }
@@ -686,4 +688,28 @@ async function captureLine(workerEp: string) {
     await w3.child.kill();
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/** `BENCH_SVG=DIR`: the capture row as a picture (issue 24), with @tapwire/stats' SVG writer. */
+export function writeCaptureSvg(dir: string, capture: Record<string, unknown>): void {
+  const p50 = (k: string) => {
+    const v =
+      k === "off"
+        ? capture["round_us_off"]
+        : (capture[`rows_${k}`] as Record<string, unknown>)["round_us_on"];
+    return Number((v as { p50: number }).p50);
+  };
+  mkdirSync(dir, { recursive: true });
+  const path = join(dir, "client-capture.svg");
+  writeFileSync(
+    path,
+    barChartSvg({
+      title: "Round p50 with trace capture (8 slots x 8 rows, unix, same run)",
+      labels: ["capture off", "rows none", "rows all"],
+      values: [p50("off"), p50("none"), p50("all")],
+      yLabel: "round p50 (µs)",
+      format: (v) => `${Math.round(v)} µs`,
+    }),
+  );
+  process.stderr.write(`client bench: wrote ${path}\n`);
 }

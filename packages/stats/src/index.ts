@@ -16,3 +16,5 @@ export type { HistogramSnapshot, RegistryOptions, StatsSnapshot } from "./regist
 export { Registry } from "./registry.js";
 export type { MetricsServer, ServeMetricsOptions, SseRoute, SseRouteOptions } from "./serve.js";
 export { pageRoute, serveMetrics, sseRoute } from "./serve.js";
+export type { BarChartOptions, LineChartOptions, LineSeries } from "./svg.js";
+export { barChartSvg, lineChartSvg } from "./svg.js";

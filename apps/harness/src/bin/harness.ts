@@ -9,6 +9,7 @@ import { writeFileSync } from "node:fs";
 import { checkJsonPath, helpText, parseArgs } from "../cli/cli.js";
 import { HarnessError, HarnessErrorCode } from "../errors.js";
 import { stopAllChildren } from "../procs/procs.js";
+import { reportPictures, writePictures } from "../report/pictures.js";
 import { formatReport } from "../report/report.js";
 import { runHarness } from "../run.js";
 
@@ -32,6 +33,11 @@ async function main(): Promise<number> {
   const { report, exitCode } = await runHarness(cfg);
   process.stdout.write(formatReport(report));
   if (cfg.json !== null) writeFileSync(cfg.json, `${JSON.stringify(report, null, 2)}\n`);
+  if (cfg.svg !== null) {
+    for (const p of writePictures(cfg.svg, reportPictures(report, report.stepRttHistogram ?? null))) {
+      process.stderr.write(`tapwire-harness: wrote ${p}\n`);
+    }
+  }
   return exitCode;
 }
 

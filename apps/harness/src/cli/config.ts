@@ -99,6 +99,8 @@ export interface HarnessConfig {
   uiListen: string | null;
   /** With `ui`: keep the page up after the run until its viewers close it, at most this long (ms). */
   uiLingerMs: number;
+  /** Write the report's pictures (SVG) into this folder (null: off). */
+  svg: string | null;
   /** Prefix of the vLLM-named series on /metrics (vLLM's engine prefix). */
   metricsEnginePrefix: string;
 }
@@ -150,6 +152,7 @@ export const DEFAULTS: Readonly<HarnessConfig> = Object.freeze({
   ui: false,
   uiListen: null,
   uiLingerMs: 0,
+  svg: null,
   metricsEnginePrefix: "vllm:",
 } satisfies HarnessConfig);
 

@@ -109,6 +109,12 @@ export const FLAGS: Record<string, FlagSpec> = {
   ),
   "--metrics-port": valued("metricsPort", "port", "P", "same as --metrics-listen tcp://127.0.0.1:P"),
   "--json": valued("json", "str", "FILE", "also write the report as JSON to FILE"),
+  "--svg": valued(
+    "svg",
+    "str",
+    "DIR",
+    "also write the report's pictures (acceptance, RTT, goodput vs depth) as SVG into DIR",
+  ),
   "--depth-policy": valued(
     "depthPolicy",
     "str",

@@ -100,6 +100,8 @@ export interface Report {
   depthPolicy?: DepthPolicyReport;
   /** The spec-decode counters under vLLM's names, with acceptance per position (issue 24, docs/dashboards). */
   specDecode?: SpecDecodeSnapshot;
+  /** STEP RTT as counts per bin (edges in ms), for the pictures (`--svg`, issue 24). */
+  stepRttHistogram?: { edgesMs: number[]; counts: number[] };
   latency: { stepRtt: LatencySummary; round: LatencySummary };
   roundTime: {
     draftLinkMs: number;

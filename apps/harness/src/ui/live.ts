@@ -11,6 +11,7 @@ import type { HarnessConfig } from "../cli/config.js";
 import type { DepthRunStats } from "../depth/depth-sim.js";
 import type { EcMediaMetrics } from "../ec/media.js";
 import type { EngineMetrics } from "../engine/engine-metrics.js";
+import { histogramBins } from "../report/pictures.js";
 import type { Report } from "../report/report.js";
 import type { VllmExport } from "../report/vllm-metrics.js";
 import { LIVE_PAGE } from "./page.js";
@@ -38,27 +39,16 @@ export interface LiveHistogram {
   counts: number[];
 }
 
-const EDGES_MS = [0, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256, 1e9];
-
 function bins(h: Histogram): LiveHistogram {
-  const counts = new Array<number>(EDGES_MS.length - 1).fill(0);
-  if (h.count > 0) {
-    // 200 quantiles, each standing for count/200 observations
-    for (let i = 0; i < 200; i++) {
-      const v = h.percentile((i + 0.5) / 2) * 1000;
-      let b = 0;
-      while (b < counts.length - 1 && v >= EDGES_MS[b + 1]!) b++;
-      counts[b] = counts[b]! + h.count / 200;
-    }
-  }
+  const b = histogramBins(h);
   return {
     count: h.count,
     p50Ms: h.percentile(50) * 1000,
     p90Ms: h.percentile(90) * 1000,
     p99Ms: h.percentile(99) * 1000,
     maxMs: h.max * 1000,
-    edges: EDGES_MS,
-    counts: counts.map((c) => Math.round(c)),
+    edges: b.edgesMs,
+    counts: b.counts,
   };
 }
 
