@@ -66,7 +66,8 @@ function sig(v: number): string {
 
 function frame(w: number, h: number, title: string, body: string[]): string {
   return [
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}" viewBox="0 0 ${w} ${h}" font-family="system-ui, sans-serif" font-size="12">`,
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}" viewBox="0 0 ${w} ${h}" font-family="system-ui, sans-serif" font-size="12" role="img" aria-label="${esc(title)}">`,
+    `<title>${esc(title)}</title>`,
     `<rect width="${w}" height="${h}" fill="#ffffff"/>`,
     `<text x="${w / 2}" y="20" text-anchor="middle" font-size="14" font-weight="600">${esc(title)}</text>`,
     ...body,
