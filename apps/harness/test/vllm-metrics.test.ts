@@ -14,6 +14,17 @@ import { parsePrometheus, promtoolCheck } from "@tapwire/testing";
 import { afterAll, expect, test } from "vitest";
 import { parseArgs } from "../src/cli/cli.js";
 import { runHarness } from "../src/run.js";
+import { type Dashboard, expressions, structureProblems } from "./dashboard.js";
+
+/** docs/dashboards/tapwire-spec-decode.json: the per-position acceptance panels (issue 24). */
+const OURS = JSON.parse(
+  readFileSync(
+    join(import.meta.dirname, "..", "..", "..", "docs", "dashboards", "tapwire-spec-decode.json"),
+    "utf8",
+  ),
+) as Dashboard;
+const oursSubstituted = (e: string) =>
+  e.replaceAll("$__rate_interval", "5m").replaceAll("$__range", "5m").replaceAll("$engine", ".*");
 
 interface Fixture {
   path: string;
@@ -135,6 +146,7 @@ test("vLLM's spec-decode dashboard queries return data from a real Prometheus sc
       );
       await new Promise((r) => setTimeout(r, 2500));
       for (const p of FIXTURE.panels) results[`${p.id}/${p.refId}`] = await query(substitute(p.expr));
+      for (const e of expressions(OURS)) results[`ours/${e.where}`] = await query(oursSubstituted(e.expr));
       results["raw/perPos"] = await query("vllm:spec_decode_num_accepted_tokens_per_pos_total");
       results["raw/drafts"] = await query("vllm:spec_decode_num_drafts_total");
     },
@@ -179,6 +191,14 @@ test("vLLM's spec-decode dashboard queries return data from a real Prometheus sc
   const check = promtoolCheck(scrape);
   expect(check.status === 0 || check.status === 3, check.problems.join("\n")).toBe(true);
   expect(check.problems.filter((l) => !/^vllm:\S+ metric names should not contain ':'$/.test(l))).toEqual([]);
+  // docs/dashboards/tapwire-spec-decode.json: well-formed, every name live, every query has data
+  expect(structureProblems(OURS)).toEqual([]);
+  for (const e of expressions(OURS)) {
+    for (const n of names(e.expr)) expect(live.has(n) || text.has(n), `${n} (${e.where})`).toBe(true);
+    expect(results[`ours/${e.where}`]!.length, `${e.where}: ${e.expr}`).toBeGreaterThan(0);
+  }
+  const ourPos = results["ours/Acceptance rate by draft position/A"]!;
+  expect(ourPos.length).toBe(spec.acceptanceByPosition.length);
   // the EC side's ec_* byte and time series
   expect(live.has("vllm:ec_transfer_bytes_total")).toBe(true);
   expect(live.has("vllm:ec_wait_seconds_sum")).toBe(true);
