@@ -72,6 +72,48 @@ test("a harness run's trace replays against a fresh worker with 0 differences", 
   expect(parity.differenceCount).toBe(0);
   expect(parity.steps).toBeGreaterThanOrEqual(report.rounds.withDrafts);
   expect(parity.entriesCompared).toBeGreaterThan(0);
+  // with the recorded pacing the replay takes at least as long as the trace did (a lower bound)
+  const span = (t.records.at(-1)!.tUs - t.records[0]!.tUs) / 1000;
+  const t0 = performance.now();
+  const paced = spawnSync(process.execPath, [REPLAY, "--trace", trace, "--endpoint", endpoint, "--json"], {
+    encoding: "utf8",
+    timeout: 120_000,
+  });
+  expect(paced.status, paced.stderr).toBe(0);
+  expect(performance.now() - t0).toBeGreaterThanOrEqual(span * 0.95);
+  expect((JSON.parse(paced.stdout) as { identical: boolean }).identical).toBe(true);
+  await w.kill("SIGTERM");
+}, 180_000);
+
+test("a sampled (TOP32) harness run's trace replays with the same masks, supports and proposals", async () => {
+  const trace = join(dir, "sampled.trace");
+  const r = await harness(["--sample", "--requests", "40", "--trace", trace]);
+  expect(r.code, r.stderr.join("\n")).toBe(0);
+  expect(readTrace(trace).header.hello.sampleMode).toBe(1);
+  const w = await spawnBin(
+    WORKER,
+    ["--hidden", "4096", "--listen", "tcp://127.0.0.1:0", "--log-level", "warn"],
+    {
+      timeoutMs: 60_000,
+    },
+  );
+  const endpoint = ((w.readyLine.json?.endpoints ?? []) as string[])[0]!;
+  const rep = spawnSync(
+    process.execPath,
+    [REPLAY, "--trace", trace, "--endpoint", endpoint, "--fast", "--json"],
+    {
+      encoding: "utf8",
+      timeout: 120_000,
+    },
+  );
+  expect(rep.status, rep.stderr).toBe(0);
+  const parity = JSON.parse(rep.stdout) as {
+    identical: boolean;
+    entriesCompared: number;
+    differenceCount: number;
+  };
+  expect(parity.differenceCount).toBe(0);
+  expect(parity.entriesCompared).toBeGreaterThan(0);
   await w.kill("SIGTERM");
 }, 180_000);
 

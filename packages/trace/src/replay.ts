@@ -55,7 +55,7 @@ export interface ReplayOptions {
 /** One difference found by a replay. */
 export interface ParityDifference {
   /** What differs. */
-  kind: "frame_status" | "status" | "window_rows" | "draft" | "confidence" | "missing_reply";
+  kind: "frame_status" | "status" | "window_rows" | "draft" | "confidence" | "sampled" | "missing_reply";
   /** Index of the STEP in the trace (0-based, STEPs only). */
   step: number;
   /** The STEP's step_id. */
@@ -507,6 +507,38 @@ export async function replayTrace(trace: Trace, options: ReplayOptions): Promise
                 confidenceDelta: dc,
               });
               break;
+            }
+            // TOP32 (CONTRACT 8): the sampled mask, the support ids and the proposal q of the position
+            if (sampled && a.sampledMask !== null && b.sampledMask !== null) {
+              let what = -1;
+              if (a.sampledMask[k] !== b.sampledMask[k]) what = -2;
+              else {
+                for (let t = 0; t < 32; t++) {
+                  const q = k * 32 + t;
+                  if (a.supportIds![q] !== b.supportIds![q] || a.proposalQ![q] !== b.proposalQ![q]) {
+                    what = t;
+                    break;
+                  }
+                }
+              }
+              if (what !== -1) {
+                same = false;
+                diff({
+                  ...base,
+                  kind: "sampled",
+                  position: j,
+                  trace:
+                    what === -2
+                      ? `mask ${a.sampledMask[k]}`
+                      : `support[${what}] ${a.supportIds![k * 32 + what]} q ${a.proposalQ![k * 32 + what]}`,
+                  replay:
+                    what === -2
+                      ? `mask ${b.sampledMask[k]}`
+                      : `support[${what}] ${b.supportIds![k * 32 + what]} q ${b.proposalQ![k * 32 + what]}`,
+                  confidenceDelta: dc,
+                });
+                break;
+              }
             }
           }
         }
