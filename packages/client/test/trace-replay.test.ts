@@ -147,7 +147,7 @@ describe("tapwire-worker --trace", () => {
     await w.child.kill("SIGTERM");
   }, 120_000);
 
-  test("--trace-rows is checked before anything starts", () => {
+  test("--trace-rows and an unwritable --trace are usage errors (exit 2) before serving", () => {
     const r = spawnSync(
       process.execPath,
       [WORKER_BIN, "--trace", join(files.dir, "x.trace"), "--trace-rows", "some"],
@@ -157,6 +157,21 @@ describe("tapwire-worker --trace", () => {
     );
     expect(r.status).toBe(2);
     expect(r.stderr).toContain("--trace-rows some");
+    const u = spawnSync(
+      process.execPath,
+      [
+        WORKER_BIN,
+        "--drafter",
+        "null",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--trace",
+        join(files.dir, "no", "x.trace"),
+      ],
+      { encoding: "utf8" },
+    );
+    expect(u.status).toBe(2);
+    expect(u.stderr).toContain("cannot be written (ENOENT)");
   });
 });
 

@@ -18,8 +18,9 @@ export interface BarChartOptions {
   format?: (v: number) => string;
   /** Largest value of the axis (default the largest value). */
   max?: number;
-  /** Width and height in px (default 560 x 300). */
+  /** Width in px (default 560). */
   width?: number;
+  /** Height in px (default 300). */
   height?: number;
   /** Bar colour (default #4a7bd0). */
   color?: string;
@@ -41,11 +42,13 @@ export interface LineChartOptions {
   title: string;
   /** The series. */
   series: readonly LineSeries[];
-  /** Axis captions. */
+  /** Caption of the x axis. */
   xLabel?: string;
+  /** Caption of the y axis. */
   yLabel?: string;
-  /** Width and height in px (default 560 x 300). */
+  /** Width in px (default 560). */
   width?: number;
+  /** Height in px (default 300). */
   height?: number;
 }
 

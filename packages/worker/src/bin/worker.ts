@@ -4,7 +4,7 @@
  * Logs pino JSON lines to stdout (the shared `createLogger` setup of `@tapwire/stats`); once bound
  * it logs `{"msg":"listening","endpoints":[...]}`. Usage errors print one line and exit 2.
  */
-import { readFileSync } from "node:fs";
+import { closeSync, openSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -182,6 +182,14 @@ function openTrace(p: ParsedFlags): TraceWriter | null {
   const path = p.trace;
   if (path === undefined) return null;
   const r = strFlag(p, "trace-rows")!;
+  // fail at start, not at shutdown: the writer opens its file in the background
+  try {
+    closeSync(openSync(path, "w"));
+  } catch (e) {
+    throw new UsageError(
+      `--trace ${path}: cannot be written (${(e as NodeJS.ErrnoException).code ?? String(e)})`,
+    );
+  }
   return new TraceWriter({ path, source: "worker", rows: r === "all" || r === "none" ? r : Number(r) });
 }
 
