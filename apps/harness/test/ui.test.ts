@@ -13,7 +13,12 @@ import { readReport, startBin } from "./bin-helpers.js";
 
 const dir = mkdtempSync(join(tmpdir(), "tapwire-ui-"));
 const OUT = join(import.meta.dirname, "..", "test-output");
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const started: Array<{ kill(sig?: NodeJS.Signals): unknown; exitCode: number | null }> = [];
+afterAll(() => {
+  // a failed test must not leave a lingering harness behind
+  for (const c of started) if (c.exitCode === null) c.kill("SIGTERM"); // the harness stops its children
+  rmSync(dir, { recursive: true, force: true });
+});
 
 test("pnpm start -- --ui: the page in headless Chromium updates live and ends with the report's numbers", async () => {
   const json = join(dir, "report.json");
@@ -34,6 +39,7 @@ test("pnpm start -- --ui: the page in headless Chromium updates live and ends wi
     "--json",
     json,
   ]);
+  started.push(run.child);
   const url = (await run.waitFor(/live view on (http:\/\/\S+)/, 60_000))[1]!;
   const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: ["--no-sandbox"] });
   let shown: number[] = [];
