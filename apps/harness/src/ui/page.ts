@@ -52,7 +52,7 @@ function bars(svg, labels, values, opts) {
   values.forEach((v, i) => {
     const h = (H - 2 * pad) * (v / max);
     svg.appendChild(el("rect", { x: pad + i * bw + 2, y: H - pad - h, width: Math.max(1, bw - 4), height: h, fill: opts.color ?? "#4a7bd0" }));
-    svg.appendChild(el("text", { x: pad + i * bw + bw / 2, y: H - 6, "text-anchor": "middle" }, labels[i]));
+    svg.appendChild(el("text", { x: pad + i * bw + bw / 2, y: H - 6, "text-anchor": "middle", style: bw < 34 ? "font-size:8px" : "font-size:11px" }, labels[i]));
     svg.appendChild(el("text", { x: pad + i * bw + bw / 2, y: H - pad - h - 3, "text-anchor": "middle" }, opts.fmt(v)));
   });
   svg.appendChild(el("line", { x1: pad, y1: H - pad, x2: W, y2: H - pad, stroke: "#999" }));
@@ -64,7 +64,8 @@ function stacked(svg, parts) {
   parts.forEach((p, i) => {
     const w = (W - 2) * p[1] / total;
     svg.appendChild(el("rect", { x, y: 4, width: Math.max(0, w), height: 24, fill: colors[i % 3] }));
-    svg.appendChild(el("text", { x: x + 3, y: 44 }, p[0] + " " + Math.round(100 * p[1] / total) + "%"));
+    svg.appendChild(el("rect", { x: 4 + i * 112, y: 36, width: 9, height: 9, fill: colors[i % 3] }));
+    svg.appendChild(el("text", { x: 16 + i * 112, y: 45 }, p[0] + " " + Math.round(100 * p[1] / total) + "%"));
     x += w;
   });
 }
