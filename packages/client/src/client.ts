@@ -5,6 +5,7 @@
 // connect-loop.ts and outcomes.ts.
 import type { Counter, Gauge, Histogram, InfoValue } from "@tapwire/stats";
 import { BUCKETS, Registry } from "@tapwire/stats";
+import type { LinkTap } from "@tapwire/trace";
 import type { RpcClient } from "@tapwire/transport";
 import { makeClient, TransportError } from "@tapwire/transport";
 import type { Hello, HelloReply, ReqEntry, SampleMeta, StepReplyViews } from "@tapwire/wire";
@@ -39,6 +40,7 @@ import type { RemoteDraftClientOptions, ResolvedClientOptions, TransportFactory 
 import { resolveOptions } from "./options.js";
 import type { OutcomeReaction, StepOutcome, StepOutcomeReason } from "./outcomes.js";
 import { echoProblem, errText, frameStatusRow, STEP_OUTCOMES, statusName } from "./outcomes.js";
+import { tapHello } from "./trace-tap.js";
 
 /**
  * The connection states of {@link RemoteDraftClient} (CONTRACT 9.1, 9.3). `IDLE`: no connection
@@ -151,6 +153,8 @@ export class RemoteDraftClient {
     sampleMeta: readonly SampleMeta[] | null;
   };
   #ctrlBuf: Uint8Array | null = null;
+  /** The link capture (issue 24), or null. */
+  readonly #trace: LinkTap | null;
 
   #session: number;
   #seq: number;
@@ -197,6 +201,7 @@ export class RemoteDraftClient {
     const o = resolveOptions(options);
     this.options = o;
     this.#factory = options.transportFactory ?? makeClient;
+    this.#trace = options.trace ?? null;
     this.#clock = options.clock ?? systemClock;
     // silent unless the caller passes a logger, like every package of the project (issue 15)
     this.#log = options.logger ?? pino({ level: "silent" });
@@ -645,6 +650,7 @@ export class RemoteDraftClient {
     this.#c.hellos.inc();
     this.#c.epoch.set(this.#epoch);
     this.#c.worker.set(JSON.stringify(this.#workerInfo));
+    if (this.#trace !== null) tapHello(this.#trace, this.#hello, this.#session, this.#seq, rep);
     const failedBefore = this.#failRun;
     this.#failRun = 0;
     this.#log.info(
@@ -792,11 +798,15 @@ export class RemoteDraftClient {
     this.#seq = seq;
     const t0 = performance.now();
     let n: number;
+    const tap = this.#trace;
     try {
-      n =
+      const pending =
         parts === null
-          ? await cli.request(this.sendBuffer.subarray(0, frameLen), this.#replyBuf, o.requestTimeoutMs)
-          : await cli.requestParts(parts, this.#replyBuf, o.requestTimeoutMs);
+          ? cli.request(this.sendBuffer.subarray(0, frameLen), this.#replyBuf, o.requestTimeoutMs)
+          : cli.requestParts(parts, this.#replyBuf, o.requestTimeoutMs);
+      // the capture copies the request while the worker drafts (issue 24)
+      if (tap !== null) tap.request(parts ?? this.sendBuffer, frameLen);
+      n = await pending;
     } catch (e) {
       const rttUs = (performance.now() - t0) * 1000;
       const text = errText(e);
@@ -811,6 +821,7 @@ export class RemoteDraftClient {
       return failed("transport_error", true, rttUs, text);
     }
     const rttUs = (performance.now() - t0) * 1000;
+    if (tap !== null) tap.reply(this.#replyBuf, n, rttUs);
     this.#c.bytesSent.inc(frameLen);
     this.#c.bytesReceived.inc(n);
     this.#c.rtt.observe(rttUs / 1e6);

@@ -43,3 +43,5 @@ export type {
   RoundResult,
   SlotView,
 } from "./round-types.js";
+export type { SpecDecodeMetricsOptions, SpecDecodeSnapshot } from "./spec-decode-metrics.js";
+export { SPEC_DECODE_DEFAULTS, SpecDecodeMetrics } from "./spec-decode-metrics.js";

@@ -12,6 +12,7 @@ import { formatMultiReport } from "../multi/multi-report.js";
 import { isMulti, runMulti } from "../multi/run-multi.js";
 import { stopAllChildren } from "../procs/procs.js";
 import { forwardSignal, isNetnsRun, superviseNetns } from "../procs/topology-netns.js";
+import { reportPictures, writePictures } from "../report/pictures.js";
 import { formatReport } from "../report/report.js";
 import { runHarness } from "../run.js";
 
@@ -56,6 +57,11 @@ async function main(): Promise<number> {
   const { report, exitCode } = await runHarness(cfg);
   process.stdout.write(formatReport(report));
   if (cfg.json !== null) writeFileSync(cfg.json, `${JSON.stringify(report, null, 2)}\n`);
+  if (cfg.svg !== null) {
+    for (const p of writePictures(cfg.svg, reportPictures(report, report.stepRttHistogram ?? null))) {
+      process.stderr.write(`tapwire-harness: wrote ${p}\n`);
+    }
+  }
   return exitCode;
 }
 

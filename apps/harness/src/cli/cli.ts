@@ -177,12 +177,37 @@ export function validate(cfg: HarnessConfig): void {
   }
   if (cfg.embeddingBytes % 2 !== 0)
     throw usage(`--embedding-bytes: ${cfg.embeddingBytes} is not a whole number of bf16 values`);
+  traceRowsOf(cfg.traceRows);
+  if (!/^[a-zA-Z_:][a-zA-Z0-9_:]*$/.test(cfg.metricsEnginePrefix)) {
+    throw usage(`--metrics-engine-prefix: "${cfg.metricsEnginePrefix}" is not a Prometheus name prefix`);
+  }
+  if (cfg.uiListen !== null) {
+    uiListenOf(cfg.uiListen);
+    cfg.ui = true;
+  }
   validateTopology(cfg);
   const rowBytes = cfg.numTaps * cfg.hidden * 2;
   if (rowBytes * cfg.window * cfg.slots > 2 ** 30) {
     throw usage(
       `--slots x --window x row bytes = ${rowBytes * cfg.window * cfg.slots} exceeds 1 GiB of rings`,
     );
+  }
+}
+
+/** `--trace-rows` as the TraceWriter option (all, none, or 1..65535). */
+export function traceRowsOf(raw: string): "all" | "none" | number {
+  if (raw === "all" || raw === "none") return raw;
+  if (/^\d{1,5}$/.test(raw) && Number(raw) >= 1 && Number(raw) <= 65535) return Number(raw);
+  throw usage(`--trace-rows: "${raw}" is not all, none or an integer 1..65535`);
+}
+
+/** `--ui-listen HOST:PORT` (or `tcp://HOST:PORT`) as host and port. */
+export function uiListenOf(raw: string): { host: string; port: number } {
+  try {
+    return parseMetricsListen(raw.startsWith("tcp://") ? raw : `tcp://${raw}`);
+  } catch (e) {
+    if (e instanceof StatsError) throw usage(`--ui-listen: ${e.message}`);
+    throw e;
   }
 }
 

@@ -110,6 +110,20 @@ export interface HarnessConfig {
   etcdDownMs: number;
   /** Encoder processes of a multi-instance run: 0 (local media) or one per engine; -1: one per engine. */
   encoders: number;
+  /** Write a link trace of the engine's client to this file (null: off; docs/trace.md). */
+  trace: string | null;
+  /** Which STEPs keep their rows in the trace: `all`, `none` or `N` (one STEP in N). */
+  traceRows: string;
+  /** Serve the live view while the run goes (docs/harness.md "Live view"). */
+  ui: boolean;
+  /** Where the live view listens, `HOST:PORT` or `tcp://HOST:PORT` (default 127.0.0.1:0). */
+  uiListen: string | null;
+  /** With `ui`: keep the page up after the run until its viewers close it, at most this long (ms). */
+  uiLingerMs: number;
+  /** Write the report's pictures (SVG) into this folder (null: off). */
+  svg: string | null;
+  /** Prefix of the vLLM-named series on /metrics (vLLM's engine prefix). */
+  metricsEnginePrefix: string;
 }
 
 /** Defaults of the normal (greedy) scenario: `pnpm start` runs exactly this. */
@@ -161,6 +175,13 @@ export const DEFAULTS: Readonly<HarnessConfig> = Object.freeze({
   discovery: "none",
   etcdDownMs: 10_000,
   encoders: -1,
+  trace: null,
+  traceRows: "all",
+  ui: false,
+  uiListen: null,
+  uiLingerMs: 0,
+  svg: null,
+  metricsEnginePrefix: "vllm:",
 } satisfies HarnessConfig);
 
 /** Defaults that change with `--sample` unless given: many short requests for the statistical test. */

@@ -102,8 +102,20 @@ export const FLAGS: Record<string, FlagSpec> = {
     "tcp://H:P",
     "serve /metrics (harness + worker), /healthz, /readyz while running, e.g. tcp://127.0.0.1:9464",
   ),
+  "--metrics-engine-prefix": valued(
+    "metricsEnginePrefix",
+    "str",
+    "P",
+    "prefix of the spec-decode series under vLLM's names (docs/dashboards)",
+  ),
   "--metrics-port": valued("metricsPort", "port", "P", "same as --metrics-listen tcp://127.0.0.1:P"),
   "--json": valued("json", "str", "FILE", "also write the report as JSON to FILE"),
+  "--svg": valued(
+    "svg",
+    "str",
+    "DIR",
+    "also write the report's pictures (acceptance, RTT, goodput vs depth) as SVG into DIR",
+  ),
   "--depth-policy": valued(
     "depthPolicy",
     "str",
@@ -177,6 +189,22 @@ export const FLAGS: Record<string, FlagSpec> = {
     600_000,
     "MS",
     "with --faults --discovery etcd: how long etcd stays stopped",
+  ),
+  "--trace": valued(
+    "trace",
+    "str",
+    "FILE",
+    "write a link trace of every HELLO and STEP to FILE (docs/trace.md)",
+  ),
+  "--trace-rows": valued("traceRows", "str", "R", "rows kept in the trace: all | none | N (one STEP in N)"),
+  "--ui": bool("ui", "serve the live view (SSE) while the run goes; its URL is printed"),
+  "--ui-listen": valued("uiListen", "str", "H:P", "where the live view listens (implies --ui) [127.0.0.1:0]"),
+  "--ui-linger-ms": int(
+    "uiLingerMs",
+    0,
+    3_600_000,
+    "MS",
+    "keep the live view up after the run until closed, at most MS",
   ),
   "--help": bool("help", "print this help and exit"),
 };

@@ -2,6 +2,7 @@
  * The run report: one JSON object (`--json FILE`) and the same numbers as a table on stdout.
  * docs/harness.md explains every field.
  */
+import type { SpecDecodeSnapshot } from "@tapwire/client";
 import type { DepthPolicyReport } from "../depth/depth-sim.js";
 import type { TopologyReport } from "../procs/topology.js";
 
@@ -98,6 +99,10 @@ export interface Report {
   };
   /** The depth policy (`--depth-policy`): simulated goodput, chosen depths, ECE (docs/depth-policy.md). */
   depthPolicy?: DepthPolicyReport;
+  /** The spec-decode counters under vLLM's names, with acceptance per position (issue 24, docs/dashboards). */
+  specDecode?: SpecDecodeSnapshot;
+  /** STEP RTT as counts per bin (edges in ms), for the pictures (`--svg`, issue 24). */
+  stepRttHistogram?: { edgesMs: number[]; counts: number[] };
   latency: { stepRtt: LatencySummary; round: LatencySummary };
   roundTime: {
     draftLinkMs: number;

@@ -267,6 +267,25 @@ export const FLAGS = {
     help: "receive large STEPs' rows straight into the slot windows (tcp, unix, tls)",
   },
   ...REGISTER_FLAGS,
+  trace: {
+    section: "Capture (docs/trace.md)",
+    arg: "FILE",
+    kind: { t: "str" },
+    note: "off",
+    help: "write a link trace of every frame answered (turns receive-in-place off; replay it with tapwire-replay)",
+  },
+  "trace-rows": {
+    section: "Capture (docs/trace.md)",
+    arg: "ROWS",
+    kind: { t: "str" },
+    default: "all",
+    help: "which STEPs keep their rows in the trace: all, none, or N (one STEP in N)",
+  },
+  ui: {
+    section: "Capture (docs/trace.md)",
+    kind: { t: "bool" },
+    help: "serve a live page of the worker's own metrics at / of --metrics-listen (Server-Sent Events at /events)",
+  },
   "exit-with-parent": {
     section: "Other",
     kind: { t: "bool" },
