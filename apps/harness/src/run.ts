@@ -11,27 +11,27 @@ import { EC_METRICS_PREFIX, EcAdminClient } from "@tapwire/ec-connector";
 import { DEFAULT_DRAFT_CONFIG, DraftHead, TargetModel } from "@tapwire/reference-model";
 import { createLogger, parseMetricsListen, Registry, serveMetrics } from "@tapwire/stats";
 import { type FaultProxy, startFaultProxy } from "@tapwire/testing";
-import { parseHostPort, type RunScope, startWorker } from "./children.js";
-import { budgetFromCurve, type HarnessConfig, metricsListenOf } from "./cli.js";
-import { DepthRunStats, makeDepthPolicy, parseDepthPolicy } from "./depth-sim.js";
-import { startEc } from "./ec-side.js";
-import { Engine, EngineMetrics, type MediaSource } from "./engine.js";
+import { budgetFromCurve, type HarnessConfig, metricsListenOf } from "./cli/cli.js";
+import { DepthRunStats, makeDepthPolicy, parseDepthPolicy } from "./depth/depth-sim.js";
+import { startEc } from "./ec/ec-side.js";
+import { EcMediaMetrics, LocalMedia, localEmbedding } from "./ec/media.js";
+import { Engine, EngineMetrics, type MediaSource } from "./engine/engine.js";
+import { RoundCoreLink } from "./engine/link.js";
+import { checkGreedy, checkSampled } from "./engine/lossless.js";
+import { decodeTargetOnly, mediaConditioning } from "./engine/sequence.js";
+import { SampleScratch } from "./engine/verify.js";
+import { makeWorkload, type RequestSpec } from "./engine/workload.js";
 import { HarnessError, HarnessErrorCode } from "./errors.js";
-import { FaultDriver } from "./faults.js";
-import { endState } from "./leak-check.js";
-import { RoundCoreLink } from "./link.js";
-import { checkGreedy, checkSampled } from "./lossless.js";
-import { EcMediaMetrics, LocalMedia, localEmbedding } from "./media.js";
-import type { ChildExit } from "./procs.js";
-import { Progress } from "./progress.js";
-import type { Report } from "./report.js";
-import { buildReport } from "./run-report.js";
-import { decodeTargetOnly, mediaConditioning } from "./sequence.js";
-import { SampleScratch } from "./verify.js";
-import { workerMetrics } from "./worker-metrics.js";
-import { makeWorkload, type RequestSpec } from "./workload.js";
+import { FaultDriver } from "./faults/faults.js";
+import { parseHostPort, type RunScope, startWorker } from "./procs/children.js";
+import type { ChildExit } from "./procs/procs.js";
+import { endState } from "./report/leak-check.js";
+import { Progress } from "./report/progress.js";
+import type { Report } from "./report/report.js";
+import { buildReport } from "./report/run-report.js";
+import { workerMetrics } from "./report/worker-metrics.js";
 
-export { EC_BLOCK_BYTES, ENCODE_DELAY_MS } from "./children.js";
+export { EC_BLOCK_BYTES, ENCODE_DELAY_MS } from "./procs/children.js";
 
 /** Result of {@link runHarness}. */
 export interface RunResult {
@@ -57,7 +57,7 @@ export interface RunHooks {
   log?: (msg: string) => void;
 }
 
-export { CORRUPT_ENV } from "./ec-side.js";
+export { CORRUPT_ENV } from "./ec/ec-side.js";
 
 /** The run's three registries: the engine's, the EC consumer's and the client's. */
 interface Registries {

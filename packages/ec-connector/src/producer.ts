@@ -1,5 +1,7 @@
-import type { Registry } from "@tapwire/stats";
+import type { Advertised, Registry } from "@tapwire/stats";
+import { parseAdvertise } from "@tapwire/stats";
 import type { Logger } from "pino";
+import { advertiseControl, advertiseData, advertisedData } from "./advertise.js";
 import { EmbeddingCache, viewsOf } from "./cache.js";
 import type { CurveServerOptions } from "./curve.js";
 import { checkCurveServer } from "./curve.js";
@@ -47,6 +49,14 @@ export interface EcProducerOptions extends ProducerEventsOptions {
   control?: string;
   /** Data server endpoint, `tcp://…` or `unix://…` (default `tcp://127.0.0.1:0`). */
   data?: string;
+  /**
+   * Issue 19: `HOST[:PORT]` peers reach this producer at. The data endpoint in every grant's agent
+   * metadata and {@link EcProducer.advertisedControl} carry HOST (the data endpoint PORT, when
+   * given). Default by the rule of `@tapwire/stats` `advertiseEndpoint`: the bind address unless it
+   * is a wildcard (`0.0.0.0`, `::`, `*`), then the first non-loopback interface that is up, else
+   * `STATS_NO_ADVERTISE`.
+   */
+  advertise?: string;
   /** Cache blocks (default 1024). */
   numBlocks?: number;
   /** Bytes per block (default 65 536). */
@@ -127,8 +137,10 @@ export class EcProducer {
   readonly compatibilityHash: string;
   /** Bound control endpoint. */
   readonly controlEndpoint: string;
-  /** Bound data endpoint. */
+  /** The data endpoint peers are told (in every grant's agent metadata): the advertised one. */
   readonly dataEndpoint: string;
+  /** Issue 19: how the control and data endpoints were advertised (bound, advertised, source). */
+  readonly advertised: { control: Advertised; data: Advertised };
   /** Bound admin endpoint (EC-CONTRACT 9.3). */
   readonly adminEndpoint: string;
   /** EC-CONTRACT 10: the residency events (PUB + replay ROUTER), `null` when not configured. */
@@ -153,6 +165,7 @@ export class EcProducer {
     registry: Registry,
     compat: string,
     events: ResidencyEvents | null,
+    advertised: { control: Advertised; data: Advertised },
   ) {
     this.cache = cache;
     this.events = events;
@@ -184,6 +197,7 @@ export class EcProducer {
     });
     this.controlEndpoint = router.endpoint;
     this.dataEndpoint = data.endpoint;
+    this.advertised = advertised;
     this.adminEndpoint = adminRouter.endpoint;
     this.#adminRouter = adminRouter;
     adminRouter.onMessage = () => this.#serveAdmin();
@@ -240,12 +254,18 @@ export class EcProducer {
     let events: ResidencyEvents | null = null;
     const cache = new EmbeddingCache({ numBlocks, blockBytes, onEvict: (h) => events?.evicted(h) });
     const pm = producerMetrics(registry);
+    if (options.advertise !== undefined) parseAdvertise(options.advertise);
+    let dataBound = dataAt;
     const data = await SocketDataTransport.create({
       name: options.name ?? EC_PRODUCER_DEFAULTS.name,
       region: cache.region,
       numBlocks,
       blockBytes,
       listen: dataAt,
+      advertise: (bound: string) => {
+        dataBound = bound;
+        return advertiseData(bound, options.advertise);
+      },
       registry,
       logger: log,
       ...(options.throttleBytesPerSec === undefined
@@ -256,6 +276,7 @@ export class EcProducer {
       ...(options.tls === undefined ? {} : { tls: options.tls }),
     });
     const routers: ZmqRouterServer[] = [];
+    let advertised: { control: Advertised; data: Advertised };
     try {
       routers.push(
         await ZmqRouterServer.bind(options.control ?? EC_PRODUCER_DEFAULTS.control, {
@@ -281,6 +302,10 @@ export class EcProducer {
           log.warn({ why }, "CURVE handshake refused (events)");
         },
       );
+      advertised = {
+        control: advertiseControl(routers[0]!.endpoint, options.advertise),
+        data: advertisedData(dataBound, options.advertise),
+      };
     } catch (err) {
       await events?.close();
       for (const r of routers) await r.close();
@@ -288,7 +313,7 @@ export class EcProducer {
       throw err;
     }
     const [router, adminRouter] = routers as [ZmqRouterServer, ZmqRouterServer];
-    const p = new EcProducer(cache, data, router, adminRouter, options, registry, compat, events);
+    const p = new EcProducer(cache, data, router, adminRouter, options, registry, compat, events, advertised);
     for (const [h, n] of options.prepopulate ?? []) {
       const r = p.encode(h, n);
       if (r === "full") log.warn({ mmHash: h, nbytes: n }, "prepopulate: cache full");

@@ -27,7 +27,7 @@ it("tapwire-ec-producer: rejects a bad option with exit code 2 naming it", () =>
     timeout: 20_000,
   });
   expect(r2.status).toBe(2);
-  expect(r2.stderr).toMatch(/option blockBytes/);
+  expect(r2.stderr).toMatch(/--block-bytes: expected an integer/); // issue 19: the flag, not the option name
 });
 
 it("tapwire-ec-producer: prepopulates from a file, logs stats periodically, exits 0 on SIGINT", async () => {
@@ -89,8 +89,8 @@ it("tapwire-ec-producer: usage errors exit 2 with one line on stderr", () => {
 
 it("tapwire-ec-producer: a negative number is a value, an unknown flag is named (the worker's parser rule)", () => {
   const cases: [string[], RegExp][] = [
-    [["--num-blocks", "-1"], /option numBlocks: expected an integer in \[1, \d+\], got -1/],
-    [["--num-blocks=-1"], /option numBlocks: .*got -1/],
+    [["--num-blocks", "-1"], /--num-blocks: expected an integer in \[1, \d+\], got -1/],
+    [["--num-blocks=-1"], /--num-blocks: .*got -1/],
     [["--bogus"], /unknown flag --bogus/],
     [["--bogus=1"], /unknown flag --bogus/],
     [["-x"], /unknown flag -x/],

@@ -12,6 +12,10 @@ export const StatsErrorCode = {
   BAD_LISTEN: "STATS_BAD_LISTEN",
   /** A log level is not one of `LOG_LEVELS` (`createLogger`, `parseLogLevel`); a usage error. */
   BAD_LOG_LEVEL: "STATS_BAD_LOG_LEVEL",
+  /** An `--advertise` value is not `HOST[:PORT]` (`parseAdvertise`); a usage error. */
+  BAD_ADVERTISE: "STATS_BAD_ADVERTISE",
+  /** A wildcard bind without `--advertise` and no non-loopback interface up (`advertiseEndpoint`); a usage error. */
+  NO_ADVERTISE: "STATS_NO_ADVERTISE",
 } as const;
 
 /** One of the {@link StatsErrorCode} values. */

@@ -4,6 +4,8 @@
  * metrics/health endpoint and the shared pino setup of every tapwire bin.
  * @packageDocumentation
  */
+export type { AdvertiseAddress, Advertised, AdvertiseOptions, AdvertiseSource } from "./advertise.js";
+export { advertiseEndpoint, isWildcardHost, parseAdvertise } from "./advertise.js";
 export { StatsError, StatsErrorCode } from "./errors.js";
 export type { MetricsListen } from "./listen.js";
 export { DEFAULT_METRICS_LISTEN, parseMetricsListen } from "./listen.js";

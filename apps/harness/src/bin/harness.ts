@@ -6,10 +6,10 @@
  * package failed, 130 on SIGINT and 143 on SIGTERM once every child process has exited.
  */
 import { writeFileSync } from "node:fs";
-import { checkJsonPath, helpText, parseArgs } from "../cli.js";
+import { checkJsonPath, helpText, parseArgs } from "../cli/cli.js";
 import { HarnessError, HarnessErrorCode } from "../errors.js";
-import { stopAllChildren } from "../procs.js";
-import { formatReport } from "../report.js";
+import { stopAllChildren } from "../procs/procs.js";
+import { formatReport } from "../report/report.js";
 import { runHarness } from "../run.js";
 
 async function main(): Promise<number> {

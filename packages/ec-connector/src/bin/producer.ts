@@ -1,9 +1,16 @@
 #!/usr/bin/env node
 import { readFileSync } from "node:fs";
 import type { Logger, MetricsServer } from "@tapwire/stats";
-import { createLogger, flushAndExit, parseLogLevel, parseMetricsListen, serveMetrics } from "@tapwire/stats";
+import {
+  createLogger,
+  flushAndExit,
+  parseAdvertise,
+  parseLogLevel,
+  parseMetricsListen,
+  serveMetrics,
+} from "@tapwire/stats";
 import { crc32Info } from "../crc.js";
-import { newCurveKeyPair } from "../curve.js";
+import { checkCurveServer, newCurveKeyPair } from "../curve.js";
 import { DATA_SERVER_DEFAULTS } from "../data/socket.js";
 import { EcError } from "../errors.js";
 import { defaultRegistry } from "../metrics.js";
@@ -11,6 +18,7 @@ import type { EcProducerOptions } from "../producer.js";
 import { EC_PRODUCER_DEFAULTS, EcProducer } from "../producer.js";
 import { PRODUCER_DEFAULTS } from "../producer-session.js";
 import { HEARTBEAT_DEFAULTS } from "../zmq.js";
+import { checkTlsFiles, EXIT, flagNames, isBindFailure } from "./exit.js";
 
 const NAME = "tapwire-ec-producer";
 
@@ -32,6 +40,12 @@ const FLAGS = {
     arg: "<tcp://h:p|unix://p|tls://h:p>",
     help: "data server",
     def: EC_PRODUCER_DEFAULTS.data,
+  },
+  advertise: {
+    kind: "string",
+    arg: "<host[:port]>",
+    help: "address consumers reach --control and --data at (port: the data port); needed when no interface but loopback is up and a bind is a wildcard",
+    def: "the bind address; for 0.0.0.0/:: the first non-loopback interface",
   },
   admin: {
     kind: "string",
@@ -261,42 +275,55 @@ function parse(argv: string[]): {
   return { v, positionals };
 }
 
+/** Each `EcProducerOptions` key and its flag (also to name flags in the producer's messages). */
+const OPTION_FLAGS: [keyof EcProducerOptions, Flag][] = [
+  ["control", "control"],
+  ["data", "data"],
+  ["advertise", "advertise"],
+  ["admin", "admin"],
+  ["adminAllowRemote", "admin-allow-remote"],
+  ["numBlocks", "num-blocks"],
+  ["blockBytes", "block-bytes"],
+  ["modelId", "model-id"],
+  ["dtype", "dtype"],
+  ["hiddenSize", "hidden-size"],
+  ["name", "name"],
+  ["pinLeaseMs", "pin-lease-ms"],
+  ["maxPinnedBlocksPerPeer", "max-pinned-blocks-per-peer"],
+  ["maxPinnedFraction", "max-pinned-fraction"],
+  ["maxDataConnections", "max-data-connections"],
+  ["dataIdleTimeoutMs", "data-idle-timeout-ms"],
+  ["encodeOnMiss", "encode-on-miss"],
+  ["missNbytes", "miss-nbytes"],
+  ["encodeDelayMs", "encode-delay-ms"],
+  ["throttleBytesPerSec", "throttle-bps"],
+  ["events", "events-listen"],
+  ["replay", "replay-listen"],
+  ["eventsHeartbeatMs", "events-heartbeat-ms"],
+  ["eventsRingMessages", "events-ring-messages"],
+];
+
+/** Names inside `EcProducer` (data server, heartbeats) that are flags of the bin too. */
+const INNER_FLAGS: [string, Flag][] = [
+  ["heartbeat.intervalMs", "heartbeat-ivl-ms"],
+  ["heartbeat.timeoutMs", "heartbeat-timeout-ms"],
+  ["heartbeat.ttlMs", "heartbeat-ttl-ms"],
+  ["maxConnections", "max-data-connections"],
+  ["idleTimeoutMs", "data-idle-timeout-ms"],
+];
+
 function options(v: Partial<Record<Flag, string | number | boolean>>, log: Logger): EcProducerOptions {
   const prepopulate: [string, number][] = [];
   if (v.prepopulate !== undefined)
     prepopulate.push(...parsePairs(String(v.prepopulate), /,/, "--prepopulate"));
   if (v["prepopulate-file"] !== undefined) {
     const f = String(v["prepopulate-file"]);
-    prepopulate.push(...parsePairs(readText("prepopulate-file", f), /\n/, "--prepopulate-file"));
+    prepopulate.push(...parsePairs(readText("prepopulate-file", f), /\n/, `--prepopulate-file ${f}`));
   }
   const opts: EcProducerOptions = { logger: log, prepopulate };
-  const map: [keyof EcProducerOptions, Flag][] = [
-    ["control", "control"],
-    ["data", "data"],
-    ["admin", "admin"],
-    ["adminAllowRemote", "admin-allow-remote"],
-    ["numBlocks", "num-blocks"],
-    ["blockBytes", "block-bytes"],
-    ["modelId", "model-id"],
-    ["dtype", "dtype"],
-    ["hiddenSize", "hidden-size"],
-    ["name", "name"],
-    ["pinLeaseMs", "pin-lease-ms"],
-    ["maxPinnedBlocksPerPeer", "max-pinned-blocks-per-peer"],
-    ["maxPinnedFraction", "max-pinned-fraction"],
-    ["maxDataConnections", "max-data-connections"],
-    ["dataIdleTimeoutMs", "data-idle-timeout-ms"],
-    ["encodeOnMiss", "encode-on-miss"],
-    ["missNbytes", "miss-nbytes"],
-    ["encodeDelayMs", "encode-delay-ms"],
-    ["throttleBytesPerSec", "throttle-bps"],
-    ["events", "events-listen"],
-    ["replay", "replay-listen"],
-    ["eventsHeartbeatMs", "events-heartbeat-ms"],
-    ["eventsRingMessages", "events-ring-messages"],
-  ];
+  if (v.advertise !== undefined) parseAdvertise(String(v.advertise)); // STATS_BAD_ADVERTISE names --advertise
   const o = opts as Record<string, unknown>;
-  for (const [key, flag] of map) if (v[flag] !== undefined) o[key] = v[flag];
+  for (const [key, flag] of OPTION_FLAGS) if (v[flag] !== undefined) o[key] = v[flag];
   const hb = {
     intervalMs: v["heartbeat-ivl-ms"],
     timeoutMs: v["heartbeat-timeout-ms"],
@@ -304,28 +331,54 @@ function options(v: Partial<Record<Flag, string | number | boolean>>, log: Logge
   };
   opts.heartbeat = Object.fromEntries(Object.entries(hb).filter(([, x]) => x !== undefined));
   if (v["curve-keys"] !== undefined) {
+    const keysFile = String(v["curve-keys"]);
     let keys: { publicKey?: unknown; secretKey?: unknown };
     try {
-      keys = JSON.parse(readText("curve-keys", String(v["curve-keys"]))) as typeof keys;
+      keys = JSON.parse(readText("curve-keys", keysFile)) as typeof keys;
     } catch (err) {
       if (err instanceof UsageError) throw err;
-      throw new UsageError(`--curve-keys: not the JSON that ${NAME} keygen prints`);
+      throw new UsageError(`--curve-keys ${keysFile}: not the JSON that ${NAME} keygen prints`);
     }
     if (v["curve-allow"] === undefined) throw new UsageError("--curve-keys needs --curve-allow");
-    opts.curve = {
-      publicKey: String(keys.publicKey),
-      secretKey: String(keys.secretKey),
-      allow: parseAllow(readText("curve-allow", String(v["curve-allow"]))),
-    };
+    const allowFile = String(v["curve-allow"]);
+    let allow: string[];
+    try {
+      allow = parseAllow(readText("curve-allow", allowFile));
+    } catch (err) {
+      if (err instanceof UsageError) throw err;
+      throw new UsageError(`--curve-allow ${allowFile}: a line is neither a key nor keygen JSON`);
+    }
+    opts.curve = { publicKey: String(keys.publicKey), secretKey: String(keys.secretKey), allow };
+    try {
+      checkCurveServer({ ...opts.curve, allow: [] });
+    } catch (err) {
+      throw new UsageError(`--curve-keys ${keysFile}: ${(err as Error).message.replace(/^option /, "")}`);
+    }
+    try {
+      checkCurveServer(opts.curve);
+    } catch (err) {
+      throw new UsageError(`--curve-allow ${allowFile}: ${(err as Error).message.replace(/^option /, "")}`);
+    }
   }
   const tlsFlags = (["tls-cert", "tls-key", "tls-ca"] as const).filter((f) => v[f] !== undefined);
   if (tlsFlags.length > 0) {
     if (tlsFlags.length !== 3) throw new UsageError("--tls-cert, --tls-key and --tls-ca go together");
+    const [certFile, keyFile, caFile] = [v["tls-cert"], v["tls-key"], v["tls-ca"]].map(String) as [
+      string,
+      string,
+      string,
+    ];
     opts.tls = {
-      cert: readText("tls-cert", String(v["tls-cert"])),
-      key: readText("tls-key", String(v["tls-key"])),
-      ca: readText("tls-ca", String(v["tls-ca"])),
+      cert: readText("tls-cert", certFile),
+      key: readText("tls-key", keyFile),
+      ca: readText("tls-ca", caFile),
     };
+    const bad = checkTlsFiles({
+      cert: [certFile, String(opts.tls.cert)],
+      key: [keyFile, String(opts.tls.key)],
+      ca: [caFile, String(opts.tls.ca)],
+    });
+    if (bad !== null) throw new UsageError(bad);
   }
   return opts;
 }
@@ -341,9 +394,11 @@ async function main(argv: string[]): Promise<void> {
     return;
   }
   if (positionals.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(positionals[0])}`);
-  const level = parseLogLevel(String(v["log-level"] ?? "info"));
+  const level = named("log-level", () => parseLogLevel(String(v["log-level"] ?? "info")));
   const metricsAt =
-    v["metrics-listen"] === undefined ? null : parseMetricsListen(String(v["metrics-listen"]));
+    v["metrics-listen"] === undefined
+      ? null
+      : named("metrics-listen", () => parseMetricsListen(String(v["metrics-listen"])));
   const statsEvery = Number(v["stats-interval-ms"] ?? 0);
   const log = createLogger({ name: NAME, level });
   const opts = options(v, log);
@@ -355,23 +410,42 @@ async function main(argv: string[]): Promise<void> {
   if (metricsAt !== null) {
     const registry = defaultRegistry();
     opts.registry = registry;
-    metrics = await serveMetrics([registry], metricsAt.port, metricsAt.host, {
-      ready: () => (stopping ? "closing" : producer === null ? "starting: binding sockets" : true),
-    });
+    try {
+      metrics = await serveMetrics([registry], metricsAt.port, metricsAt.host, {
+        ready: () => (stopping ? "closing" : producer === null ? "starting: binding sockets" : true),
+      });
+    } catch (err) {
+      throw new BinError(`--metrics-listen ${String(v["metrics-listen"])}: ${(err as Error).message}`, err);
+    }
   }
   try {
     producer = await EcProducer.start(opts);
   } catch (err) {
     await metrics?.close();
-    throw err;
+    throw new BinError(startMessage(err, opts), err);
   }
   const p = producer;
   // The "listening" and "closed" lines are the bin's interface: printed at any --log-level.
   const always = log.child({}, { level: "info" });
+  if (p.advertised.control.source === "interface" || p.advertised.data.source === "interface") {
+    always.info(
+      {
+        interface: p.advertised.data.interfaceName ?? p.advertised.control.interfaceName,
+        host: p.advertised.data.host,
+      },
+      "advertising the first non-loopback interface for a wildcard bind (--advertise sets it)",
+    );
+  }
   always.info(
     {
-      control: p.controlEndpoint,
+      // issue 19: what peers connect to (advertised), and what is bound
+      control: p.advertised.control.endpoint,
       data: p.dataEndpoint,
+      bind: { control: p.controlEndpoint, data: p.advertised.data.bind },
+      advertise: {
+        host: p.advertised.data.host || p.advertised.control.host,
+        source: p.advertised.data.source,
+      },
       admin: p.adminEndpoint,
       ...(p.events === null
         ? {}
@@ -414,19 +488,70 @@ async function main(argv: string[]): Promise<void> {
   process.on("SIGTERM", () => stop("SIGTERM"));
 }
 
-function isUsage(err: unknown): boolean {
-  if (err instanceof UsageError) return true;
+/** A failure while starting, its message naming the flag (`cause`: the original error). */
+class BinError extends Error {
+  constructor(message: string, cause: unknown) {
+    super(message, { cause });
+  }
+}
+
+/** Runs `f`, prefixing a thrown message with `--flag: ` (the stats parsers name no flag). */
+function named<T>(flag: Flag, f: () => T): T {
+  try {
+    return f();
+  } catch (err) {
+    const e = err as Error & { code?: string };
+    throw Object.assign(new UsageError(`--${flag}: ${e.message}`), { cause: err });
+  }
+}
+
+/** `EcProducer.start`'s message with flags for option names and the flag of the endpoint it names. */
+function startMessage(err: unknown, opts: EcProducerOptions): string {
+  let msg = flagNames((err as Error)?.message ?? String(err), [...OPTION_FLAGS, ...INNER_FLAGS]);
   const code = (err as { code?: unknown } | null)?.code;
-  return (
-    (err instanceof EcError && (code === "EC_BAD_OPTION" || code === "EC_BAD_ENDPOINT")) ||
-    code === "STATS_BAD_LISTEN" ||
-    code === "STATS_BAD_LOG_LEVEL"
-  );
+  if (code === "EC_BAD_ENDPOINT") {
+    for (const [flag, at] of [
+      ["control", opts.control],
+      ["data", opts.data],
+      ["admin", opts.admin],
+    ] as const) {
+      if (at !== undefined && msg.includes(at)) {
+        msg = `--${flag}: ${msg}`;
+        break;
+      }
+    }
+  }
+  return msg;
+}
+
+const USAGE_CODES = new Set([
+  "EC_BAD_OPTION",
+  "EC_BAD_ENDPOINT",
+  "STATS_BAD_LISTEN",
+  "STATS_BAD_LOG_LEVEL",
+  "STATS_BAD_ADVERTISE",
+  "STATS_NO_ADVERTISE",
+]);
+
+/** The exit-code policy (docs/operations.md "Exit codes"): 2 usage/config, 75 bind failure, 1 other. */
+function exitCode(err: unknown): number {
+  if (err instanceof UsageError) return EXIT.USAGE;
+  if (isBindFailure(err)) return EXIT.TEMPFAIL;
+  const inner = err instanceof BinError ? err.cause : err;
+  const code = (inner as { code?: unknown } | null)?.code;
+  if (
+    typeof code === "string" &&
+    USAGE_CODES.has(code) &&
+    (inner instanceof EcError || code.startsWith("STATS_"))
+  )
+    return EXIT.USAGE;
+  return EXIT.RUNTIME;
 }
 
 main(process.argv.slice(2)).catch((err: unknown) => {
   const msg = (err instanceof Error ? err.message : String(err)).split("\n")[0];
-  // Usage errors: one line and exit 2; anything else (a failure while running): exit 1.
-  process.stderr.write(`${NAME}: ${msg}${isUsage(err) ? ` (${NAME} --help lists the flags)` : ""}\n`);
-  process.exit(isUsage(err) ? 2 : 1);
+  const code = exitCode(err);
+  const hint = code === EXIT.USAGE ? ` (${NAME} --help lists the flags)` : "";
+  process.stderr.write(`${NAME}: ${msg}${hint}\n`);
+  process.exit(code);
 });

@@ -47,8 +47,11 @@ export interface SocketDataTransportOptions {
   blockBytes: number;
   /** Where to run the data server: `tcp://host:port` (port 0 picks one) or `unix:///path`. Omit for a reader only. */
   listen?: string;
-  /** Endpoint to advertise in the metadata (default: the bound endpoint). */
-  advertise?: string;
+  /**
+   * Endpoint to advertise in the metadata (default: the bound endpoint), or a function of the
+   * bound endpoint (port 0 resolved) returning it (issue 19: `EcProducer`'s `advertise`).
+   */
+  advertise?: string | ((bound: string) => string);
   /** Monotonic clock (ms) for grant deadlines (default `performance.now`). */
   now?: () => number;
   /** Server write chunk (default 1 MiB). */
@@ -238,8 +241,15 @@ export class SocketDataTransport implements DataTransport {
       endpoint = `${"tls" in target && target.tls ? "tls" : "tcp"}://${host}:${addr.port}`;
     }
     if (options.advertise !== undefined) {
-      parseDataEndpoint(options.advertise);
-      endpoint = options.advertise;
+      let adv: string;
+      try {
+        adv = typeof options.advertise === "function" ? options.advertise(endpoint) : options.advertise;
+        parseDataEndpoint(adv);
+      } catch (err) {
+        server.close();
+        throw err;
+      }
+      endpoint = adv;
     }
     return new SocketDataTransport(options, server, endpoint, unixPath);
   }

@@ -8,10 +8,12 @@ import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
-import type { Logger, MetricsServer } from "@tapwire/stats";
+import type { Advertised, Logger, MetricsServer } from "@tapwire/stats";
 import {
+  advertiseEndpoint,
   createLogger,
   flushAndExit,
+  parseAdvertise,
   parseLogLevel,
   parseMetricsListen,
   Registry,
@@ -48,6 +50,7 @@ function checkUsage(p: ParsedFlags): void {
   if ((p["tls-cert"] === undefined) !== (p["tls-key"] === undefined)) {
     throw new UsageError("--tls-cert and --tls-key go together");
   }
+  if (p.advertise !== undefined) advertiseOrUsage(() => parseAdvertise(p.advertise!));
   hex32("drafter-identity", p["drafter-identity"]);
   hex32("markov-identity", p["markov-identity"]);
 }
@@ -179,6 +182,7 @@ async function startMetrics(
   if (at === undefined) return null;
   const { host, port } = parseMetricsListen(at);
   return serveMetrics([registry], port, host, {
+    extra: () => state.worker?.core.clientMetricsText() ?? "",
     ready: () => (state.closing ? "closing" : state.worker !== null ? true : "drafter loading"),
   });
 }
@@ -207,6 +211,10 @@ async function run(p: ParsedFlags, log: Logger, stopSignal: Promise<string>): Pr
       token: token === "" ? undefined : token,
       takeover,
       sessionLease: intFlag(p, "session-lease-ms"),
+      maxSessions: intFlag(p, "max-sessions"),
+      maxWindowBytes: intFlag(p, "max-window-bytes"),
+      sessionIdleMs: intFlag(p, "session-idle-ms"),
+      maxBatchEntries: intFlag(p, "max-batch-entries"),
       name: strFlag(p, "name"),
       slotBufferWindows: intFlag(p, "slot-buffer-windows"),
       receiveInPlace: inPlace === "yes",
@@ -216,10 +224,21 @@ async function run(p: ParsedFlags, log: Logger, stopSignal: Promise<string>): Pr
     }),
   );
   state.worker = worker;
+  const advertised = advertiseOrUsage(() => advertiseAll(worker.endpoints, p.advertise));
+  for (const a of advertised.filter((x) => x.source === "interface")) {
+    log
+      .child({}, { level: "info" })
+      .info(
+        { bind: a.bind, endpoint: a.endpoint, interface: a.interfaceName },
+        "advertising the first non-loopback interface for a wildcard bind (--advertise sets it)",
+      );
+  }
   // The "listening" line is the bin's interface to supervisors: printed at any --log-level.
   log.child({}, { level: "info" }).info(
     {
-      endpoints: worker.endpoints,
+      // issue 19: what peers connect to (advertised), and what is bound
+      endpoints: advertised.map((a) => a.endpoint),
+      bind: worker.endpoints,
       ...(metrics !== null ? { metrics: `http://${metrics.host}:${metrics.port}/metrics` } : {}),
       drafter: drafter.constructor.name,
       drafterIdentity: Buffer.from(drafter.drafterIdentity).toString("hex"),
@@ -278,6 +297,28 @@ async function main(): Promise<void> {
     process.stderr.write(`tapwire-worker: ${msg}\n`);
     if (log !== null) await flushAndExit(log, 1);
     process.exit(1);
+  }
+}
+
+/** Issue 19: the advertised endpoints by the rule of `@tapwire/stats` (PORT only with one network endpoint). */
+function advertiseAll(endpoints: readonly string[], advertise: string | undefined): Advertised[] {
+  if (advertise === undefined) return endpoints.map((e) => advertiseEndpoint(e));
+  const adv = parseAdvertise(advertise);
+  const network = endpoints.filter((e) => advertiseEndpoint(e).host !== "");
+  if (adv.port !== undefined && network.length > 1) {
+    throw new UsageError(
+      `--advertise ${advertise}: a PORT needs exactly one network --listen, not ${network.length}`,
+    );
+  }
+  return endpoints.map((e) => advertiseEndpoint(e, { advertise: adv }));
+}
+
+function advertiseOrUsage<T>(f: () => T): T {
+  try {
+    return f();
+  } catch (e) {
+    if (e instanceof UsageError) throw e;
+    throw new UsageError(e instanceof Error ? e.message : String(e));
   }
 }
 

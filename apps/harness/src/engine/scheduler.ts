@@ -5,7 +5,7 @@
  * sent before; generations are u32 serial numbers, so they may wrap).
  */
 import { serialAdd } from "@tapwire/wire";
-import { HarnessError, HarnessErrorCode } from "./errors.js";
+import { HarnessError, HarnessErrorCode } from "../errors.js";
 
 /** CONTRACT 2 serial arithmetic on u32, from `@tapwire/wire`. */
 export { serialAdd, serialNewer } from "@tapwire/wire";

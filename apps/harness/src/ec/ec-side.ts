@@ -4,10 +4,10 @@
  */
 import { ConsumerConnector, EcAdminClient } from "@tapwire/ec-connector";
 import { createLogger, type Registry } from "@tapwire/stats";
-import { type EcGeometry, ecGeometry, type RunScope, startEncoder } from "./children.js";
+import { type EcGeometry, ecGeometry, type RunScope, startEncoder } from "../procs/children.js";
+import type { ChildService } from "../procs/procs.js";
+import type { RunHooks } from "../run.js";
 import { EcMedia, type EcMediaMetrics } from "./media.js";
-import type { ChildService } from "./procs.js";
-import type { RunHooks } from "./run.js";
 
 /**
  * Test-only: with this environment variable set to 1 the engine flips one bit of the first

@@ -2,7 +2,7 @@
  * The run report: one JSON object (`--json FILE`) and the same numbers as a table on stdout.
  * docs/harness.md explains every field.
  */
-import type { DepthPolicyReport } from "./depth-sim.js";
+import type { DepthPolicyReport } from "../depth/depth-sim.js";
 
 /** Percentiles of a latency, milliseconds. */
 export interface LatencySummary {

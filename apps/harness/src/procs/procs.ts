@@ -8,7 +8,7 @@ import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
-import { HarnessError, HarnessErrorCode } from "./errors.js";
+import { HarnessError, HarnessErrorCode } from "../errors.js";
 
 const require = createRequire(import.meta.url);
 

@@ -5,10 +5,10 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { freePort, makeTlsCredentials } from "@tapwire/testing";
-import type { HarnessConfig } from "./cli.js";
-import { HarnessError, HarnessErrorCode } from "./errors.js";
+import type { HarnessConfig } from "../cli/cli.js";
+import { HarnessError, HarnessErrorCode } from "../errors.js";
+import { binHasFlag, workerHasMetricsListen } from "../report/worker-metrics.js";
 import { binPath, ChildService } from "./procs.js";
-import { binHasFlag, workerHasMetricsListen } from "./worker-metrics.js";
 
 /** Block size of both encoder caches (64 KiB, the EC connector's default). */
 export const EC_BLOCK_BYTES = 65_536;

@@ -4,7 +4,7 @@
  * drawn with a skewed popularity so that some items are shared between requests (cache hits).
  */
 import { createHash } from "node:crypto";
-import type { HarnessConfig } from "./cli.js";
+import type { HarnessConfig } from "../cli/cli.js";
 import { deriveSeed, Rng } from "./prng.js";
 
 /** One request of the workload. */

@@ -7,9 +7,9 @@ import { createHash } from "node:crypto";
 import type { ConsumerConnector } from "@tapwire/ec-connector";
 import { syntheticEmbedding } from "@tapwire/ec-connector";
 import { BUCKETS, type Counter, type Histogram, type Registry } from "@tapwire/stats";
-import type { MediaReady, MediaSource } from "./engine.js";
-import { embeddingDigest } from "./sequence.js";
-import type { RequestSpec } from "./workload.js";
+import type { MediaReady, MediaSource } from "../engine/engine.js";
+import { embeddingDigest } from "../engine/sequence.js";
+import type { RequestSpec } from "../engine/workload.js";
 
 function embeddingDigestHex(s: string): string {
   return createHash("sha256").update(s).digest("hex");

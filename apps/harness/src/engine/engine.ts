@@ -4,9 +4,9 @@
  * the encoder only through {@link MediaSource}, so it runs the same over any transport.
  */
 import type { TargetModel } from "@tapwire/reference-model";
-import type { HarnessConfig } from "./cli.js";
+import type { HarnessConfig } from "../cli/cli.js";
+import { HarnessError, HarnessErrorCode } from "../errors.js";
 import type { EngineMetrics } from "./engine-metrics.js";
-import { HarnessError, HarnessErrorCode } from "./errors.js";
 import { deriveSeed, Rng } from "./prng.js";
 import { ArrivalQueue, type Placement, SlotScheduler } from "./scheduler.js";
 import { conditioningOf, TargetSequence } from "./sequence.js";

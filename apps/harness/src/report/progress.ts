@@ -2,7 +2,7 @@
  * Progress while the run goes, on stderr (stdout carries only the report): a redrawn bar on a
  * terminal, one plain line every few seconds otherwise (CI logs, pipes).
  */
-import type { ProgressMode } from "./cli.js";
+import type { ProgressMode } from "../cli/cli.js";
 
 /** What the progress line shows. */
 export interface ProgressState {

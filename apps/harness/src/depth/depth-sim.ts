@@ -21,8 +21,8 @@ import {
   VerifyCostModel,
 } from "@tapwire/client";
 import { DraftHead, readSafetensors, type TargetModel, writeSafetensors } from "@tapwire/reference-model";
-import { Rng } from "./prng.js";
-import { argmax } from "./verify.js";
+import { Rng } from "../engine/prng.js";
+import { argmax } from "../engine/verify.js";
 
 /** A `--depth-policy` value: a fixed depth, the budget (load curve) policy, or goodput mode. */
 export type DepthPolicySpec =

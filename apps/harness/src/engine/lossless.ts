@@ -11,7 +11,7 @@
  * is exactly target sampling) each test's p-value is uniform (slightly conservative after pooling
  * sparse categories). The run fails when the Bonferroni-corrected smallest p-value is below alpha.
  */
-import type { LosslessResult } from "./report.js";
+import type { LosslessResult } from "../report/report.js";
 import { chiSquareHomogeneity, chiSquareSurvival } from "./stattest.js";
 import type { RequestSpec } from "./workload.js";
 

@@ -4,9 +4,9 @@
  */
 import { closeSync, existsSync, openSync, statSync, unlinkSync } from "node:fs";
 import { parseMetricsListen, StatsError } from "@tapwire/stats";
+import { parseDepthPolicy } from "../depth/depth-sim.js";
+import { HarnessError, HarnessErrorCode } from "../errors.js";
 import { DEFAULTS, FAULT_DEFAULTS, type HarnessConfig, type LoadPoint, SAMPLE_DEFAULTS } from "./config.js";
-import { parseDepthPolicy } from "./depth-sim.js";
-import { HarnessError, HarnessErrorCode } from "./errors.js";
 import { ALIASES, FLAGS, type Kind } from "./flag-table.js";
 
 export * from "./config.js";

@@ -14,9 +14,9 @@
  * The engine never waits for any of this: rounds go on target-only while the link is down.
  */
 import type { FaultProxy } from "@tapwire/testing";
-import type { RoundHook } from "./engine.js";
-import type { ChildService } from "./procs.js";
-import type { FaultRecord } from "./report.js";
+import type { RoundHook } from "../engine/engine.js";
+import type { ChildService } from "../procs/procs.js";
+import type { FaultRecord } from "../report/report.js";
 
 /** What the fault driver acts on and observes. */
 export interface FaultTargets {

@@ -3,15 +3,15 @@
  * metrics, the client's counters, the lossless check, the leak check and the child processes.
  */
 import type { StatsSnapshot } from "@tapwire/stats";
-import type { HarnessConfig } from "./cli.js";
-import type { DepthRunStats } from "./depth-sim.js";
-import type { EngineMetrics, EngineResult } from "./engine.js";
-import type { FaultDriver } from "./faults.js";
+import type { HarnessConfig } from "../cli/cli.js";
+import type { DepthRunStats } from "../depth/depth-sim.js";
+import type { EcMediaMetrics } from "../ec/media.js";
+import type { EngineMetrics, EngineResult } from "../engine/engine.js";
+import type { RequestSpec } from "../engine/workload.js";
+import type { FaultDriver } from "../faults/faults.js";
+import type { ChildExit, ChildService } from "../procs/procs.js";
 import { type EndState, ecStatusCounts } from "./leak-check.js";
-import type { EcMediaMetrics } from "./media.js";
-import type { ChildExit, ChildService } from "./procs.js";
 import type { ChildDeath, LatencySummary, LosslessResult, Report } from "./report.js";
-import type { RequestSpec } from "./workload.js";
 
 function latency(h: {
   count: number;
