@@ -45,6 +45,8 @@ export interface HarnessConfig {
   /** How the worker drafts with the head: `reference` (JavaScript) or `onnx` (ONNX Runtime). */
   drafter: DrafterKind;
   ecData: EcDataPlane;
+  /** Encoder processes; with 2 or more, transfers are placed through residency events (EC-CONTRACT 10). */
+  encoders: number;
   /** Requests in the run. */
   requests: number;
   /** Mean arrival rate (requests per second, Poisson arrivals); 0 = all arrive at once. */
@@ -105,6 +107,7 @@ export const DEFAULTS: Readonly<HarnessConfig> = Object.freeze({
   draftTransport: "tcp",
   drafter: "reference",
   ecData: "tcp",
+  encoders: 1,
   requests: 48,
   rate: 40,
   maxNewTokens: 64,

@@ -82,6 +82,13 @@ export const FLAGS: Record<string, FlagSpec> = {
     "worker drafter: reference (JavaScript head) | onnx (the head exported to ONNX, @tapwire/drafter-onnx)",
   ),
   "--ec-data": oneOf("ecData", EC_DATA_PLANES, "T", "embedding data plane: tcp | unix"),
+  "--encoders": int(
+    "encoders",
+    1,
+    8,
+    "N",
+    "encoder processes; N >= 2 places transfers through their residency events (EC-CONTRACT 10)",
+  ),
   "--requests": int("requests", 1, 1_000_000, "N", "requests in the run"),
   "--rate": num("rate", 0, 1e6, "R", "arrivals per second (Poisson); 0 = all at once"),
   "--max-new-tokens": int("maxNewTokens", 1, 100_000, "N", "longest generation (lengths drawn in [N/2, N])"),

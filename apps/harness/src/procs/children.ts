@@ -157,8 +157,14 @@ export function ecGeometry(cfg: HarnessConfig): EcGeometry {
   return { cacheBlocks, compat, hb: { intervalMs: 250, timeoutMs: 1000, ttlMs: 2000 } };
 }
 
-function encoderArgsFor(cfg: HarnessConfig, dir: string, geo: EcGeometry): (control: string) => string[] {
-  const dataListen = cfg.ecData === "unix" ? `unix://${join(dir, "ec-data.sock")}` : "tcp://127.0.0.1:0";
+function encoderArgsFor(
+  cfg: HarnessConfig,
+  dir: string,
+  geo: EcGeometry,
+  name?: string,
+): (control: string) => string[] {
+  const dataListen =
+    cfg.ecData === "unix" ? `unix://${join(dir, `${name ?? "ec"}-data.sock`)}` : "tcp://127.0.0.1:0";
   const { compat, hb } = geo;
   return (control: string) => [
     "--control",
@@ -189,7 +195,7 @@ function encoderArgsFor(cfg: HarnessConfig, dir: string, geo: EcGeometry): (cont
     "--heartbeat-ttl-ms",
     String(hb.ttlMs),
     "--name",
-    "harness-encoder",
+    `harness-${name ?? "encoder"}`,
     "--log-level",
     "info",
   ];
@@ -205,20 +211,25 @@ export interface StartedEncoder {
 }
 
 /** Starts the encoder (EC producer) with the cache geometry `geo`. */
-export async function startEncoder(scope: RunScope, geo: EcGeometry): Promise<StartedEncoder> {
+export async function startEncoder(
+  scope: RunScope,
+  geo: EcGeometry,
+  more: { name?: string; args?: string[] } = {},
+): Promise<StartedEncoder> {
   const { cfg } = scope;
-  const encoderArgs = encoderArgsFor(cfg, scope.dir, geo);
+  const base = encoderArgsFor(cfg, scope.dir, geo, more.name);
+  const encoderArgs = (control: string) => [...base(control), ...(more.args ?? [])];
   const encoderScript = binPath("@tapwire/ec-connector", "tapwire-ec-producer");
   // the producer's own metrics endpoint, announced (not merged into ours: its tapwire_ec_
   // families would clash with the engine-side consumer's)
   const encoderMetrics: string[] = [];
-  if (scope.metricsAt !== null && binHasFlag(encoderScript, "--metrics-listen")) {
+  if (more.name === undefined && scope.metricsAt !== null && binHasFlag(encoderScript, "--metrics-listen")) {
     const port = await freePort();
     encoderMetrics.push("--metrics-listen", `tcp://127.0.0.1:${port}`);
     scope.urls.encoder = `http://127.0.0.1:${port}/metrics`;
   }
   const encoder = new ChildService({
-    name: "encoder",
+    name: more.name ?? "encoder",
     script: encoderScript,
     args: [...encoderArgs("tcp://127.0.0.1:0"), ...encoderMetrics],
     ...(scope.childLog ? { log: scope.childLog } : {}),
@@ -239,6 +250,12 @@ export async function startEncoder(scope: RunScope, geo: EcGeometry): Promise<St
   // a restart (faults) must come back on the same control (and admin) endpoint
   const pinAdmin =
     typeof el["admin"] === "string" && binHasFlag(encoder.script, "--admin") ? ["--admin", el["admin"]] : [];
-  encoder.setArgs([...encoderArgs(producerEndpoint), ...encoderMetrics, ...pinAdmin]);
+  // EC-CONTRACT 10: the events and replay endpoints too (a subscriber reconnects to them)
+  const pinEvents =
+    typeof el["events"] === "string" && typeof el["replay"] === "string"
+      ? ["--events-listen", el["events"], "--replay-listen", el["replay"]]
+      : [];
+  const rest = pinEvents.length > 0 ? pinEvents : (more.args ?? []);
+  encoder.setArgs([...base(producerEndpoint), ...encoderMetrics, ...pinAdmin, ...rest]);
   return { encoder, producerEndpoint, listening: el };
 }
