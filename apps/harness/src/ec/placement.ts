@@ -173,6 +173,37 @@ export class Placement {
     }
   }
 
+  /**
+   * The end-state check of the encoders after the first (the run's leak check covers that one):
+   * no pinned block and no grant within 3 s. Returns the problems found.
+   */
+  async leakCheck(): Promise<string[]> {
+    const problems: string[] = [];
+    for (const [i, admin] of this.admins.entries()) {
+      if (i === 0) continue;
+      const end = performance.now() + 3000;
+      for (;;) {
+        let pinned = -1;
+        let grants = -1;
+        try {
+          const st = await admin.stats(2000);
+          pinned = Number((st["cache"] as Record<string, unknown> | undefined)?.["pinnedBlocks"] ?? -1);
+          grants = Number(st["grants"] ?? -1);
+        } catch (e) {
+          problems.push(`encoder${i + 1}: stats failed: ${e instanceof Error ? e.message : String(e)}`);
+          break;
+        }
+        if (pinned === 0 && grants === 0) break;
+        if (performance.now() > end) {
+          problems.push(`encoder${i + 1}: ${pinned} pinned blocks, ${grants} grants at the end`);
+          break;
+        }
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+    return problems;
+  }
+
   /** The report section (`consumerCounters`: the connector registry's counters). */
   report(consumerCounters: Record<string, number>): PlacementReport {
     const views = this.directory.views();
