@@ -25,6 +25,7 @@ import { HarnessError, HarnessErrorCode } from "./errors.js";
 import { FaultDriver } from "./faults/faults.js";
 import { parseHostPort, type RunScope, startWorker } from "./procs/children.js";
 import type { ChildExit } from "./procs/procs.js";
+import { openTopology } from "./procs/topology.js";
 import { endState } from "./report/leak-check.js";
 import { Progress } from "./report/progress.js";
 import type { Report } from "./report/report.js";
@@ -271,6 +272,7 @@ async function runSteps(
     client: new Registry({ prefix: "tapwire_client_" }),
   };
   await serveRunMetrics(scope, hooks, regs, live);
+  note(scope.topology.describe());
   const { target, head, weights } = makeModels(scope);
   const { worker, endpoint: workerEndpoint, tls } = await startWorker(scope, weights);
   // the fault proxy between client and worker (tcp, --faults)
@@ -343,6 +345,7 @@ async function runSteps(
     ec.admin = new EcAdminClient(ec.adminEndpoint);
   }
   const leaks = await endState(ec?.connector ?? null, ec?.admin ?? null, drained);
+  const topology = await scope.topology.report();
   const report = buildReport({
     ...{ cfg, requests, res, metrics, reference, refSeconds, lossless, depthStats, ecMetrics, faults },
     ecCounters: regs.ec.snapshot().counters,
@@ -355,6 +358,7 @@ async function runSteps(
     deaths,
     decodeStartEpoch,
     leaks,
+    topology,
   });
   if (ec?.placement) {
     // EC-CONTRACT 10.4: a request to a producer whose trusted view lacked the item fails the run
@@ -376,11 +380,14 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
   const log = hooks.log ?? ((m: string) => process.stderr.write(`[harness] ${m}\n`));
   const progress = new Progress(cfg.progress);
   const note = (m: string) => progress.note(m);
+  // first: a netns run that cannot get its plan or relay fails before anything else starts
+  const topology = await openTopology(cfg);
   const dir = mkdtempSync(join(tmpdir(), "tapwire-harness-"));
   // also on SIGINT / process.exit, when the finally below never runs
   const removeDir = () => rmSync(dir, { recursive: true, force: true });
   process.once("exit", removeDir);
   const cleanups: Array<() => Promise<void> | void> = [
+    () => topology.close(),
     () => {
       process.off("exit", removeDir);
       removeDir();
@@ -406,6 +413,7 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
     },
     metricsAt: metricsListenOf(cfg),
     urls: { worker: null, encoder: null },
+    topology,
   };
   try {
     return await runSteps(scope, hooks, progress, deaths, live);

@@ -29,5 +29,5 @@ export type { FramingCase } from "./worker/cases-framing.js";
 export { framingVectors } from "./worker/cases-framing.js";
 export type { WorkerSuiteOptions } from "./worker/context.js";
 export type { SharedOptions } from "./worker/shared-suite.js";
-export { runWorkerSharedSuite, SHARED_CASES } from "./worker/shared-suite.js";
+export { runWorkerSharedSuite } from "./worker/shared-suite.js";
 export { runWorkerSuite } from "./worker/suite.js";

@@ -8,7 +8,8 @@ import type { ChildHandle } from "@tapwire/testing";
 import { killAllChildren } from "@tapwire/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { CaseResult } from "../src/index.js";
-import { runWorkerSharedSuite, SHARED_CASES } from "../src/index.js";
+import { runWorkerSharedSuite } from "../src/index.js";
+import { SHARED_CASES } from "../src/worker/shared-suite.js";
 import { CONFORMANCE_BIN, spawnWorker, startBrokenProxy } from "./helpers.js";
 
 const SHARED_FLAGS = {

@@ -198,28 +198,42 @@ function pct(xs: number[], p: number): number {
 
 const r3 = (x: number) => Math.round(x * 1000) / 1000;
 
-/** `n` sessions x `slots` entries, closed loops at once: STEPs/s, entries/s, RTT p50/p99 (ms). */
-async function load(b: Bin, n: number, slots: number, base: number) {
-  const ss = await Promise.all(Array.from({ length: n }, (_, k) => Session.open(b, base + k, slots)));
+interface Load {
+  bin: Bin;
+  sessions: Session[];
+  slots: number;
+  seconds: number;
+}
+
+async function openLoad(bin: Bin, n: number, slots: number, base: number): Promise<Load> {
+  const sessions = await Promise.all(Array.from({ length: n }, (_, k) => Session.open(bin, base + k, slots)));
   await Promise.all(
-    ss.map(async (s) => {
+    sessions.map(async (s) => {
       for (let i = 0; i < WARM; i++) await s.step(false);
     }),
   );
+  return { bin, sessions, slots, seconds: 0 };
+}
+
+/** One block: every session of `l` runs `rounds` closed-loop rounds at once. */
+async function block(l: Load, rounds: number): Promise<void> {
   const t0 = performance.now();
   await Promise.all(
-    ss.map(async (s) => {
-      for (let i = 0; i < STEPS; i++) await s.step(true);
+    l.sessions.map(async (s) => {
+      for (let i = 0; i < rounds; i++) await s.step(true);
     }),
   );
-  const sec = (performance.now() - t0) / 1000;
-  for (const s of ss) s.close();
-  const rtts = ss.flatMap((s) => s.rtts);
+  l.seconds += (performance.now() - t0) / 1000;
+}
+
+function summary(l: Load) {
+  const rtts = l.sessions.flatMap((s) => s.rtts);
+  for (const s of l.sessions) s.close();
   return {
-    sessions: n,
-    entries_per_step: slots,
-    steps_per_s: r3((n * STEPS) / sec),
-    entries_per_s: r3((n * STEPS * slots) / sec),
+    sessions: l.sessions.length,
+    entries_per_step: l.slots,
+    steps_per_s: r3(rtts.length / l.seconds),
+    entries_per_s: r3((rtts.length * l.slots) / l.seconds),
     rtt_ms_p50: r3(pct(rtts, 50)),
     rtt_ms_p99: r3(pct(rtts, 99)),
   };
@@ -232,17 +246,28 @@ async function statsOf(b: Bin): Promise<Record<string, unknown>> {
   return JSON.parse(Buffer.from(a.body).toString("utf8")) as Record<string, unknown>;
 }
 
+/**
+ * The three configurations run in alternating blocks (load on this shared machine drifts within
+ * seconds; blocks make every ratio compare figures measured side by side).
+ */
 async function batching(drafterArgs: string[], cwd?: string) {
   const shared = await startBin([...drafterArgs, "--max-sessions", "8"], cwd);
-  const batched = await load(shared, 8, 8, 0x1000);
-  const st = (await statsOf(shared)) as { histograms: Record<string, { mean: number; p99: number }> };
-  await stopBin(shared);
   const aloneBin = await startBin([...drafterArgs, "--max-sessions", "8", "--max-batch-entries", "8"], cwd);
-  const alone = await load(aloneBin, 8, 8, 0x2000);
-  await stopBin(aloneBin);
   const singleBin = await startBin([...drafterArgs], cwd);
-  const single = await load(singleBin, 1, 64, 0x3000);
-  await stopBin(singleBin);
+  const lb = await openLoad(shared, 8, 8, 0x1000);
+  const la = await openLoad(aloneBin, 8, 8, 0x2000);
+  const ls = await openLoad(singleBin, 1, 64, 0x3000);
+  const BLOCKS = QUICK ? 3 : 10;
+  for (let i = 0; i < BLOCKS; i++) {
+    await block(lb, STEPS / BLOCKS);
+    await block(la, STEPS / BLOCKS);
+    await block(ls, STEPS / BLOCKS);
+  }
+  const st = (await statsOf(shared)) as { histograms: Record<string, { mean: number; p99: number }> };
+  const batched = summary(lb);
+  const alone = summary(la);
+  const single = summary(ls);
+  await Promise.all([stopBin(shared), stopBin(aloneBin), stopBin(singleBin)]);
   return {
     batched,
     alone,
@@ -346,19 +371,75 @@ async function memory(windows: number) {
   };
 }
 
+/**
+ * The drafter alone, in this process, at 8 and 64 entries per call (full windows, greedy): the
+ * ceiling of what batching 8 STEPs of 8 entries can gain, `8 * t(8) / t(64)`.
+ */
+async function drafterScaling(d: { draft(b: unknown[], o: unknown): void | Promise<void>; numSpec: number }) {
+  const rb = head.numTaps * head.hidden * 2;
+  const W = head.config.window;
+  const pool = new Uint8Array(64 * W * rb);
+  for (let i = 0; i < pool.length; i += 2) pool[i + 1] = 0x3c + ((i >> 1) % 3); // small bf16 values
+  const batchOf = (n: number) =>
+    Array.from({ length: n }, (_, i) => ({
+      index: i,
+      slot: i,
+      anchorPos: 100 + i,
+      anchorToken: (i * 37) % head.vocabSize,
+      k: d.numSpec,
+      rows: pool.subarray(i * W * rb, (i + 1) * W * rb),
+      nRows: W,
+      sample: null,
+    }));
+  const outOf = (n: number) => ({
+    draftIds: new Int32Array(n * d.numSpec),
+    confidence: new Float32Array(n * d.numSpec),
+    margin: new Float32Array(n * d.numSpec),
+    sampledMask: null,
+    supportIds: null,
+    proposalQ: null,
+    numSpec: d.numSpec,
+    failed: new Uint8Array(n),
+  });
+  const time = async (n: number) => {
+    const b = batchOf(n);
+    const o = outOf(n);
+    for (let i = 0; i < WARM; i++) await d.draft(b, o);
+    const t0 = performance.now();
+    const reps = QUICK ? 10 : 40;
+    for (let i = 0; i < reps; i++) await d.draft(b, o);
+    return (performance.now() - t0) / reps;
+  };
+  const t8 = await time(8);
+  const t64 = await time(64);
+  return { call_ms_8: r3(t8), call_ms_64: r3(t64), ceiling_8x8_vs_64: r3((8 * t8) / t64) };
+}
+
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), "tapwire-bench-shared-"));
   try {
-    const { exportReferenceHead } = (await import(join(ONNX_PKG, "dist", "index.js"))) as {
+    const onnxMod = (await import(join(ONNX_PKG, "dist", "index.js"))) as {
       exportReferenceHead(h: unknown): Uint8Array;
+      OnnxDrafter: {
+        create(m: Uint8Array, o: Record<string, unknown>): Promise<Parameters<typeof drafterScaling>[0]>;
+      };
     };
     const model = join(dir, "head.onnx");
-    writeFileSync(model, exportReferenceHead(head));
+    const bytes = onnxMod.exportReferenceHead(head);
+    writeFileSync(model, bytes);
+    const { ReferenceDrafter } = await import("../src/index.js");
+    const scaling = {
+      onnx: await drafterScaling(await onnxMod.OnnxDrafter.create(bytes, { intraOpThreads: 1 })),
+      reference: await drafterScaling(
+        new ReferenceDrafter(head) as unknown as Parameters<typeof drafterScaling>[0],
+      ),
+    };
     const onnx = ["--drafter", "onnx", "--model", model, "--onnx-threads", "1"];
     const out = {
       bench: "worker shared (CONTRACT 12.1)",
       quick: QUICK,
       steps_per_session: STEPS,
+      drafter_alone_in_process: scaling,
       onnx: await batching(onnx, ONNX_PKG),
       reference: await batching(["--drafter", "reference"]),
       unshared_tax_reference: await unsharedTax(["--drafter", "reference"]),

@@ -311,4 +311,19 @@ describe("CONTRACT 12.1: a shared worker's sessions", () => {
       expect(su.text.toLowerCase()).not.toContain(id.toString(16));
     }
   });
+
+  test("per-client metrics: at most 32 client_name labels, the rest counted as other", async () => {
+    const r = new Rig();
+    for (let i = 0; i < 40; i++) {
+      const c = conn(`c${i}`);
+      expect((await r.hello(c, 0x100 + i, { clientName: `engine-${i}` })).status).toBe(FrameStatus.OK);
+      expect((await r.step(c, 0x100 + i, 0, 1)).status).toBe(FrameStatus.OK);
+      r.core.connectionClosed(c);
+    }
+    const text = r.core.clientMetricsText();
+    const rounds = text.split("\n").filter((l) => l.includes("client_rounds_total{"));
+    expect(rounds.length).toBe(33);
+    expect(text).toContain('client_rounds_total{client="other"} 8');
+    expect(text).toContain('client_rounds_total{client="engine-0"} 1');
+  });
 });

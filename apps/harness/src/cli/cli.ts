@@ -4,6 +4,7 @@
  */
 import { closeSync, existsSync, openSync, statSync, unlinkSync } from "node:fs";
 import { parseMetricsListen, StatsError } from "@tapwire/stats";
+import { parseLinkSpec, TestingError } from "@tapwire/testing";
 import { parseDepthPolicy } from "../depth/depth-sim.js";
 import { HarnessError, HarnessErrorCode } from "../errors.js";
 import { DEFAULTS, FAULT_DEFAULTS, type HarnessConfig, type LoadPoint, SAMPLE_DEFAULTS } from "./config.js";
@@ -163,11 +164,34 @@ export function validate(cfg: HarnessConfig): void {
   }
   if (cfg.embeddingBytes % 2 !== 0)
     throw usage(`--embedding-bytes: ${cfg.embeddingBytes} is not a whole number of bf16 values`);
+  validateTopology(cfg);
   const rowBytes = cfg.numTaps * cfg.hidden * 2;
   if (rowBytes * cfg.window * cfg.slots > 2 ** 30) {
     throw usage(
       `--slots x --window x row bytes = ${rowBytes * cfg.window * cfg.slots} exceeds 1 GiB of rings`,
     );
+  }
+}
+
+/** `--topology` and `--link` against each other and the transports (a namespace has no shared unix sockets). */
+function validateTopology(cfg: HarnessConfig): void {
+  try {
+    parseLinkSpec(cfg.link);
+  } catch (e) {
+    if (e instanceof TestingError) throw usage(`--link: ${e.message}`);
+    throw e;
+  }
+  if (cfg.topology !== "netns") {
+    if (cfg.link.trim() !== "none" && cfg.link.trim() !== "") {
+      throw usage(`--link "${cfg.link}" needs --topology netns (links are veth pairs between namespaces)`);
+    }
+    return;
+  }
+  if (cfg.draftTransport === "unix") {
+    throw usage("--draft-transport unix: a unix socket does not cross network namespaces (--topology netns)");
+  }
+  if (cfg.ecData === "unix" && cfg.mmShare > 0) {
+    throw usage("--ec-data unix: a unix socket does not cross network namespaces (--topology netns)");
   }
 }
 

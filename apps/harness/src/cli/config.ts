@@ -11,6 +11,9 @@ export type DrafterKind = (typeof DRAFTERS)[number];
 /** Data planes of the encoder-cache transfer (EC-CONTRACT 5.4). */
 export const EC_DATA_PLANES = ["tcp", "unix"] as const;
 export type EcDataPlane = (typeof EC_DATA_PLANES)[number];
+/** Where the processes run: all on this host's loopback, or each in its own network namespace (docs/harness.md). */
+export const TOPOLOGIES = ["local", "netns"] as const;
+export type TopologyKind = (typeof TOPOLOGIES)[number];
 /** How progress is shown while the run goes. */
 export const PROGRESS_MODES = ["auto", "bar", "lines", "off"] as const;
 export type ProgressMode = (typeof PROGRESS_MODES)[number];
@@ -88,6 +91,13 @@ export interface HarnessConfig {
   stepTimeoutMs: number;
   /** Deadline of one embedding transfer (retries included), milliseconds. */
   ecDeadlineMs: number;
+  /**
+   * `local`: every process on 127.0.0.1. `netns` (root only): the engine, the worker and the
+   * encoder each in a network namespace, joined through a router namespace by veth pairs.
+   */
+  topology: TopologyKind;
+  /** The link of every veth with `--topology netns` (`delay=1ms jitter=0.2ms rate=1gbit stall=0.1%`, or `none`). */
+  link: string;
   progress: ProgressMode;
   /** Log child processes' stderr and the engine's debug lines. */
   verbose: boolean;
@@ -134,6 +144,8 @@ export const DEFAULTS: Readonly<HarnessConfig> = Object.freeze({
   ],
   stepTimeoutMs: 1000,
   ecDeadlineMs: 5000,
+  topology: "local",
+  link: "none",
   progress: "auto",
   verbose: false,
 } satisfies HarnessConfig);

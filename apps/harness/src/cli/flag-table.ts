@@ -11,6 +11,7 @@ import {
   type HarnessConfig,
   PROGRESS_MODES,
   SAMPLE_DEFAULTS,
+  TOPOLOGIES,
 } from "./config.js";
 
 /** How a flag's value is parsed and checked. */
@@ -135,6 +136,18 @@ export const FLAGS: Record<string, FlagSpec> = {
     600_000,
     "MS",
     "deadline of one embedding load before local fallback",
+  ),
+  "--topology": oneOf(
+    "topology",
+    TOPOLOGIES,
+    "T",
+    "local (all on 127.0.0.1) | netns (root: engine, worker, encoder in their own network namespaces)",
+  ),
+  "--link": valued(
+    "link",
+    "str",
+    "SPEC",
+    'link of every veth with --topology netns, e.g. "delay=0.5ms jitter=0.1ms rate=10gbit stall=0.1%"',
   ),
   "--progress": oneOf("progress", PROGRESS_MODES, "M", "auto | bar | lines | off"),
   "--verbose": bool("verbose", "pass child process logs through to stderr"),

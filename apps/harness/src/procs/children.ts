@@ -9,6 +9,7 @@ import type { HarnessConfig } from "../cli/cli.js";
 import { HarnessError, HarnessErrorCode } from "../errors.js";
 import { binHasFlag, workerHasMetricsListen } from "../report/worker-metrics.js";
 import { binPath, ChildService } from "./procs.js";
+import type { ServerRole, Topology } from "./topology.js";
 
 /** Block size of both encoder caches (64 KiB, the EC connector's default). */
 export const EC_BLOCK_BYTES = 65_536;
@@ -31,16 +32,42 @@ export interface RunScope {
   metricsAt: string | null;
   /** The children's own metrics endpoints, set once known (read by our `/metrics`). */
   urls: { worker: string | null; encoder: string | null };
+  /** Where the children run and bind, and how the engine reaches them (`--topology`). */
+  topology: Topology;
 }
 
-function endpointFor(transport: HarnessConfig["draftTransport"], dir: string): string {
+/** The namespace option of a child of `role` (none with the local topology). */
+function placement(scope: RunScope, role: ServerRole): { netns?: string } {
+  const netns = scope.topology.netnsOf(role);
+  return netns === undefined ? {} : { netns };
+}
+
+/** `--advertise <address>` when a server of `role` binds a wildcard (netns), nothing locally. */
+function advertiseArgs(scope: RunScope, role: ServerRole): string[] {
+  const t = scope.topology;
+  return t.bindHost(role) === t.address(role) ? [] : ["--advertise", t.address(role)];
+}
+
+/** `endpoint` (as advertised) with the bind host back in place: what a restart listens on. */
+function rebind(endpoint: string, host: string): string {
+  return endpoint.replace(/^([a-z+]+:\/\/).+(:\d+)$/, `$1${host}$2`);
+}
+
+/** Makes the port of each `scheme://host:port` endpoint of a server reachable from the engine. */
+async function exposeAll(scope: RunScope, role: ServerRole, endpoints: readonly unknown[]): Promise<void> {
+  for (const e of endpoints) {
+    if (typeof e === "string" && /:\d+$/.test(e)) await scope.topology.expose(role, parseHostPort(e).port);
+  }
+}
+
+function endpointFor(transport: HarnessConfig["draftTransport"], dir: string, host: string): string {
   switch (transport) {
     case "tcp":
-      return "tcp://127.0.0.1:0";
+      return `tcp://${host}:0`;
     case "tls":
-      return "tls://127.0.0.1:0";
+      return `tls://${host}:0`;
     case "zmq":
-      return "zmq+tcp://127.0.0.1:0";
+      return `zmq+tcp://${host}:0`;
     case "unix":
       return `unix://${join(dir, "worker.sock")}`;
   }
@@ -93,8 +120,10 @@ export interface StartedWorker {
 /** Starts the drafter worker serving the head saved at `weights`. */
 export async function startWorker(scope: RunScope, weights: string): Promise<StartedWorker> {
   const { cfg, dir } = scope;
-  const listen = endpointFor(cfg.draftTransport, dir);
-  const workerArgs = workerArgsFor(cfg, weights);
+  const bind = scope.topology.bindHost("worker");
+  const host = scope.topology.address("worker");
+  const listen = endpointFor(cfg.draftTransport, dir, bind);
+  const workerArgs = [...workerArgsFor(cfg, weights), ...advertiseArgs(scope, "worker")];
   let tls: { ca: string } | null = null;
   if (cfg.draftTransport === "tls") {
     const creds = makeTlsCredentials();
@@ -106,15 +135,18 @@ export async function startWorker(scope: RunScope, weights: string): Promise<Sta
   const workerScript = binPath("@tapwire/worker", "tapwire-worker");
   // the worker's own metrics endpoint, re-served by ours (when this worker build has one)
   if (scope.metricsAt !== null && workerHasMetricsListen(workerScript)) {
+    // free here; in a namespace of its own (netns) every port is free
     const port = await freePort();
-    workerArgs.push("--metrics-listen", `tcp://127.0.0.1:${port}`);
-    scope.urls.worker = `http://127.0.0.1:${port}/metrics`;
+    workerArgs.push("--metrics-listen", `tcp://${host}:${port}`);
+    scope.urls.worker = `http://${host}:${port}/metrics`;
+    await scope.topology.expose("worker", port);
   }
   const worker = new ChildService({
     name: "worker",
     script: workerScript,
     args: [...workerArgs, "--listen", listen],
     ...(scope.childLog ? { log: scope.childLog } : {}),
+    ...placement(scope, "worker"),
   });
   scope.watch(worker);
   scope.cleanups.push(() => worker.kill("SIGTERM"));
@@ -128,9 +160,16 @@ export async function startWorker(scope: RunScope, weights: string): Promise<Sta
       HarnessErrorCode.PROCESS,
       `worker listening line has no endpoints: ${JSON.stringify(wl)}`,
     );
-  scope.note(`worker pid ${worker.pid} listening on ${endpoint}`);
+  await exposeAll(scope, "worker", [endpoint]);
+  const bound =
+    Array.isArray(wl["bind"]) && wl["bind"][0] !== endpoint ? ` (bound ${String(wl["bind"][0])})` : "";
+  scope.note(`worker pid ${worker.pid} listening on ${endpoint}${bound}`);
   // a restart (faults) must come back on the same endpoint
-  worker.setArgs([...workerArgs, "--listen", endpoint]);
+  worker.setArgs([
+    ...workerArgs,
+    "--listen",
+    endpoint.startsWith("unix:") ? endpoint : rebind(endpoint, bind),
+  ]);
   return { worker, endpoint, tls };
 }
 
@@ -161,16 +200,17 @@ function encoderArgsFor(
   cfg: HarnessConfig,
   dir: string,
   geo: EcGeometry,
+  host: string,
   name?: string,
-): (control: string) => string[] {
+): (control: string, data?: string) => string[] {
   const dataListen =
-    cfg.ecData === "unix" ? `unix://${join(dir, `${name ?? "ec"}-data.sock`)}` : "tcp://127.0.0.1:0";
+    cfg.ecData === "unix" ? `unix://${join(dir, `${name ?? "ec"}-data.sock`)}` : `tcp://${host}:0`;
   const { compat, hb } = geo;
-  return (control: string) => [
+  return (control: string, data = dataListen) => [
     "--control",
     control,
     "--data",
-    dataListen,
+    data,
     "--num-blocks",
     String(geo.cacheBlocks),
     "--block-bytes",
@@ -217,22 +257,29 @@ export async function startEncoder(
   more: { name?: string; args?: string[] } = {},
 ): Promise<StartedEncoder> {
   const { cfg } = scope;
-  const base = encoderArgsFor(cfg, scope.dir, geo, more.name);
-  const encoderArgs = (control: string) => [...base(control), ...(more.args ?? [])];
+  const bind = scope.topology.bindHost("encoder");
+  const host = scope.topology.address("encoder");
+  const base = encoderArgsFor(cfg, scope.dir, geo, bind, more.name);
+  const encoderArgs = (control: string, data?: string) => [...base(control, data), ...(more.args ?? [])];
   const encoderScript = binPath("@tapwire/ec-connector", "tapwire-ec-producer");
   // the producer's own metrics endpoint, announced (not merged into ours: its tapwire_ec_
   // families would clash with the engine-side consumer's)
   const encoderMetrics: string[] = [];
   if (more.name === undefined && scope.metricsAt !== null && binHasFlag(encoderScript, "--metrics-listen")) {
     const port = await freePort();
-    encoderMetrics.push("--metrics-listen", `tcp://127.0.0.1:${port}`);
-    scope.urls.encoder = `http://127.0.0.1:${port}/metrics`;
+    encoderMetrics.push("--metrics-listen", `tcp://${host}:${port}`);
+    scope.urls.encoder = `http://${host}:${port}/metrics`;
+    await scope.topology.expose("encoder", port);
   }
+  // over a network the engine's leak check asks the admin socket from its own host
+  const remoteAdmin = scope.topology.remote ? ["--admin", `tcp://${host}:0`, "--admin-allow-remote"] : [];
+  const advertise = advertiseArgs(scope, "encoder");
   const encoder = new ChildService({
     name: more.name ?? "encoder",
     script: encoderScript,
-    args: [...encoderArgs("tcp://127.0.0.1:0"), ...encoderMetrics],
+    args: [...encoderArgs(`tcp://${bind}:0`), ...encoderMetrics, ...remoteAdmin, ...advertise],
     ...(scope.childLog ? { log: scope.childLog } : {}),
+    ...placement(scope, "encoder"),
   });
   scope.watch(encoder);
   scope.cleanups.push(() => encoder.kill("SIGTERM"));
@@ -246,16 +293,28 @@ export async function startEncoder(
       `encoder listening line has no control endpoint: ${JSON.stringify(el)}`,
     );
   }
-  scope.note(`encoder pid ${encoder.pid} listening on ${producerEndpoint}`);
-  // a restart (faults) must come back on the same control (and admin) endpoint
+  await exposeAll(scope, "encoder", [el["control"], el["data"], el["admin"]]);
+  const cb = (el["bind"] as { control?: unknown } | undefined)?.control;
+  const encBound = typeof cb === "string" && cb !== producerEndpoint ? ` (bound ${cb})` : "";
+  scope.note(`encoder pid ${encoder.pid} listening on ${producerEndpoint}${encBound}`);
+  // a restart (faults) must come back on the same control (and admin) endpoint; over a network
+  // on the same data port too (the relay forwards the ports it was told)
   const pinAdmin =
     typeof el["admin"] === "string" && binHasFlag(encoder.script, "--admin") ? ["--admin", el["admin"]] : [];
+  const pinData =
+    scope.topology.remote && typeof el["data"] === "string" ? rebind(el["data"], bind) : undefined;
   // EC-CONTRACT 10: the events and replay endpoints too (a subscriber reconnects to them)
   const pinEvents =
     typeof el["events"] === "string" && typeof el["replay"] === "string"
       ? ["--events-listen", el["events"], "--replay-listen", el["replay"]]
       : [];
-  const rest = pinEvents.length > 0 ? pinEvents : (more.args ?? []);
-  encoder.setArgs([...base(producerEndpoint), ...encoderMetrics, ...pinAdmin, ...rest]);
+  encoder.setArgs([
+    ...base(rebind(producerEndpoint, bind), pinData),
+    ...advertise,
+    ...encoderMetrics,
+    ...pinAdmin,
+    ...(pinAdmin.length > 0 && scope.topology.remote ? ["--admin-allow-remote"] : []),
+    ...(pinEvents.length > 0 ? pinEvents : (more.args ?? [])),
+  ]);
   return { encoder, producerEndpoint, listening: el };
 }

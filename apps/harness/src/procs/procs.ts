@@ -94,6 +94,8 @@ export interface ChildOptions {
   readyTimeoutMs?: number;
   /** Where the child's stderr and non-JSON stdout go (default: dropped). */
   log?: (line: string) => void;
+  /** Run inside this network namespace (`ip netns exec`, same pid; `--topology netns`). */
+  netns?: string;
 }
 
 /** A parsed pino line: every JSON object the child prints on stdout. */
@@ -154,7 +156,10 @@ export class ChildService {
     if (this.child)
       return Promise.reject(new HarnessError(HarnessErrorCode.PROCESS, `${this.opts.name} already running`));
     const { name, script, args } = this.opts;
-    const child = spawn(process.execPath, [script, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    const argv = [process.execPath, script, ...args];
+    const [cmd, ...rest] =
+      this.opts.netns === undefined ? argv : ["ip", "netns", "exec", this.opts.netns, ...argv];
+    const child = spawn(cmd!, rest, { stdio: ["ignore", "pipe", "pipe"] });
     this.child = child;
     live.add(child);
     this.expectedExit = false;

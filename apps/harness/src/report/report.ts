@@ -3,6 +3,7 @@
  * docs/harness.md explains every field.
  */
 import type { DepthPolicyReport } from "../depth/depth-sim.js";
+import type { TopologyReport } from "../procs/topology.js";
 
 import type { PlacementReport } from "../ec/placement.js";
 
@@ -164,6 +165,8 @@ export interface Report {
     producerGrants: number | null;
     notes: string[];
   };
+  /** Where the processes ran (`--topology`, `--link`) and what the relay forwarded (docs/harness.md). */
+  topology: TopologyReport;
 }
 
 const num = (v: number, d = 2) => (Number.isFinite(v) ? v.toFixed(d) : "-");
@@ -254,6 +257,13 @@ function decodingRows(r: Report, { sec, row }: Rows): void {
 /** Latencies, where the round time went, throughput. */
 function timeRows(r: Report, { sec, row }: Rows): void {
   sec("time");
+  if (r.topology.kind === "netns") {
+    const relayed = r.topology.relay?.reduce((a, f) => a + f.bytesUp + f.bytesDown, 0);
+    row(
+      "  topology",
+      `netns, link ${r.topology.link}${relayed === undefined ? " (routed, no relay)" : ` (relay forwarded ${bytes(relayed)})`}`,
+    );
+  }
   row(
     "  STEP RTT p50 / p99",
     `${num(r.latency.stepRtt.p50, 3)} / ${num(r.latency.stepRtt.p99, 3)} ms (${int(r.latency.stepRtt.count)} STEPs)`,
