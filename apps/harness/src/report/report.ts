@@ -3,9 +3,8 @@
  * docs/harness.md explains every field.
  */
 import type { DepthPolicyReport } from "../depth/depth-sim.js";
-import type { TopologyReport } from "../procs/topology.js";
-
 import type { PlacementReport } from "../ec/placement.js";
+import type { TopologyReport } from "../procs/topology.js";
 
 /** Percentiles of a latency, milliseconds. */
 export interface LatencySummary {
