@@ -473,15 +473,24 @@ const EVENT_CASES: E[] = [
     async run(ctx: EcEventsCtx, t: CaseCheck) {
       const a = await ctx.nextHello();
       t.must(a !== null, "a hello", "none within three heartbeats");
-      const b = await ctx.nextHello(ctx.live.indexOf(a) + 1);
-      t.must(b !== null, `another hello within three heartbeats (${3 * a.hb} ms)`, "none");
-      const gap = b.at - a.at;
+      // Three intervals, averaged: one late timer or a busy tester does not decide the case.
+      let b: Ev = a;
+      for (let i = 0; i < 3; i++) {
+        const n = await ctx.nextHello(ctx.live.indexOf(b) + 1);
+        t.must(n !== null, `another hello within three heartbeats (${3 * a.hb} ms)`, "none");
+        b = n;
+      }
+      const gap = (b.at - a.at) / 3;
       t.must(
         gap >= a.hb * 0.5,
-        `hellos about heartbeat_ms ${a.hb} apart, not much sooner`,
+        `hellos about heartbeat_ms ${a.hb} apart (mean of three), not much sooner`,
         `${gap.toFixed(0)} ms`,
       );
-      t.should(gap <= a.hb * 2, `hellos about heartbeat_ms ${a.hb} apart`, `${gap.toFixed(0)} ms`);
+      t.should(
+        gap <= a.hb * 2,
+        `hellos about heartbeat_ms ${a.hb} apart (mean of three)`,
+        `${gap.toFixed(0)} ms`,
+      );
       t.must(b.hb === a.hb, "the same heartbeat_ms in every hello", `${a.hb} then ${b.hb}`);
     },
   },
