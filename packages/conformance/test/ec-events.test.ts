@@ -47,6 +47,8 @@ describe("tapwire-conformance ec-producer --events against tapwire-ec-producer",
       mmHash: "conformance-ready",
       numBlocks: 2048,
       blockBytes: 1024,
+      // a loaded CI machine: replies may take seconds (the drop window stays 300 ms)
+      timeoutMs: 5000,
     });
     expect(
       rep.results
