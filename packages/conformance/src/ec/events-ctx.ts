@@ -338,21 +338,36 @@ export class EcEventsCtx {
     d.connect(this.opts.admin!);
     this.dealers.push(d);
     const msgs = reqs.map(([op, f]) => mpMap([["op", mpStr(op)], ...Object.entries(f)]));
-    const sending = (async () => {
-      for (const m of msgs) await d.send(m);
-    })();
+    // At most WINDOW requests ahead of the replies: a producer's admin ROUTER may drop replies to
+    // a peer that reads slower than it sends (ZeroMQ's send high-water mark, 1,000 by default).
+    const WINDOW = 500;
     const out: (string | null)[] = [];
+    let wake: (() => void) | null = null;
+    let done = false;
+    const sending = (async () => {
+      for (const [i, m] of msgs.entries()) {
+        while (!done && i - out.length >= WINDOW) await new Promise<void>((r) => (wake = r));
+        if (done) break;
+        await d.send(m);
+      }
+    })();
     d.receiveTimeout = this.timeoutMs * 10;
     try {
       for (let i = 0; i < reqs.length; i++) {
         const [f] = await d.receive();
         const r = mapEntries(decodeTyped(f!, 8))?.get("result");
         out.push(r?.t === "str" ? r.v : null);
+        const w = wake as (() => void) | null;
+        wake = null;
+        w?.();
       }
     } catch {
       // a missing reply shows as a short list
     }
-    await sending;
+    done = true;
+    (wake as (() => void) | null)?.();
+    d.close();
+    await sending.catch(() => undefined);
     return out;
   }
 
