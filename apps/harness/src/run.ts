@@ -3,8 +3,7 @@
  * engine's RemoteDraftClient + RoundCore and ConsumerConnector, decode every request
  * speculatively, decode them again target-only, compare, and build the report.
  */
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { piecewiseLinearBudget, RemoteDraftClient, RoundCore } from "@tapwire/client";
 import { EC_METRICS_PREFIX, EcAdminClient } from "@tapwire/ec-connector";
@@ -25,6 +24,7 @@ import { HarnessError, HarnessErrorCode } from "./errors.js";
 import { FaultDriver } from "./faults/faults.js";
 import { parseHostPort, type RunScope, startWorker } from "./procs/children.js";
 import type { ChildExit } from "./procs/procs.js";
+import { makeRunDir, removeStaleRunDirs } from "./procs/tempdir.js";
 import { openTopology } from "./procs/topology.js";
 import { endState } from "./report/leak-check.js";
 import { Progress } from "./report/progress.js";
@@ -382,7 +382,9 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
   const note = (m: string) => progress.note(m);
   // first: a netns run that cannot get its plan or relay fails before anything else starts
   const topology = await openTopology(cfg);
-  const dir = mkdtempSync(join(tmpdir(), "tapwire-harness-"));
+  // the dirs of runs that died by SIGKILL (their children exited with them, issue 19)
+  for (const stale of removeStaleRunDirs()) note(`removed the temp dir of a dead run: ${stale}`);
+  const dir = makeRunDir();
   // also on SIGINT / process.exit, when the finally below never runs
   const removeDir = () => rmSync(dir, { recursive: true, force: true });
   process.once("exit", removeDir);

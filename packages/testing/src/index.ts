@@ -71,6 +71,8 @@ export type { Relay, RelayForwardStats, RelayOptions } from "./relay.js";
 export { relayLeafPort, startRelay } from "./relay.js";
 export type { ChildHandle, ExitInfo, OutputLine, ProcessLimits, SpawnBinOptions } from "./spawn.js";
 export { killAllChildren, spawnBin, withFdLimit } from "./spawn.js";
+export type { SupervisedChild, SupervisedSpec, Supervisor } from "./supervisor.js";
+export { startSupervisor } from "./supervisor.js";
 export type { TlsCredentials } from "./tls.js";
 export { makeTlsCredentials, testTlsCredentials } from "./tls.js";
 export type { StarLeaf, StarTopology, StarTopologyOptions, StarTopologyPlan } from "./topology.js";

@@ -3,6 +3,7 @@
  * the arguments that make a restart (`--faults`) come back on the same endpoints.
  */
 import { writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { join } from "node:path";
 import { freePort, makeTlsCredentials } from "@tapwire/testing";
 import type { HarnessConfig } from "../cli/cli.js";
@@ -109,6 +110,18 @@ function workerArgsFor(cfg: HarnessConfig, weights: string): string[] {
   ];
 }
 
+/**
+ * The entry file of the harness's own `@tapwire/drafter-onnx` (a dependency), for the worker's
+ * `TAPWIRE_DRAFTER_ONNX`; null when it cannot be resolved (not built: the worker then says so).
+ */
+function onnxDrafterEntry(): string | null {
+  try {
+    return createRequire(import.meta.url).resolve("@tapwire/drafter-onnx");
+  } catch {
+    return null;
+  }
+}
+
 /** The started drafter worker. */
 export interface StartedWorker {
   worker: ChildService;
@@ -141,10 +154,14 @@ export async function startWorker(scope: RunScope, weights: string): Promise<Sta
     scope.urls.worker = `http://${host}:${port}/metrics`;
     await scope.topology.expose("worker", port);
   }
+  const onnx = onnxDrafterEntry();
   const worker = new ChildService({
     name: "worker",
     script: workerScript,
     args: [...workerArgs, "--listen", listen],
+    exitWithParent: binHasFlag(workerScript, "--exit-with-parent"),
+    // --drafter onnx: the drafter package the harness depends on, whatever the cwd (issue 19)
+    ...(onnx !== null ? { env: { TAPWIRE_DRAFTER_ONNX: onnx } } : {}),
     ...(scope.childLog ? { log: scope.childLog } : {}),
     ...placement(scope, "worker"),
   });
@@ -277,6 +294,7 @@ export async function startEncoder(
   const encoder = new ChildService({
     name: more.name ?? "encoder",
     script: encoderScript,
+    exitWithParent: binHasFlag(encoderScript, "--exit-with-parent"),
     args: [...encoderArgs(`tcp://${bind}:0`), ...encoderMetrics, ...remoteAdmin, ...advertise],
     ...(scope.childLog ? { log: scope.childLog } : {}),
     ...placement(scope, "encoder"),

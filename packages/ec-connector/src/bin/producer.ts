@@ -8,6 +8,7 @@ import {
   parseLogLevel,
   parseMetricsListen,
   serveMetrics,
+  watchParent,
 } from "@tapwire/stats";
 import { crc32Info } from "../crc.js";
 import { checkCurveServer, newCurveKeyPair } from "../curve.js";
@@ -166,6 +167,10 @@ const FLAGS = {
     arg: "<ms>",
     help: 'log a "stats" line this often (0: off)',
     def: 0,
+  },
+  "exit-with-parent": {
+    kind: "boolean",
+    help: "exit (as on SIGTERM) when stdin reaches end-of-file: a supervisor holds stdin open as a pipe, so the producer ends with it whatever signal killed it",
   },
   "log-level": { kind: "string", arg: "<level>", help: "pino level", def: "info" },
   help: { kind: "boolean", help: "this text" },
@@ -486,6 +491,13 @@ async function main(argv: string[]): Promise<void> {
   };
   process.on("SIGINT", () => stop("SIGINT"));
   process.on("SIGTERM", () => stop("SIGTERM"));
+  if (v["exit-with-parent"] === true) {
+    // Orphaned: nobody will SIGKILL a hanging close, so it is bounded (issue 19).
+    watchParent(() => {
+      setTimeout(() => process.exit(1), 10_000).unref();
+      stop("parent-exit");
+    });
+  }
 }
 
 /** A failure while starting, its message naming the flag (`cause`: the original error). */
