@@ -408,6 +408,17 @@ async function runSteps(
   report.specDecode = live.vllm.spec.snapshot();
   report.stepRttHistogram = histogramBins(metrics.stepRtt);
   ui?.finish(report);
+  if (ec?.placement) {
+    // EC-CONTRACT 10.4: a request to a producer whose trusted view lacked the item fails the run
+    report.placement = ec.placement.report(regs.ec.snapshot().counters);
+    if (report.placement.sentWithoutHolder > 0) report.ok = false;
+    const more = await ec.placement.leakCheck();
+    if (more.length > 0) {
+      report.ok = false;
+      report.leaks.ok = false;
+      report.leaks.notes.push(...more);
+    }
+  }
   // a child that died on its own is a process failure (3), even when the output stayed lossless
   return { report, exitCode: report.ok ? 0 : deaths.length > 0 ? 3 : 1 };
 }

@@ -166,6 +166,12 @@ export function validate(cfg: HarnessConfig): void {
   if (cfg.discovery !== "none" && cfg.encoders > 0 && cfg.encoders !== cfg.engines) {
     throw usage(`--encoders: ${cfg.encoders}: 0 or one per engine (${cfg.engines}) in a multi-instance run`);
   }
+  if (cfg.discovery === "none" && cfg.encoders === 0) {
+    throw usage("--encoders: 0 (local media) only in a multi-instance run; a classic run has 1 or more");
+  }
+  if (cfg.encoders > 1 && cfg.topology !== "local") {
+    throw usage("--encoders: 2 or more (residency events) run in the local topology");
+  }
   if (cfg.topK > cfg.vocab) throw usage(`--top-k: ${cfg.topK} above --vocab ${cfg.vocab}`);
   if (cfg.sample && cfg.vocab < 32)
     throw usage("--vocab: sampled sessions need at least 32 tokens (CONTRACT 6.1)");

@@ -48,6 +48,12 @@ export interface HarnessConfig {
   /** How the worker drafts with the head: `reference` (JavaScript) or `onnx` (ONNX Runtime). */
   drafter: DrafterKind;
   ecData: EcDataPlane;
+  /**
+   * Encoder processes. -1 (default): one, or one per engine in a multi-instance run. In a classic
+   * run 2 or more place transfers through their residency events (EC-CONTRACT 10); in a
+   * multi-instance run 0 (local media) or one per engine.
+   */
+  encoders: number;
   /** Requests in the run. */
   requests: number;
   /** Mean arrival rate (requests per second, Poisson arrivals); 0 = all arrive at once. */
@@ -108,8 +114,6 @@ export interface HarnessConfig {
   discovery: "none" | "static" | "etcd";
   /** How long `--faults` keeps etcd stopped in a multi-instance run, ms. */
   etcdDownMs: number;
-  /** Encoder processes of a multi-instance run: 0 (local media) or one per engine; -1: one per engine. */
-  encoders: number;
   /** Write a link trace of the engine's client to this file (null: off; docs/trace.md). */
   trace: string | null;
   /** Which STEPs keep their rows in the trace: `all`, `none` or `N` (one STEP in N). */
@@ -140,6 +144,7 @@ export const DEFAULTS: Readonly<HarnessConfig> = Object.freeze({
   draftTransport: "tcp",
   drafter: "reference",
   ecData: "tcp",
+  encoders: -1,
   requests: 48,
   rate: 40,
   maxNewTokens: 64,
@@ -174,7 +179,6 @@ export const DEFAULTS: Readonly<HarnessConfig> = Object.freeze({
   workers: 1,
   discovery: "none",
   etcdDownMs: 10_000,
-  encoders: -1,
   trace: null,
   traceRows: "all",
   ui: false,

@@ -83,6 +83,13 @@ export const FLAGS: Record<string, FlagSpec> = {
     "worker drafter: reference (JavaScript head) | onnx (the head exported to ONNX, @tapwire/drafter-onnx)",
   ),
   "--ec-data": oneOf("ecData", EC_DATA_PLANES, "T", "embedding data plane: tcp | unix"),
+  "--encoders": int(
+    "encoders",
+    -1,
+    16,
+    "N",
+    "encoder processes (-1: one, or one per engine with --engines); N >= 2 places transfers through their residency events (EC-CONTRACT 10); multi-instance: 0 (local media) or one per engine",
+  ),
   "--requests": int("requests", 1, 1_000_000, "N", "requests in the run"),
   "--rate": num("rate", 0, 1e6, "R", "arrivals per second (Poisson); 0 = all at once"),
   "--max-new-tokens": int("maxNewTokens", 1, 100_000, "N", "longest generation (lengths drawn in [N/2, N])"),
@@ -175,13 +182,6 @@ export const FLAGS: Record<string, FlagSpec> = {
     ["none", "static", "etcd"],
     "D",
     "how pools find workers: static list or etcd (starts an etcd child)",
-  ),
-  "--encoders": int(
-    "encoders",
-    -1,
-    16,
-    "N",
-    "multi-instance run: encoder processes, 0 (local media) or one per engine (-1: one per engine)",
   ),
   "--etcd-down-ms": int(
     "etcdDownMs",
