@@ -8,13 +8,21 @@ import { checkCurveServer } from "./curve.js";
 import type { DataTlsOptions } from "./data/socket.js";
 import { SocketDataTransport } from "./data/socket.js";
 import { checkIntOption, checkNumberOption, EcError } from "./errors.js";
+import type { InboundLimits } from "./inbound.js";
+import { InboundGate, inboundLimits } from "./inbound.js";
 import type { ProducerMetrics } from "./metrics.js";
 import { defaultRegistry, producerMetrics, silentLogger } from "./metrics.js";
 import { ProducerSession } from "./producer-session.js";
 import { compatibilityHash, int, MAX_STRING_BYTES, packMsg, str, unpackMap } from "./protocol.js";
 import { writeSyntheticEmbedding } from "./synthetic.js";
 import type { HeartbeatOptions } from "./zmq.js";
-import { ZmqRouterServer } from "./zmq.js";
+import { HEARTBEAT_DEFAULTS, ZmqRouterServer } from "./zmq.js";
+
+/**
+ * Heartbeats of the producer's control ROUTER (issue 19): no PINGs of its own (interval 0), see
+ * `EcProducerOptions.heartbeat`; the timeout and TTL stay EC-CONTRACT 7's.
+ */
+export const PRODUCER_HEARTBEAT = { ...HEARTBEAT_DEFAULTS, intervalMs: 0 } as const;
 
 /** Bytes per element of the dtypes the synthetic producer knows (for the default miss size). */
 export const DTYPE_BYTES: Readonly<Record<string, number>> = {
@@ -79,8 +87,15 @@ export interface EcProducerOptions {
   prepopulate?: readonly (readonly [string, number])[];
   /** Data server pacing in bytes/s (demos and slow-read tests; default unlimited). */
   throttleBytesPerSec?: number;
-  /** ZeroMQ heartbeats of the ROUTER (default interval 2 s, timeout 4 s, TTL 8 s). */
+  /**
+   * ZeroMQ heartbeats of the ROUTER (default interval 0: the producer sends no PINGs and answers
+   * the consumers' PINGs, whose TTL of 8 s ends a silent peer; issue 19: libzmq 4.3.5 aborts
+   * with `!_io_error (stream_engine_base.cpp:310)` when a PING timer fires on a connection whose
+   * input was stopped at its receive high-water mark and then reset, i.e. when a flood ends).
+   */
   heartbeat?: HeartbeatOptions;
+  /** Issue 19: global bounds on the control ROUTER's inbound queues (see {@link INBOUND_DEFAULTS}). */
+  inbound?: InboundLimits;
   /** Period of the lease sweep when idle (default 50 ms). */
   stepIntervalMs?: number;
   /**
@@ -243,9 +258,11 @@ export class EcProducer {
         );
       }
     }
+    const inbound = inboundLimits(options.inbound);
     const compat = compatibilityHash({ modelId, dtype, hiddenSize, blockBytes });
     const cache = new EmbeddingCache({ numBlocks, blockBytes });
     const pm = producerMetrics(registry);
+    const gate = new InboundGate(inbound, registry);
     if (options.advertise !== undefined) parseAdvertise(options.advertise);
     let dataBound = dataAt;
     const data = await SocketDataTransport.create({
@@ -273,12 +290,17 @@ export class EcProducer {
       routers.push(
         await ZmqRouterServer.bind(options.control ?? EC_PRODUCER_DEFAULTS.control, {
           logger: log,
+          receiveHighWaterMark: inbound.receiveHighWaterMark,
+          sendHighWaterMark: inbound.sendHighWaterMark,
+          admit: (id, queued) => gate.admit(id, queued),
+          maxQueuedReplies: inbound.maxQueued,
+          onReplyDropped: () => gate.replyDropped(),
           onDisconnect: () => pm.controlDisconnects.inc(),
           onAuthRefused: (why) => {
             pm.curveRefused.inc();
             log.warn({ why }, "CURVE handshake refused");
           },
-          ...(options.heartbeat === undefined ? {} : { heartbeat: options.heartbeat }),
+          heartbeat: { ...PRODUCER_HEARTBEAT, ...options.heartbeat },
           ...(options.curve === undefined ? {} : { curve: options.curve }),
         }),
       );

@@ -1,5 +1,5 @@
 import type { Logger } from "pino";
-import { Dealer, Router } from "zeromq";
+import { context, Dealer, Router } from "zeromq";
 import type { CurveKeyPair, CurveServerOptions } from "./curve.js";
 import { checkCurveKey, checkCurveServer, zap } from "./curve.js";
 import { checkIntOption, EcError } from "./errors.js";
@@ -42,6 +42,36 @@ function socketOptions(hb: HeartbeatOptions | undefined) {
   };
 }
 
+/** ZMQ_ZERO_COPY_RECV, a context option (libzmq 4.3 draft, bundled by zeromq.js). */
+const ZMQ_ZERO_COPY_RECV = 10;
+
+/**
+ * Issue 19: a ROUTER whose received messages are copied out of libzmq's 8 KiB decode buffers.
+ * With zero-copy receive (libzmq's default) every message over 128 bytes reaches JS as a Buffer
+ * over that shared buffer (zeromq.js) and keeps the whole buffer alive until V8 collects the
+ * Buffer, while V8 is told of only the message's own size: under a flood of 200-byte requests the
+ * producer held ~90 MiB of decode buffers waiting for a GC. The option is read when a socket is
+ * created, so it is switched off for this socket only and restored.
+ */
+function copyingRouter(make: () => Router): Router {
+  const ctx = context as unknown as {
+    getBoolOption(o: number): boolean;
+    setBoolOption(o: number, v: boolean): void;
+  };
+  let before: boolean;
+  try {
+    before = ctx.getBoolOption(ZMQ_ZERO_COPY_RECV);
+    ctx.setBoolOption(ZMQ_ZERO_COPY_RECV, false);
+  } catch {
+    return make(); // a libzmq without the draft option: zero-copy as before
+  }
+  try {
+    return make();
+  } finally {
+    ctx.setBoolOption(ZMQ_ZERO_COPY_RECV, before);
+  }
+}
+
 /** Options of {@link ZmqRouterServer.bind}. */
 export interface RouterOptions {
   /** ZeroMQ heartbeats (default 2/4/8 s). */
@@ -54,6 +84,16 @@ export interface RouterOptions {
   onDisconnect?: () => void;
   /** Called for each CURVE handshake the ZAP handler refuses. */
   onAuthRefused?: (why: string) => void;
+  /** Issue 19: ZMQ_RCVHWM, messages queued per peer (default libzmq's 1000). */
+  receiveHighWaterMark?: number;
+  /** Issue 19: ZMQ_SNDHWM, replies queued per peer; beyond it a ROUTER drops them (default 1000). */
+  sendHighWaterMark?: number;
+  /** Issue 19: called per received message with the number already queued; false drops it. */
+  admit?: (identity: Uint8Array, queued: number) => boolean;
+  /** Issue 19: replies waiting in JS for the socket at most; more are dropped (default unbounded). */
+  maxQueuedReplies?: number;
+  /** Called for each reply dropped at `maxQueuedReplies`. */
+  onReplyDropped?: () => void;
 }
 
 /** Options of {@link ZmqDealerClient}. */
@@ -74,16 +114,25 @@ class SendQueue {
   readonly #sock: Router | Dealer;
   readonly #log: Logger;
   readonly #queue: Uint8Array[][] = [];
+  readonly #max: number;
+  readonly #onDrop: (() => void) | null;
   #busy = false;
   #closed = false;
 
-  constructor(sock: Router | Dealer, log: Logger) {
+  /** `max`: messages waiting in JS at most; more are dropped (`onDrop`). Default unbounded. */
+  constructor(sock: Router | Dealer, log: Logger, max = Number.POSITIVE_INFINITY, onDrop?: () => void) {
     this.#sock = sock;
     this.#log = log;
+    this.#max = max;
+    this.#onDrop = onDrop ?? null;
   }
 
   push(frames: Uint8Array[]): void {
     if (this.#closed) return;
+    if (this.#queue.length >= this.#max) {
+      this.#onDrop?.();
+      return;
+    }
     this.#queue.push(frames);
     if (!this.#busy) void this.#pump();
   }
@@ -121,6 +170,7 @@ export class ZmqRouterServer implements ControlServer {
   readonly #out: SendQueue;
   readonly #log: Logger;
   readonly #zapDomain: string | null;
+  readonly #admit: ((identity: Uint8Array, queued: number) => boolean) | null;
   #closed = false;
 
   private constructor(
@@ -129,12 +179,15 @@ export class ZmqRouterServer implements ControlServer {
     log: Logger,
     zapDomain: string | null,
     onDisconnect?: () => void,
+    admit?: (identity: Uint8Array, queued: number) => boolean,
+    out?: { max?: number; onDrop?: () => void },
   ) {
     this.#sock = sock;
+    this.#admit = admit ?? null;
     this.endpoint = endpoint;
     this.#log = log;
     this.#zapDomain = zapDomain;
-    this.#out = new SendQueue(sock, log);
+    this.#out = new SendQueue(sock, log, out?.max, out?.onDrop);
     if (onDisconnect !== undefined) sock.events.on("disconnect", () => onDisconnect());
     void this.#loop();
   }
@@ -145,23 +198,34 @@ export class ZmqRouterServer implements ControlServer {
       throw new EcError("EC_BAD_ENDPOINT", "control endpoint: expected a ZeroMQ endpoint string");
     }
     const log = options.logger ?? silentLogger();
-    const base = socketOptions(options.heartbeat);
+    const base = {
+      ...socketOptions(options.heartbeat),
+      ...(options.receiveHighWaterMark === undefined
+        ? {}
+        : { receiveHighWaterMark: options.receiveHighWaterMark }),
+      ...(options.sendHighWaterMark === undefined ? {} : { sendHighWaterMark: options.sendHighWaterMark }),
+    };
     let zapDomain: string | null = null;
     let sock: Router;
-    if (options.curve !== undefined) {
-      checkCurveServer(options.curve);
+    const curve = options.curve;
+    if (curve !== undefined) {
+      checkCurveServer(curve);
       const refused = options.onAuthRefused ?? (() => undefined);
-      zapDomain = await zap.register(options.curve.allow, refused, log);
-      sock = new Router({
-        ...base,
-        curveServer: true,
-        curveSecretKey: options.curve.secretKey,
-        curvePublicKey: options.curve.publicKey,
-        zapDomain,
-        zapEnforceDomain: true,
-      });
+      zapDomain = await zap.register(curve.allow, refused, log);
+      const domain = zapDomain;
+      sock = copyingRouter(
+        () =>
+          new Router({
+            ...base,
+            curveServer: true,
+            curveSecretKey: curve.secretKey,
+            curvePublicKey: curve.publicKey,
+            zapDomain: domain,
+            zapEnforceDomain: true,
+          }),
+      );
     } else {
-      sock = new Router(base);
+      sock = copyingRouter(() => new Router(base));
     }
     try {
       await sock.bind(endpoint);
@@ -170,7 +234,18 @@ export class ZmqRouterServer implements ControlServer {
       if (zapDomain !== null) zap.release(zapDomain);
       throw new EcError("EC_BAD_ENDPOINT", `bind ${endpoint}: ${(err as Error).message}`, { cause: err });
     }
-    return new ZmqRouterServer(sock, sock.lastEndpoint ?? endpoint, log, zapDomain, options.onDisconnect);
+    return new ZmqRouterServer(
+      sock,
+      sock.lastEndpoint ?? endpoint,
+      log,
+      zapDomain,
+      options.onDisconnect,
+      options.admit,
+      {
+        ...(options.maxQueuedReplies === undefined ? {} : { max: options.maxQueuedReplies }),
+        ...(options.onReplyDropped === undefined ? {} : { onDrop: options.onReplyDropped }),
+      },
+    );
   }
 
   poll(): ControlMessage[] {
@@ -194,6 +269,7 @@ export class ZmqRouterServer implements ControlServer {
     try {
       for await (const [identity, ...frames] of this.#sock) {
         if (identity === undefined) continue;
+        if (this.#admit !== null && !this.#admit(identity, this.#inbox.length)) continue;
         this.#inbox.push({ identity, frames });
         this.onMessage?.();
       }
