@@ -121,6 +121,7 @@ export function dealerFactory(
   hb: HeartbeatOptions | undefined,
   curve: CurveClientOptions | undefined,
   log: Logger,
+  holdMs?: number,
 ): (producer: string) => ControlClient {
   if (curve !== undefined) {
     if (curve === null || typeof curve !== "object")
@@ -132,6 +133,7 @@ export function dealerFactory(
   return (addr) =>
     new ZmqDealerClient(addr, {
       logger: log,
+      ...(holdMs === undefined ? {} : { holdMs }),
       ...(hb === undefined ? {} : { heartbeat: hb }),
       ...(curve === undefined
         ? {}

@@ -96,12 +96,21 @@ export interface RouterOptions {
   onReplyDropped?: () => void;
 }
 
+/** Default of `DealerOptions.holdMs`: the consumer's default ack timeout. */
+export const DEALER_HOLD_MS = 2_000;
+
 /** Options of {@link ZmqDealerClient}. */
 export interface DealerOptions {
   /** ZeroMQ heartbeats (default 2/4/8 s). */
   heartbeat?: HeartbeatOptions;
   /** pino logger (default: silent). */
   logger?: Logger;
+  /**
+   * Issue 19 (docs/ec-protocol.md "A restarted producer"): how long a message waits for the first
+   * handshake before it is dropped (default 2000 ms, the consumer's ack timeout: by then the
+   * session has asked again).
+   */
+  holdMs?: number;
   /** EC-CONTRACT 9.4: authenticate with this key pair to the producer whose public key is `serverKey`. */
   curve?: CurveKeyPair & {
     /** Z85 public key of the producer. */
@@ -140,6 +149,13 @@ class SendQueue {
   close(): void {
     this.#closed = true;
     this.#queue.length = 0;
+  }
+
+  /** Drops every message not yet handed to the socket; returns how many. */
+  clear(): number {
+    const n = this.#queue.length;
+    this.#queue.length = 0;
+    return n;
   }
 
   async #pump(): Promise<void> {
@@ -297,9 +313,15 @@ export class ZmqDealerClient {
   readonly #inbox: Uint8Array[] = [];
   readonly #out: SendQueue;
   readonly #log: Logger;
+  readonly #holdMs: number;
+  /** Messages sent before the first handshake, with when (performance.now) they were sent. */
+  readonly #held: { payload: Uint8Array; at: number }[] = [];
+  /** "connecting": before the first handshake; "up"; "down": after a disconnect. */
+  #link: "connecting" | "up" | "down" = "connecting";
   #up = false;
   #closed = false;
   #malformed = 0;
+  #dropped = 0;
 
   constructor(endpoint: string, options: DealerOptions = {}) {
     if (typeof endpoint !== "string" || endpoint.length === 0) {
@@ -313,8 +335,14 @@ export class ZmqDealerClient {
       checkCurveKey("curve.secretKey", c.secretKey);
       checkCurveKey("curve.serverKey", c.serverKey);
     }
+    this.#holdMs = checkIntOption("holdMs", options.holdMs ?? DEALER_HOLD_MS, 0);
     this.#sock = new Dealer({
       ...socketOptions(options.heartbeat),
+      // Issue 19: libzmq queues only on a completed connection and drops what it held when that
+      // connection goes, and a send never waits: nothing sent while the producer is down reaches
+      // its successor on the same address.
+      immediate: true,
+      sendTimeout: 0,
       ...(c === undefined
         ? {}
         : { curveServerKey: c.serverKey, curvePublicKey: c.publicKey, curveSecretKey: c.secretKey }),
@@ -322,11 +350,18 @@ export class ZmqDealerClient {
     this.#out = new SendQueue(this.#sock, this.#log);
     this.#sock.events.on("handshake", () => {
       this.#up = true;
+      this.#link = "up";
+      this.#flushHeld();
       this.onPeerUp?.();
     });
     this.#sock.events.on("disconnect", () => {
       const was = this.#up;
       this.#up = false;
+      // Issue 19: what waits for this peer was meant for it; its successor must never see it.
+      if (was) {
+        this.#link = "down";
+        this.#dropped += this.#out.clear();
+      }
       if (!this.#closed) this.onPeerDown?.(was ? "disconnect" : "disconnect before handshake");
     });
     try {
@@ -348,9 +383,28 @@ export class ZmqDealerClient {
     return this.#malformed;
   }
 
-  /** Queues one message; never blocks or throws. */
+  /**
+   * Queues one message; never blocks or throws. Issue 19 (docs/ec-protocol.md "A restarted
+   * producer"): before the first handshake a message waits up to `holdMs`; after the connection
+   * went down it is dropped (the session learns of the peer down and asks again elsewhere).
+   */
   send(payload: Uint8Array): void {
-    this.#out.push([payload]);
+    if (this.#link === "up") this.#out.push([payload]);
+    else if (this.#link === "connecting") this.#held.push({ payload, at: performance.now() });
+    else this.#dropped++;
+  }
+
+  /** Messages dropped unsent: held past `holdMs`, or queued when the connection went down. */
+  get droppedSends(): number {
+    return this.#dropped;
+  }
+
+  #flushHeld(): void {
+    const now = performance.now();
+    for (const h of this.#held.splice(0)) {
+      if (now - h.at > this.#holdMs) this.#dropped++;
+      else this.#out.push([h.payload]);
+    }
   }
 
   /** Drains received messages without blocking. */
