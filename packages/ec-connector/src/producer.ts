@@ -57,7 +57,7 @@ export interface EcProducerOptions {
   data?: string;
   /**
    * Issue 19: `HOST[:PORT]` peers reach this producer at. The data endpoint in every grant's agent
-   * metadata and {@link EcProducer.advertisedControl} carry HOST (the data endpoint PORT, when
+   * metadata and `EcProducer.advertised.control` carry HOST (the data endpoint PORT, when
    * given). Default by the rule of `@tapwire/stats` `advertiseEndpoint`: the bind address unless it
    * is a wildcard (`0.0.0.0`, `::`, `*`), then the first non-loopback interface that is up, else
    * `STATS_NO_ADVERTISE`.
@@ -153,7 +153,12 @@ export class EcProducer {
   /** The data endpoint peers are told (in every grant's agent metadata): the advertised one. */
   readonly dataEndpoint: string;
   /** Issue 19: how the control and data endpoints were advertised (bound, advertised, source). */
-  readonly advertised: { control: Advertised; data: Advertised };
+  readonly advertised: {
+    /** The control endpoint: bound, advertised (HOST of `advertise`, the bound port). */
+    control: Advertised;
+    /** The data endpoint: bound, advertised (the one in every grant's agent metadata). */
+    data: Advertised;
+  };
   /** Bound admin endpoint (EC-CONTRACT 9.3). */
   readonly adminEndpoint: string;
   readonly #adminRouter: ZmqRouterServer;
