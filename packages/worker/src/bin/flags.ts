@@ -67,7 +67,7 @@ export const FLAGS = {
     arg: "HOST[:PORT]",
     kind: { t: "str" },
     note: "the bind address; for 0.0.0.0/:: the first non-loopback interface",
-    help: "address peers are told to connect to (listening line, discovery); PORT only with one network --listen",
+    help: "address peers are told to connect to (listening line, discovery); PORT only with one network listen endpoint",
   },
   "idle-timeout-ms": int("Listening", "MS", 0, MS, 0, "close connections idle this long (0 = never)"),
   "metrics-listen": {
