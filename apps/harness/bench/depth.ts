@@ -1,6 +1,6 @@
 // pnpm --filter @tapwire/harness bench:depth — depth policies in simulated time
 // (docs/benchmarks/depth-policy.md). The reference target and head run in process (real drafts,
-// real greedy verification, see src/depth-sim.ts); each round's time comes from the cost model
+// real greedy verification, see src/depth/depth-sim.ts); each round's time comes from the cost model
 // (H100_8B_COST: a dense 8B target on one H100). At concurrency 1, 4, 16 and 64, for fixed depths
 // 0..N, the budget policy (the harness's load curve), goodput mode (calibrated, uncalibrated,
 // and with the cost model fitted online from a wrong prior), and heads with their confidence
@@ -12,7 +12,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { H100_8B_COST, piecewiseLinearBudget, VerifyCostModel } from "@tapwire/client";
 import { createDefaultPair } from "@tapwire/reference-model";
-import { DEFAULTS } from "../src/cli.js";
+import { DEFAULTS } from "../src/cli/cli.js";
 import {
   type DepthPolicySpec,
   depthPolicyName,
@@ -22,7 +22,7 @@ import {
   scaleConfidenceTemperatures,
   simulateDepth,
   traceRequests,
-} from "../src/depth-sim.js";
+} from "../src/depth/depth-sim.js";
 
 const N = Number(process.env.BENCH_NUM_SPEC ?? 8);
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,4,16,64").split(",").map(Number);

@@ -12,7 +12,7 @@ export type {
   LoadPoint,
   ParseResult,
   ProgressMode,
-} from "./cli.js";
+} from "./cli/cli.js";
 export {
   budgetFromCurve,
   DEFAULTS,
@@ -24,7 +24,9 @@ export {
   parseLoadCurve,
   rowBytesOf,
   SAMPLE_DEFAULTS,
-} from "./cli.js";
+} from "./cli/cli.js";
+export type { EcMediaOptions } from "./ec/media.js";
+export { EcMedia, EcMediaMetrics, LocalMedia, localEmbedding } from "./ec/media.js";
 export type {
   DraftLink,
   EngineOptions,
@@ -36,42 +38,29 @@ export type {
   MediaReady,
   MediaSource,
   RoundHook,
-} from "./engine.js";
-export { Engine, EngineMetrics } from "./engine.js";
-export { HarnessError, HarnessErrorCode } from "./errors.js";
-export type { FaultTargets } from "./faults.js";
-export { CORRUPT_OFFSET, FAULT_PLAN, FaultDriver, HOLD_BACK } from "./faults.js";
-export { RoundCoreLink } from "./link.js";
-export { checkGreedy, checkSampled, SAMPLED_ALPHA } from "./lossless.js";
-export type { EcMediaOptions } from "./media.js";
-export { EcMedia, EcMediaMetrics, LocalMedia, localEmbedding } from "./media.js";
-export { deriveSeed, mix32, Rng } from "./prng.js";
-export type { ChildOptions, LogLine } from "./procs.js";
-export { binPath, ChildService } from "./procs.js";
-export type { ProgressState } from "./progress.js";
-export { Progress } from "./progress.js";
-export type { FaultRecord, LatencySummary, LosslessResult, Report } from "./report.js";
-export { formatReport } from "./report.js";
-export type { RunHooks, RunResult } from "./run.js";
-export { CORRUPT_ENV, EC_BLOCK_BYTES, ENCODE_DELAY_MS, runHarness } from "./run.js";
-export type { Placement, SlotSchedulerOptions } from "./scheduler.js";
-export { ArrivalQueue, SlotScheduler, serialAdd, serialNewer } from "./scheduler.js";
+} from "./engine/engine.js";
+export { Engine, EngineMetrics } from "./engine/engine.js";
+export { RoundCoreLink } from "./engine/link.js";
+export { checkGreedy, checkSampled, SAMPLED_ALPHA } from "./engine/lossless.js";
+export { deriveSeed, mix32, Rng } from "./engine/prng.js";
+export type { Placement, SlotSchedulerOptions } from "./engine/scheduler.js";
+export { ArrivalQueue, SlotScheduler, serialAdd, serialNewer } from "./engine/scheduler.js";
 export {
   conditioningOf,
   decodeTargetOnly,
   embeddingDigest,
   mediaConditioning,
   TargetSequence,
-} from "./sequence.js";
-export type { ChiSquareResult } from "./stattest.js";
+} from "./engine/sequence.js";
+export type { ChiSquareResult } from "./engine/stattest.js";
 export {
   chiSquareGoodnessOfFit,
   chiSquareHomogeneity,
   chiSquareSurvival,
   gammaQ,
   lnGamma,
-} from "./stattest.js";
-export type { SampledDrafts, VerifySeq } from "./verify.js";
+} from "./engine/stattest.js";
+export type { SampledDrafts, VerifySeq } from "./engine/verify.js";
 export {
   argmax,
   DYADIC_ONE,
@@ -81,6 +70,17 @@ export {
   TOP_K_STRIDE,
   verifyGreedy,
   verifySampled,
-} from "./verify.js";
-export type { RequestSpec } from "./workload.js";
-export { makeWorkload, mediaHash, STREAM } from "./workload.js";
+} from "./engine/verify.js";
+export type { RequestSpec } from "./engine/workload.js";
+export { makeWorkload, mediaHash, STREAM } from "./engine/workload.js";
+export { HarnessError, HarnessErrorCode } from "./errors.js";
+export type { FaultTargets } from "./faults/faults.js";
+export { CORRUPT_OFFSET, FAULT_PLAN, FaultDriver, HOLD_BACK } from "./faults/faults.js";
+export type { ChildOptions, LogLine } from "./procs/procs.js";
+export { binPath, ChildService } from "./procs/procs.js";
+export type { ProgressState } from "./report/progress.js";
+export { Progress } from "./report/progress.js";
+export type { FaultRecord, LatencySummary, LosslessResult, Report } from "./report/report.js";
+export { formatReport } from "./report/report.js";
+export type { RunHooks, RunResult } from "./run.js";
+export { CORRUPT_ENV, EC_BLOCK_BYTES, ENCODE_DELAY_MS, runHarness } from "./run.js";

@@ -3,35 +3,36 @@
  * engine's RemoteDraftClient + RoundCore and ConsumerConnector, decode every request
  * speculatively, decode them again target-only, compare, and build the report.
  */
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { piecewiseLinearBudget, RemoteDraftClient, RoundCore } from "@tapwire/client";
 import { EC_METRICS_PREFIX, EcAdminClient } from "@tapwire/ec-connector";
 import { DEFAULT_DRAFT_CONFIG, DraftHead, TargetModel } from "@tapwire/reference-model";
 import { createLogger, parseMetricsListen, Registry, serveMetrics } from "@tapwire/stats";
 import { type FaultProxy, startFaultProxy } from "@tapwire/testing";
-import { parseHostPort, type RunScope, startWorker } from "./children.js";
-import { budgetFromCurve, type HarnessConfig, metricsListenOf } from "./cli.js";
-import { DepthRunStats, makeDepthPolicy, parseDepthPolicy } from "./depth-sim.js";
-import { startEc } from "./ec-side.js";
-import { Engine, EngineMetrics, type MediaSource } from "./engine.js";
+import { budgetFromCurve, type HarnessConfig, metricsListenOf } from "./cli/cli.js";
+import { DepthRunStats, makeDepthPolicy, parseDepthPolicy } from "./depth/depth-sim.js";
+import { startEc } from "./ec/ec-side.js";
+import { EcMediaMetrics, LocalMedia, localEmbedding } from "./ec/media.js";
+import { Engine, EngineMetrics, type MediaSource } from "./engine/engine.js";
+import { RoundCoreLink } from "./engine/link.js";
+import { checkGreedy, checkSampled } from "./engine/lossless.js";
+import { decodeTargetOnly, mediaConditioning } from "./engine/sequence.js";
+import { SampleScratch } from "./engine/verify.js";
+import { makeWorkload, type RequestSpec } from "./engine/workload.js";
 import { HarnessError, HarnessErrorCode } from "./errors.js";
-import { FaultDriver } from "./faults.js";
-import { endState } from "./leak-check.js";
-import { RoundCoreLink } from "./link.js";
-import { checkGreedy, checkSampled } from "./lossless.js";
-import { EcMediaMetrics, LocalMedia, localEmbedding } from "./media.js";
-import type { ChildExit } from "./procs.js";
-import { Progress } from "./progress.js";
-import type { Report } from "./report.js";
-import { buildReport } from "./run-report.js";
-import { decodeTargetOnly, mediaConditioning } from "./sequence.js";
-import { SampleScratch } from "./verify.js";
-import { workerMetrics } from "./worker-metrics.js";
-import { makeWorkload, type RequestSpec } from "./workload.js";
+import { FaultDriver } from "./faults/faults.js";
+import { parseHostPort, type RunScope, startWorker } from "./procs/children.js";
+import type { ChildExit } from "./procs/procs.js";
+import { makeRunDir, removeStaleRunDirs } from "./procs/tempdir.js";
+import { openTopology } from "./procs/topology.js";
+import { endState } from "./report/leak-check.js";
+import { Progress } from "./report/progress.js";
+import type { Report } from "./report/report.js";
+import { buildReport } from "./report/run-report.js";
+import { workerMetrics } from "./report/worker-metrics.js";
 
-export { EC_BLOCK_BYTES, ENCODE_DELAY_MS } from "./children.js";
+export { EC_BLOCK_BYTES, ENCODE_DELAY_MS } from "./procs/children.js";
 
 /** Result of {@link runHarness}. */
 export interface RunResult {
@@ -57,7 +58,7 @@ export interface RunHooks {
   log?: (msg: string) => void;
 }
 
-export { CORRUPT_ENV } from "./ec-side.js";
+export { CORRUPT_ENV } from "./ec/ec-side.js";
 
 /** The run's three registries: the engine's, the EC consumer's and the client's. */
 interface Registries {
@@ -271,6 +272,7 @@ async function runSteps(
     client: new Registry({ prefix: "tapwire_client_" }),
   };
   await serveRunMetrics(scope, hooks, regs, live);
+  note(scope.topology.describe());
   const { target, head, weights } = makeModels(scope);
   const { worker, endpoint: workerEndpoint, tls } = await startWorker(scope, weights);
   // the fault proxy between client and worker (tcp, --faults)
@@ -343,6 +345,7 @@ async function runSteps(
     ec.admin = new EcAdminClient(ec.adminEndpoint);
   }
   const leaks = await endState(ec?.connector ?? null, ec?.admin ?? null, drained);
+  const topology = await scope.topology.report();
   const report = buildReport({
     ...{ cfg, requests, res, metrics, reference, refSeconds, lossless, depthStats, ecMetrics, faults },
     ecCounters: regs.ec.snapshot().counters,
@@ -355,6 +358,7 @@ async function runSteps(
     deaths,
     decodeStartEpoch,
     leaks,
+    topology,
   });
   // a child that died on its own is a process failure (3), even when the output stayed lossless
   return { report, exitCode: report.ok ? 0 : deaths.length > 0 ? 3 : 1 };
@@ -365,11 +369,16 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
   const log = hooks.log ?? ((m: string) => process.stderr.write(`[harness] ${m}\n`));
   const progress = new Progress(cfg.progress);
   const note = (m: string) => progress.note(m);
-  const dir = mkdtempSync(join(tmpdir(), "tapwire-harness-"));
+  // first: a netns run that cannot get its plan or relay fails before anything else starts
+  const topology = await openTopology(cfg);
+  // the dirs of runs that died by SIGKILL (their children exited with them, issue 19)
+  for (const stale of removeStaleRunDirs()) note(`removed the temp dir of a dead run: ${stale}`);
+  const dir = makeRunDir();
   // also on SIGINT / process.exit, when the finally below never runs
   const removeDir = () => rmSync(dir, { recursive: true, force: true });
   process.once("exit", removeDir);
   const cleanups: Array<() => Promise<void> | void> = [
+    () => topology.close(),
     () => {
       process.off("exit", removeDir);
       removeDir();
@@ -395,6 +404,7 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
     },
     metricsAt: metricsListenOf(cfg),
     urls: { worker: null, encoder: null },
+    topology,
   };
   try {
     return await runSteps(scope, hooks, progress, deaths, live);

@@ -3,7 +3,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
-import type { Report } from "../src/report.js";
+import type { Report } from "../src/report/report.js";
 
 export const BIN = join(import.meta.dirname, "..", "dist", "bin", "harness.js");
 export const ROOT = join(import.meta.dirname, "..", "..", "..");

@@ -7,7 +7,7 @@ import {
   metricsListenOf,
   parseArgs,
   SAMPLE_DEFAULTS,
-} from "../src/cli.js";
+} from "../src/cli/cli.js";
 import { HarnessError } from "../src/errors.js";
 
 function cfg(args: string[]) {

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { VerifyCostModel } from "@tapwire/client";
 import { createDefaultPair } from "@tapwire/reference-model";
 import { afterAll, describe, expect, test } from "vitest";
-import { parseArgs } from "../src/cli.js";
+import { parseArgs } from "../src/cli/cli.js";
 import {
   depthPolicyName,
   makeDepthPolicy,
@@ -18,8 +18,8 @@ import {
   scaleConfidenceTemperatures,
   simulateDepth,
   traceRequests,
-} from "../src/depth-sim.js";
-import type { Report } from "../src/report.js";
+} from "../src/depth/depth-sim.js";
+import type { Report } from "../src/report/report.js";
 
 const BIN = join(import.meta.dirname, "..", "dist", "bin", "harness.js");
 const dir = mkdtempSync(join(tmpdir(), "tapwire-harness-depth-"));

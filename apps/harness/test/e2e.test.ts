@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { isAlive } from "@tapwire/testing";
 import { afterAll, describe, expect, test } from "vitest";
-import type { Report } from "../src/report.js";
+import type { Report } from "../src/report/report.js";
 
 const BIN = join(import.meta.dirname, "..", "dist", "bin", "harness.js");
 const dir = mkdtempSync(join(tmpdir(), "tapwire-harness-e2e-"));

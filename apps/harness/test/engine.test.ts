@@ -2,7 +2,7 @@ import { DepthPolicy } from "@tapwire/client";
 import { DraftHead, TargetModel } from "@tapwire/reference-model";
 import { Registry } from "@tapwire/stats";
 import { describe, expect, test } from "vitest";
-import { DEFAULTS, type HarnessConfig } from "../src/cli.js";
+import { DEFAULTS, type HarnessConfig } from "../src/cli/cli.js";
 import {
   type DraftLink,
   Engine,
@@ -12,12 +12,12 @@ import {
   type LinkRound,
   type MediaReady,
   type MediaSource,
-} from "../src/engine.js";
-import { checkGreedy, checkSampled } from "../src/lossless.js";
-import { Rng } from "../src/prng.js";
-import { decodeTargetOnly, embeddingDigest, mediaConditioning } from "../src/sequence.js";
-import { SampleScratch } from "../src/verify.js";
-import { makeWorkload, type RequestSpec } from "../src/workload.js";
+} from "../src/engine/engine.js";
+import { checkGreedy, checkSampled } from "../src/engine/lossless.js";
+import { Rng } from "../src/engine/prng.js";
+import { decodeTargetOnly, embeddingDigest, mediaConditioning } from "../src/engine/sequence.js";
+import { SampleScratch } from "../src/engine/verify.js";
+import { makeWorkload, type RequestSpec } from "../src/engine/workload.js";
 
 /**
  * An in-process drafter link for unit tests of the engine alone: a per-slot window of the rows the

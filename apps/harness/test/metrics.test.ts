@@ -5,7 +5,7 @@
  */
 import { parsePrometheus, promtoolCheck, sampleValue } from "@tapwire/testing";
 import { expect, test } from "vitest";
-import { parseArgs } from "../src/cli.js";
+import { parseArgs } from "../src/cli/cli.js";
 import { runHarness } from "../src/run.js";
 import { loadDashboard, nameProblems, promqlProblems, structureProblems } from "./dashboard.js";
 

@@ -1,6 +1,6 @@
 import { Writable } from "node:stream";
 import { describe, expect, test } from "vitest";
-import { barLine, Progress, type ProgressState } from "../src/progress.js";
+import { barLine, Progress, type ProgressState } from "../src/report/progress.js";
 
 /** A terminal `columns` wide with autowrap, enough of VT100 for `\r`, `\n` and `ESC[2K`. */
 class FakeTty extends Writable {

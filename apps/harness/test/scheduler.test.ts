@@ -1,5 +1,5 @@
 import { describe, expect, test } from "vitest";
-import { ArrivalQueue, SlotScheduler, serialAdd, serialNewer } from "../src/scheduler.js";
+import { ArrivalQueue, SlotScheduler, serialAdd, serialNewer } from "../src/engine/scheduler.js";
 
 describe("SlotScheduler (continuous batching)", () => {
   test("admits FIFO up to S slots, lowest free slot first", () => {

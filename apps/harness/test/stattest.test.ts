@@ -1,5 +1,5 @@
 import { describe, expect, test } from "vitest";
-import { chiSquareHomogeneity, chiSquareSurvival, gammaQ, lnGamma } from "../src/stattest.js";
+import { chiSquareHomogeneity, chiSquareSurvival, gammaQ, lnGamma } from "../src/engine/stattest.js";
 
 describe("chi-square machinery", () => {
   test("lnGamma and the survival function match known values", () => {

@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, test } from "vitest";
-import { deriveSeed, Rng } from "../src/prng.js";
-import { chiSquareGoodnessOfFit } from "../src/stattest.js";
+import { deriveSeed, Rng } from "../src/engine/prng.js";
+import { chiSquareGoodnessOfFit } from "../src/engine/stattest.js";
 import {
   argmax,
   DYADIC_ONE,
@@ -13,7 +13,7 @@ import {
   type VerifySeq,
   verifyGreedy,
   verifySampled,
-} from "../src/verify.js";
+} from "../src/engine/verify.js";
 
 /** A Markov "target": the logits of the next token depend on the last fed token only. */
 class MarkovTarget implements VerifySeq {

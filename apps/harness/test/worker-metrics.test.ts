@@ -1,7 +1,7 @@
 import { Registry } from "@tapwire/stats";
 import { parsePrometheus, promtoolCheck } from "@tapwire/testing";
 import { expect, test } from "vitest";
-import { scrapeUpText, statsToPrometheus } from "../src/worker-metrics.js";
+import { scrapeUpText, statsToPrometheus } from "../src/report/worker-metrics.js";
 
 test("a STATS snapshot renders as Prometheus text promtool accepts, with every value", () => {
   const r = new Registry();

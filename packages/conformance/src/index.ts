@@ -22,4 +22,6 @@ export { CaseCheck, caseFilter, runCases, sectionOf, Verdict } from "./runner.js
 export type { FramingCase } from "./worker/cases-framing.js";
 export { framingVectors } from "./worker/cases-framing.js";
 export type { WorkerSuiteOptions } from "./worker/context.js";
+export type { SharedOptions } from "./worker/shared-suite.js";
+export { runWorkerSharedSuite } from "./worker/shared-suite.js";
 export { runWorkerSuite } from "./worker/suite.js";

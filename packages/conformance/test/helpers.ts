@@ -99,6 +99,12 @@ export interface Defects {
   consumeBadFrameSeq?: boolean;
   /** Keep windows across a new session (every session is mapped onto the first one the worker saw). */
   keepWindowsAcrossSessions?: boolean;
+  /**
+   * CONTRACT 12.1 broken: a shared worker that drops a live session to admit another. A HELLO
+   * answered BUSY makes the proxy close the connections of the session bound first (the worker
+   * sees them close, so that session becomes droppable) and send the HELLO again until admitted.
+   */
+  dropLiveOnBusy?: boolean;
 }
 
 const rd32 = (b: Uint8Array, o: number) =>
@@ -154,12 +160,16 @@ export async function startBrokenProxy(
   let current = 0;
   const offsets = new Map<number, number>();
   const sockets = new Set<net.Socket>();
+  // dropLiveOnBusy: connections by the session they were bound to, in bind order.
+  const boundPairs: { session: number; end: () => void }[] = [];
   const server = net.createServer((client) => {
     sockets.add(client);
     const up = net.connect({ host: "127.0.0.1", port: upstreamPort });
     sockets.add(up);
     let swallow = 0;
     const pending: { session: number; op: number }[] = [];
+    let lastHello: Buffer | null = null;
+    let retries = 0;
     const end = () => {
       client.destroy();
       up.destroy();
@@ -176,6 +186,10 @@ export async function startBrokenProxy(
     const fromClient = new Deframer(
       d.lenientPrefix === true,
       (m) => {
+        if (d.dropLiveOnBusy === true && m.length >= 24 && m[6] === 1) {
+          lastHello = m;
+          retries = 0;
+        }
         if (d.keepWindowsAcrossSessions === true && m.length >= 24) {
           const op = m[6]!;
           const s = rd32(m, 12);
@@ -201,6 +215,22 @@ export async function startBrokenProxy(
         if (swallow > 0) {
           swallow--;
           return;
+        }
+        if (d.dropLiveOnBusy === true && m.length >= 24 && m[6] === 1 && lastHello !== null) {
+          const asked = rd32(m, 12);
+          if (m[7] === 0) boundPairs.push({ session: asked, end });
+          if (m[7] === 10 && retries < 100) {
+            retries++;
+            const victim = boundPairs.find((p) => p.session !== asked);
+            if (victim !== undefined) {
+              for (const p of boundPairs.filter((q) => q.session === victim.session)) p.end();
+              for (let i = boundPairs.length - 1; i >= 0; i--)
+                if (boundPairs[i]!.session === victim.session) boundPairs.splice(i, 1);
+            }
+            const again = lastHello;
+            setTimeout(() => sendUp(again), 20);
+            return;
+          }
         }
         if (d.keepWindowsAcrossSessions === true && m.length >= 24) {
           const req = pending.shift();

@@ -62,6 +62,11 @@ export class EcAdminClient {
     return String((await this.request("encode", { mm_hash: mmHash, nbytes }, timeoutMs)).result);
   }
 
+  /** EC-CONTRACT 10.5: evicts `mmHash`; resolves with "evicted" | "missing" | "pinned". */
+  async evict(mmHash: string, timeoutMs?: number): Promise<string> {
+    return String((await this.request("evict", { mm_hash: mmHash }, timeoutMs)).result);
+  }
+
   /** Runs the producer cache's `check()`; resolves with `null` when sound, else the problem. */
   async check(timeoutMs?: number): Promise<string | null> {
     const r = await this.request("check", {}, timeoutMs);

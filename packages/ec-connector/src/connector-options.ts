@@ -39,8 +39,19 @@ export interface RetryPolicy {
 /** Default {@link RetryPolicy}. */
 export const RETRY_DEFAULTS = { initialMs: 10, maxMs: 200, multiplier: 2 } as const;
 
+/** EC-CONTRACT 10.4: the placement a connector asks (an `EcDirectory` is one). */
+export interface Placement {
+  /** Control endpoints of the producers whose trusted view holds `mmHash`, best first. */
+  holders(mmHash: string): string[];
+}
+
 /** Options of {@link ConsumerConnector}. */
 export interface ConsumerConnectorOptions {
+  /**
+   * EC-CONTRACT 10.4: where `requestPlaced` finds the producers holding an item: an `EcDirectory`
+   * (or anything answering `holders(mmHash)` from trusted views, most free blocks first).
+   */
+  placement?: Placement;
   /** The local cache (the single owner of the blocks reads land in). */
   cache: EmbeddingCache;
   /** The local data plane over `cache.region`. */

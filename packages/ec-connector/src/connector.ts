@@ -9,6 +9,7 @@ import type {
   ControlClient,
   CreateConsumerConnectorOptions,
   FailedRequest,
+  Placement,
 } from "./connector-options.js";
 import { dealerFactory, RETRY_DEFAULTS } from "./connector-options.js";
 import type { ConsumerSessionResults } from "./consumer-session.js";
@@ -27,6 +28,7 @@ export type {
   ControlClient,
   CreateConsumerConnectorOptions,
   FailedRequest,
+  Placement,
   RetryPolicy,
 } from "./connector-options.js";
 export { RETRY_DEFAULTS } from "./connector-options.js";
@@ -87,6 +89,7 @@ export class ConsumerConnector {
   /** Quarantined blocks detached from their key: `${sessionId}:${mmHash}` → holding id. */
   readonly #held = new Map<string, number>();
   #failedNow: FailedRequest[] = [];
+  readonly #placement: Placement | null;
   #lastEvictions: number;
   #ownsData = false;
   #closed = false;
@@ -161,6 +164,10 @@ export class ConsumerConnector {
     this.registry = options.registry ?? defaultRegistry();
     this.#m = connectorMetrics(this.registry);
     this.#lastEvictions = this.cache.evictions;
+    if (options.placement !== undefined && typeof options.placement?.holders !== "function") {
+      throw new EcError("EC_BAD_OPTION", "option placement: expected an object with holders()");
+    }
+    this.#placement = options.placement ?? null;
     const wake = () => this.onActivity?.();
     this.data.onReadDone = wake;
   }
@@ -265,6 +272,34 @@ export class ConsumerConnector {
     this.#requests.set(mmHash, req);
     this.#start(req, now);
     return "pending";
+  }
+
+  /**
+   * EC-CONTRACT 10.4: asks for `mmHash` without naming a producer: the first of the placement's
+   * trusted holders (most free blocks first). With no holder it reports `"not-resident"` at once and
+   * sends nothing (the caller computes the item or asks an encoder to). The view is advice: a NACK
+   * from the chosen producer fails the request as in 6.2.
+   */
+  requestPlaced(
+    mmHash: string,
+    nbytes: number,
+    deadline: number,
+    now: number = this.#now(),
+  ): "ready" | "pending" | "not-resident" {
+    if (this.#placement === null) {
+      throw new EcError("EC_BAD_ARGUMENT", "requestPlaced: the connector has no placement option");
+    }
+    if (this.#requests.has(mmHash)) return "pending";
+    if (typeof mmHash === "string" && this.cache.isReady(mmHash)) return "ready";
+    const holders = this.#placement.holders(mmHash);
+    if (holders.length === 0) {
+      this.registry
+        .counter("connector_not_resident", "placed requests with no trusted holder (EC-CONTRACT 10.4)")
+        .inc();
+      return "not-resident";
+    }
+    this.registry.counter("connector_placed", "requests placed on a trusted holder (EC-CONTRACT 10.4)").inc();
+    return this.request(mmHash, holders[0]!, nbytes, deadline, now);
   }
 
   /**

@@ -9,7 +9,7 @@ export class MsgFloat {
 }
 
 /** A decoded value of a flat control map. */
-export type FlatValue = null | boolean | number | MsgFloat | string | Uint8Array | number[];
+export type FlatValue = null | boolean | number | MsgFloat | string | Uint8Array | number[] | string[];
 
 /** Limits of {@link decodeFlatMap}. */
 export interface FlatLimits {
@@ -19,6 +19,10 @@ export interface FlatLimits {
   readonly maxEntries?: number;
   /** Most elements in an allowed array (default: what the bytes can hold). */
   readonly maxArray?: number;
+  /** Keys whose value may be an array of strings (EC-CONTRACT 10.1 `mm_hashes`), at most `maxArray`. */
+  readonly stringArrays?: ReadonlySet<string>;
+  /** Longest string in a string array, in UTF-8 bytes (default 256, EC-CONTRACT 3). */
+  readonly maxStringBytes?: number;
 }
 
 const NO_ARRAYS: ReadonlySet<string> = new Set();
@@ -45,11 +49,15 @@ export function decodeFlatMap(
   // Each entry needs at least two bytes (a fixstr key and a one-byte value).
   if (n * 2 > r.left) r.fail(`map declares ${n} entries but only ${r.left} bytes remain`);
   const arrays = limits.arrays ?? NO_ARRAYS;
+  const strArrays = limits.stringArrays ?? NO_ARRAYS;
   const out: Record<string, FlatValue> = Object.create(null) as Record<string, FlatValue>;
   for (let i = 0; i < n; i++) {
     const key = r.key();
     if (Object.hasOwn(out, key)) r.fail(`duplicate key ${key}`);
-    out[key] = r.value(arrays.has(key) ? (limits.maxArray ?? Number.MAX_SAFE_INTEGER) : -1, key);
+    const max = limits.maxArray ?? Number.MAX_SAFE_INTEGER;
+    out[key] = strArrays.has(key)
+      ? r.stringArray(max, key, limits.maxStringBytes ?? 256)
+      : r.value(arrays.has(key) ? max : -1, key);
   }
   if (r.left !== 0) r.fail(`${r.left} trailing bytes`);
   return out;
@@ -144,6 +152,24 @@ class FlatReader {
         if (t >= 0xcc && t <= 0xd3) return this.#int(t);
         return this.fail(`${key}: unsupported type 0x${t.toString(16)}`);
     }
+  }
+
+  /** EC-CONTRACT 10.1: an array of strings (nothing else inside), each at most `maxBytes` bytes. */
+  stringArray(maxArray: number, key: string, maxBytes: number): string[] {
+    const t = this.#u8();
+    const n =
+      t >= 0x90 && t <= 0x9f ? t & 0x0f : t === 0xdc ? this.#uint(2) : t === 0xdd ? this.#uint(4) : -1;
+    if (n < 0) this.fail(`${key} is not an array`);
+    if (n > maxArray) this.fail(`${key}: array of ${n} elements (at most ${maxArray})`);
+    if (n > this.left) this.fail(`${key}: array declares ${n} elements but only ${this.left} bytes remain`);
+    const out = new Array<string>(n);
+    for (let i = 0; i < n; i++) {
+      const len = this.#strLen(this.#u8());
+      if (len < 0) this.fail(`${key}[${i}] is not a string`);
+      if (len > maxBytes) this.fail(`${key}[${i}] is longer than ${maxBytes} bytes`);
+      out[i] = this.#str(len);
+    }
+    return out;
   }
 
   #array(n: number, maxArray: number, key: string): number[] {

@@ -7,6 +7,7 @@ export type {
   ControlClient,
   CreateConsumerConnectorOptions,
   FailedRequest,
+  Placement,
   RetryPolicy,
 } from "./connector.js";
 export { ConsumerConnector, RETRY_DEFAULTS } from "./connector.js";
@@ -46,8 +47,18 @@ export {
   encodeMemDescriptor,
   XferHandleState,
 } from "./data/transport.js";
+export type {
+  DirectoryChange,
+  DirectorySource,
+  EcDirectoryOptions,
+  ProducerRecord,
+  ProducerViewInfo,
+} from "./directory.js";
+export { EcDirectory, staticSource } from "./directory.js";
 export type { EcErrorCode } from "./errors.js";
 export { EC_ERROR_CODES, EcError } from "./errors.js";
+export type { ProducerEventsOptions, ResidencyEventsOptions } from "./events.js";
+export { EVENTS_DEFAULTS, EVENTS_LIMITS, EventKind, ResidencyEvents } from "./events.js";
 export type { InboundDrop, InboundLimits } from "./inbound.js";
 export { INBOUND_DEFAULTS, InboundGate, inboundLimits } from "./inbound.js";
 export { EC_METRICS_PREFIX } from "./metrics.js";
@@ -82,6 +93,8 @@ export {
   XFER_STATUS_NAMES,
   XferStatus,
 } from "./protocol.js";
+export type { ReplayRequest, ResidencyMessage, ViewSink } from "./residency-view.js";
+export { decodeResidencyMessage, ResidencyView } from "./residency-view.js";
 export { syntheticEmbedding, writeSyntheticEmbedding } from "./synthetic.js";
 export type { DealerOptions, HeartbeatOptions, RouterOptions } from "./zmq.js";
 export { HEARTBEAT_DEFAULTS, ZmqDealerClient, ZmqRouterServer } from "./zmq.js";

@@ -8,6 +8,8 @@ import { checkCurveServer } from "./curve.js";
 import type { DataTlsOptions } from "./data/socket.js";
 import { SocketDataTransport } from "./data/socket.js";
 import { checkIntOption, checkNumberOption, EcError } from "./errors.js";
+import type { ProducerEventsOptions, ResidencyEvents } from "./events.js";
+import { startProducerEvents } from "./events.js";
 import type { InboundLimits } from "./inbound.js";
 import { InboundGate, inboundLimits } from "./inbound.js";
 import type { ProducerMetrics } from "./metrics.js";
@@ -49,8 +51,8 @@ export const EC_PRODUCER_DEFAULTS = {
   stepIntervalMs: 50,
 } as const;
 
-/** Options of {@link EcProducer}. */
-export interface EcProducerOptions {
+/** Options of {@link EcProducer} (with `events` and `replay`, EC-CONTRACT 10). */
+export interface EcProducerOptions extends ProducerEventsOptions {
   /** ZeroMQ ROUTER endpoint (default `tcp://127.0.0.1:0`). */
   control?: string;
   /** Data server endpoint, `tcp://…` or `unix://…` (default `tcp://127.0.0.1:0`). */
@@ -161,6 +163,8 @@ export class EcProducer {
   };
   /** Bound admin endpoint (EC-CONTRACT 9.3). */
   readonly adminEndpoint: string;
+  /** EC-CONTRACT 10: the residency events (PUB + replay ROUTER), `null` when not configured. */
+  readonly events: ResidencyEvents | null;
   readonly #adminRouter: ZmqRouterServer;
   readonly #log: Logger;
   readonly #pm: ProducerMetrics;
@@ -180,9 +184,11 @@ export class EcProducer {
     options: EcProducerOptions,
     registry: Registry,
     compat: string,
+    events: ResidencyEvents | null,
     advertised: { control: Advertised; data: Advertised },
   ) {
     this.cache = cache;
+    this.events = events;
     this.data = data;
     this.registry = registry;
     this.compatibilityHash = compat;
@@ -265,7 +271,9 @@ export class EcProducer {
     }
     const inbound = inboundLimits(options.inbound);
     const compat = compatibilityHash({ modelId, dtype, hiddenSize, blockBytes });
-    const cache = new EmbeddingCache({ numBlocks, blockBytes });
+    // EC-CONTRACT 10.1: an LRU eviction is an "evicted" event (the events start after the cache).
+    let events: ResidencyEvents | null = null;
+    const cache = new EmbeddingCache({ numBlocks, blockBytes, onEvict: (h) => events?.evicted(h) });
     const pm = producerMetrics(registry);
     const gate = new InboundGate(inbound, registry);
     if (options.advertise !== undefined) parseAdvertise(options.advertise);
@@ -310,17 +318,29 @@ export class EcProducer {
         }),
       );
       routers.push(await ZmqRouterServer.bind(adminAt, { logger: log, heartbeat: { intervalMs: 0 } }));
+      events = await startProducerEvents(
+        options,
+        numBlocks,
+        () => cache.freeBlocks,
+        registry,
+        log,
+        (why) => {
+          pm.curveRefused.inc();
+          log.warn({ why }, "CURVE handshake refused (events)");
+        },
+      );
       advertised = {
         control: advertiseControl(routers[0]!.endpoint, options.advertise),
         data: advertisedData(dataBound, options.advertise),
       };
     } catch (err) {
+      await events?.close();
       for (const r of routers) await r.close();
       await data.close();
       throw err;
     }
     const [router, adminRouter] = routers as [ZmqRouterServer, ZmqRouterServer];
-    const p = new EcProducer(cache, data, router, adminRouter, options, registry, compat, advertised);
+    const p = new EcProducer(cache, data, router, adminRouter, options, registry, compat, events, advertised);
     for (const [h, n] of options.prepopulate ?? []) {
       const r = p.encode(h, n);
       if (r === "full") log.warn({ mmHash: h, nbytes: n }, "prepopulate: cache full");
@@ -353,10 +373,23 @@ export class EcProducer {
     }
     const t = setTimeout(() => {
       this.#timers.delete(t);
-      if (!this.#closed && this.cache.has(mmHash)) this.#fill(mmHash);
+      if (!this.#closed && this.cache.has(mmHash) && !this.cache.isReady(mmHash)) this.#fill(mmHash);
     }, this.#encodeDelay);
     this.#timers.add(t);
     return "encoding";
+  }
+
+  /**
+   * EC-CONTRACT 10.5: evicts an unpinned entry ("evicted", published as an event when it was ready),
+   * leaves a pinned one ("pinned"), or finds none ("missing").
+   */
+  evict(mmHash: string): "evicted" | "missing" | "pinned" {
+    const e = this.cache.get(mmHash);
+    if (e === undefined) return "missing";
+    if (e.pins > 0) return "pinned";
+    this.cache.free(mmHash);
+    if (e.ready) this.events?.evicted(mmHash);
+    return "evicted";
   }
 
   /** A JSON snapshot: registry metrics plus cache and grant state. */
@@ -375,6 +408,15 @@ export class EcProducer {
       grants: this.session.grantCount,
       dataGrants: this.data.grantCount,
       encodes: this.#encodes,
+      ...(this.events === null
+        ? {}
+        : {
+            events: {
+              incarnation: this.events.incarnation,
+              seq: this.events.seq,
+              resident: this.events.residentCount,
+            },
+          }),
     };
   }
 
@@ -391,6 +433,7 @@ export class EcProducer {
     for (const t of this.#timers) clearTimeout(t);
     this.#timers.clear();
     await this.session.close();
+    await this.events?.close();
     await this.#adminRouter.close();
     await this.data.close();
   }
@@ -403,6 +446,7 @@ export class EcProducer {
       off += v.length;
     }
     this.cache.markReady(mmHash);
+    this.events?.stored(mmHash);
   }
 
   #schedule(): void {
@@ -420,6 +464,7 @@ export class EcProducer {
     if (this.#closed) return;
     try {
       this.session.pollStep();
+      this.events?.flush(); // EC-CONTRACT 10.1: changes published within the step
     } catch (err) {
       this.#log.error({ err }, "producer step failed");
     }
@@ -461,6 +506,25 @@ export class EcProducer {
         const h = str(msg, "mm_hash", "encode", MAX_STRING_BYTES);
         const n = int(msg, "nbytes", "encode", 1, this.cache.numBlocks * this.cache.blockBytes);
         return { op: "encode", mm_hash: h, result: this.encode(h, n) };
+      }
+      case "residents": {
+        // A tapwire extension for tests and operators: the ready entries and the last published seq
+        // (flushed first, so the two agree). Bounded to what fits a 64 KiB reply.
+        this.events?.flush();
+        const hashes: string[] = [];
+        let bytes = 64;
+        for (const h of this.cache.keys()) {
+          if (!this.cache.isReady(h)) continue;
+          bytes += Buffer.byteLength(h) + 3;
+          if (bytes > 60_000)
+            return { op: "residents", mm_hashes: hashes, seq: this.events?.seq ?? 0, truncated: true };
+          hashes.push(h);
+        }
+        return { op: "residents", mm_hashes: hashes, seq: this.events?.seq ?? 0, truncated: false };
+      }
+      case "evict": {
+        const h = str(msg, "mm_hash", "evict", MAX_STRING_BYTES);
+        return { op: "evict", mm_hash: h, result: this.evict(h) };
       }
       default:
         throw new EcError("EC_MALFORMED", `unknown admin op ${op}`);

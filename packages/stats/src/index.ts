@@ -13,6 +13,8 @@ export type { Logger, LoggerOptions, LogLevel } from "./log.js";
 export { createLogger, flushAndExit, flushLogger, LOG_LEVELS, parseLogLevel } from "./log.js";
 export type { Counter, Gauge, Histogram, HistogramOptions, HistogramUnit, InfoValue } from "./metrics.js";
 export { BUCKETS, exponentialBuckets, MAX_BUCKETS } from "./metrics.js";
+export type { ParentWatch, WatchParentOptions } from "./parent.js";
+export { watchParent } from "./parent.js";
 export type { HistogramSnapshot, RegistryOptions, StatsSnapshot } from "./registry.js";
 export { Registry } from "./registry.js";
 export type { MetricsServer, ServeMetricsOptions } from "./serve.js";

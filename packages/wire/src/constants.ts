@@ -57,7 +57,7 @@ export const ENTRY_FLAG_NAMES: Readonly<Record<number, string>> = invert(EntryFl
 /** Every defined ReqEntry flag bit; any other bit is BAD_FRAME (CONTRACT 7.2). */
 export const ENTRY_FLAGS_MASK = 7;
 /** HelloReply `capabilities` bits (CONTRACT 6.1). */
-export const Capability = { TAPS_BF16: 1, TOP32: 2, MARGIN: 4 } as const;
+export const Capability = { TAPS_BF16: 1, TOP32: 2, MARGIN: 4, SHARED: 8 } as const;
 /** One of the {@link Capability} bits. */
 export type Capability = (typeof Capability)[keyof typeof Capability];
 /** Name of each {@link Capability} bit. */

@@ -96,7 +96,7 @@ describe("tables (CONTRACT 4, 5, 6.1, 7.2, 7.3, 7.4)", () => {
     expect(EntryFlag).toEqual({ NEED_DRAFT: 1, RESYNC: 2, RELEASE: 4 });
     expect(ENTRY_FLAGS_MASK).toBe(7);
     expect(ENTRY_FLAG_NAMES[4]).toBe("RELEASE");
-    expect(Capability).toEqual({ TAPS_BF16: 1, TOP32: 2, MARGIN: 4 });
+    expect(Capability).toEqual({ TAPS_BF16: 1, TOP32: 2, MARGIN: 4, SHARED: 8 }); // SHARED: CONTRACT 12.1 (1.2)
     expect(CAPABILITY_NAMES[2]).toBe("TOP32");
     expect(HelloFlag).toEqual({ WANT_MARGIN: 1 });
     expect(HELLO_FLAGS_MASK).toBe(1);

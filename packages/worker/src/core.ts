@@ -13,6 +13,7 @@ import {
   peekHeader,
   STATS_MAX_BODY,
 } from "@tapwire/wire";
+import { Batcher } from "./batcher.js";
 import type { Drafter } from "./drafter.js";
 import { WorkerError } from "./errors.js";
 import type { CoreMetrics } from "./metrics.js";
@@ -23,6 +24,8 @@ import { Placer, StepPlacement } from "./placement.js";
 import { smallReply, statusOf } from "./reply.js";
 import type { FrameConn } from "./session.js";
 import { Session } from "./session.js";
+import type { HeldSession } from "./sessions.js";
+import { SessionTable } from "./sessions.js";
 import { StepRunner } from "./step.js";
 import type { WindowSnapshot } from "./window-store.js";
 import { WindowStore } from "./window-store.js";
@@ -70,6 +73,13 @@ export class WorkerCore {
   // The connection of handle() calls that name none (tests, benchmarks, embedding).
   readonly #direct: FrameConn = {};
   #tail: Promise<void> | null = null;
+  // CONTRACT 12.1: the sessions of a shared worker (max_sessions > 1), else null.
+  readonly #table: SessionTable | null;
+  readonly #batcher: Batcher | null;
+  // Which held session a placed STEP belongs to (shared workers).
+  readonly #placedBy = new WeakMap<StepPlacement, HeldSession>();
+  /** CONTRACT 12.1 `max_sessions` (1: a 1.1 worker with one current session). */
+  readonly maxSessions: number;
 
   constructor(options: WorkerCoreOptions) {
     const cfg = resolveCoreOptions(options);
@@ -95,21 +105,52 @@ export class WorkerCore {
     this.#session = new Session(cfg, this.#store, this.#m);
     this.#placer = new Placer(cfg, this.#store, this.#session, this.#m);
     this.#steps = new StepRunner(cfg, this.#store, this.#session, this.#m);
+    this.maxSessions = cfg.maxSessions;
+    this.#batcher = cfg.maxSessions > 1 ? new Batcher(d, cfg.maxBatchEntries, cfg.registry) : null;
+    this.#table = this.#batcher !== null ? new SessionTable(cfg, this.#m, this.#batcher) : null;
   }
 
-  /** The current session id (0: none). */
+  /** CONTRACT 12.1: the held sessions' ids of a shared worker ([] when not shared). */
+  get heldSessions(): number[] {
+    return this.#table?.ids() ?? [];
+  }
+
+  /**
+   * CONTRACT 12.1 "Idle sessions": drops the held sessions idle for `sessionIdleMs` (a shared
+   * worker's timer calls it; HELLOs sweep too). No-op when not shared.
+   */
+  sweepIdle(): void {
+    this.#table?.sweep();
+  }
+
+  /**
+   * Prometheus text of the per-client counters of a shared worker (labelled by `client_name`,
+   * bounded cardinality), for a metrics endpoint's extra text; "" when not shared. Never part of
+   * STATS (CONTRACT 12.1 isolation).
+   */
+  clientMetricsText(): string {
+    return this.#table?.clientMetricsText() ?? "";
+  }
+
+  /** The current session id (0: none; in a shared worker the session held longest). */
   get currentSession(): number {
+    if (this.#table !== null) return this.#table.ids()[0] ?? 0;
     return this.#session.id;
   }
 
-  /** True when `conn` is bound to the current session by an OK HELLO on it (CONTRACT 6.2). */
+  /**
+   * True when `conn` is bound to the current session by an OK HELLO on it (CONTRACT 6.2); in a
+   * shared worker, to any held session (12.1).
+   */
   isBound(conn: FrameConn): boolean {
+    if (this.#table !== null) return this.#table.boundTo(conn) !== null;
     return this.#session.isBound(conn);
   }
 
   /** Forgets a closed connection (its binding, if any). */
   connectionClosed(conn: FrameConn): void {
-    this.#session.forget(conn);
+    if (this.#table !== null) this.#table.connectionClosed(conn);
+    else this.#session.forget(conn);
   }
 
   /**
@@ -129,6 +170,7 @@ export class WorkerCore {
     const pl = placed instanceof StepPlacement ? placed : null;
     const id = typeof conn === "function" ? this.#direct : (conn ?? this.#direct);
     const c = typeof conn === "function" ? { closeAfterReply: conn } : id;
+    if (this.#table !== null) return this.#handleShared(msg, c, id, pl, this.#table);
     if (this.#tail !== null) {
       const p = this.#tail.then(() => this.#processAny(msg, c, id, pl));
       this.#track(p);
@@ -150,6 +192,7 @@ export class WorkerCore {
    * {@link handle} with the returned plan then applies them without copying. Never throws.
    */
   placeStep(head: Uint8Array, length: number, conn?: FrameConn | null): StepPlacement | number | null {
+    if (this.#table !== null) return this.#placeShared(head, length, conn ?? this.#direct, this.#table);
     if (this.#tail !== null) return null;
     try {
       return this.#placer.place(head, length, conn ?? this.#direct);
@@ -178,10 +221,18 @@ export class WorkerCore {
     return this.#small(h.op, status, h.seq, h.session);
   }
 
-  /** Test hook: a copy of a slot's generation and window (see README "Test hooks"). */
-  debugWindow(slot: number): WindowSnapshot {
+  /**
+   * Test hook: a copy of a slot's generation and window (see README "Test hooks"); in a shared
+   * worker, of the held session `session` (CONTRACT 12.1: each session has its own slots).
+   */
+  debugWindow(slot: number, session?: number): WindowSnapshot {
     if (!Number.isInteger(slot) || slot < 0 || slot >= this.maxSlots) {
       throw new WorkerError("WORKER_BAD_OPTION", `slot ${slot} outside 0..${this.maxSlots - 1}`);
+    }
+    if (this.#table !== null) {
+      const h = this.#table.find(session ?? this.currentSession);
+      if (h === null) throw new WorkerError("WORKER_BAD_OPTION", `session ${String(session)} is not held`);
+      return h.store.debugWindow(slot);
     }
     return this.#store.debugWindow(slot);
   }
@@ -192,6 +243,7 @@ export class WorkerCore {
    * seq.
    */
   stats(options?: { bound?: boolean }): Record<string, unknown> {
+    if (this.#table !== null) return this.#sharedStats(null, this.#table);
     const s = this.#session;
     const showSession = options?.bound !== false;
     return {
@@ -217,6 +269,144 @@ export class WorkerCore {
       },
       ...this.registry.snapshot(),
     };
+  }
+
+  /**
+   * CONTRACT 12.1 STATS: a bound connection sees its own session (id, seq, slots, counters) and
+   * worker-wide totals; an unbound one (or `conn` null: the local snapshot) no session id or seq.
+   */
+  #sharedStats(conn: FrameConn | null, t: SessionTable): Record<string, unknown> {
+    const own = conn === null ? null : t.sessionStats(conn);
+    return {
+      name: this.name,
+      shared: true,
+      ...(own ?? {}),
+      worker: t.totals(),
+      limits: {
+        max_slots: this.maxSlots,
+        max_rows_per_step: this.maxRowsPerStep,
+        window: this.drafter.window,
+        num_spec: this.drafter.numSpec,
+        row_bytes: this.rowBytes,
+        vocab_size: this.drafter.vocabSize,
+        max_message_bytes: this.maxMessageBytes,
+        max_sessions: this.maxSessions,
+      },
+      ...this.registry.snapshot(),
+    };
+  }
+
+  /**
+   * A shared worker's frames (CONTRACT 12.1): each held session's frames are processed one at a
+   * time in order (its STEPs, RESETs and re-HELLOs wait for its frame in flight), while other
+   * sessions' frames go on, so their STEPs can meet in one drafter call (batcher.ts).
+   */
+  #handleShared(
+    msg: Uint8Array,
+    conn: FrameConn,
+    id: FrameConn,
+    placed: StepPlacement | null,
+    t: SessionTable,
+  ): Uint8Array | Promise<Uint8Array> {
+    const arrival = performance.now();
+    let key: HeldSession | null = null;
+    if (placed !== null) key = this.#placedBy.get(placed) ?? null;
+    else if (msg.length >= APP_HEADER_SIZE) {
+      const op = msg[6];
+      if (op === Op.STEP || op === Op.RESET) key = t.boundTo(id);
+      else if (op === Op.HELLO) {
+        key = t.find((msg[12]! | (msg[13]! << 8) | (msg[14]! << 16) | (msg[15]! << 24)) >>> 0);
+      }
+    }
+    if (key === null || key.tail === null) {
+      const r = this.#processShared(msg, conn, id, placed, arrival, t);
+      if (r instanceof Promise && key !== null) this.#trackHeld(key, r);
+      return r;
+    }
+    const p = key.tail.then(() => this.#processShared(msg, conn, id, placed, arrival, t));
+    this.#trackHeld(key, p);
+    return p;
+  }
+
+  #trackHeld(h: HeldSession, p: Promise<unknown>): void {
+    const settled = p.then(
+      () => undefined,
+      () => undefined,
+    );
+    h.tail = settled;
+    void settled.then(() => {
+      if (h.tail === settled) h.tail = null;
+    });
+  }
+
+  #processShared(
+    msg: Uint8Array,
+    conn: FrameConn,
+    id: FrameConn,
+    placed: StepPlacement | null,
+    arrival: number,
+    t: SessionTable,
+  ): Uint8Array | Promise<Uint8Array> {
+    if (placed === null) return this.#process(msg, conn, id, arrival);
+    const h = this.#placedBy.get(placed);
+    try {
+      this.#m.bytesIn.inc(placed.length);
+      this.#m.frames.step!.inc();
+      const body = msg.subarray(APP_HEADER_SIZE);
+      if (h === undefined || !h.held || t.boundTo(id) !== h) {
+        return this.#small(Op.STEP, FrameStatus.NO_SESSION, placed.seq, placed.session);
+      }
+      return this.#countedStep(h, t, placed.seq, placed.session, body, placed, id, arrival);
+    } catch (e) {
+      return this.#internal(msg, e);
+    } finally {
+      if (!placed.consumed && h !== undefined) h.placer.cancel(placed);
+    }
+  }
+
+  /** A STEP of a held session, counted for the per-client metrics once answered. */
+  #countedStep(
+    h: HeldSession,
+    t: SessionTable,
+    seq: number,
+    session: number,
+    body: Uint8Array,
+    placed: StepPlacement | null,
+    id: FrameConn,
+    arrival: number,
+  ): Uint8Array | Promise<Uint8Array> {
+    const steps = h.steps.steps;
+    const entries = h.steps.entries;
+    const count = (): void => {
+      if (h.steps.steps !== steps) t.countStep(h, h.steps.entries - entries);
+    };
+    const r = h.steps.run(seq, session, body, placed, id, arrival);
+    if (r instanceof Promise) {
+      return r.then((v) => {
+        count();
+        return v;
+      });
+    }
+    count();
+    return r;
+  }
+
+  #placeShared(
+    head: Uint8Array,
+    length: number,
+    conn: FrameConn,
+    t: SessionTable,
+  ): StepPlacement | number | null {
+    try {
+      const h = t.boundTo(conn);
+      if (h === null || h.tail !== null) return null;
+      const r = h.placer.place(head, length, conn);
+      if (r instanceof StepPlacement) this.#placedBy.set(r, h);
+      return r;
+    } catch (e) {
+      this.#log.warn({ err: String(e) }, "receive placement declined");
+      return null;
+    }
   }
 
   #track(p: Promise<unknown>): void {
@@ -249,7 +439,13 @@ export class WorkerCore {
     }
   }
 
-  #process(msg: Uint8Array, conn: FrameConn, id: FrameConn): Uint8Array | Promise<Uint8Array> {
+  #process(
+    msg: Uint8Array,
+    conn: FrameConn,
+    id: FrameConn,
+    arrival?: number,
+  ): Uint8Array | Promise<Uint8Array> {
+    const t = this.#table;
     const m = this.#m;
     m.bytesIn.inc(msg.length);
     try {
@@ -274,21 +470,30 @@ export class WorkerCore {
       m.frames[OP_KEYS[h.op] ?? "unknown"]!.inc();
       switch (h.op) {
         case Op.HELLO:
+          if (t !== null) return t.hello(h.seq, h.session, body, id);
           return this.#session.hello(h.seq, h.session, body, id);
-        case Op.STEP:
-          return this.#steps.run(h.seq, h.session, body, null, id);
+        case Op.STEP: {
+          if (t === null) return this.#steps.run(h.seq, h.session, body, null, id);
+          // CONTRACT 12.1: a STEP acts on the session its connection is bound to.
+          const held = t.boundTo(id);
+          if (held === null) return this.#small(h.op, FrameStatus.NO_SESSION, h.seq, h.session);
+          return this.#countedStep(held, t, h.seq, h.session, body, null, id, arrival ?? performance.now());
+        }
         case Op.PING:
           // CONTRACT 10: any session; touches no session state.
           if (body.length > PING_MAX_BODY) return this.#small(h.op, FrameStatus.TOO_LARGE, h.seq, h.session);
           return this.#small(h.op, FrameStatus.OK, h.seq, h.session, body);
         case Op.STATS: {
           if (body.length > STATS_MAX_BODY) return this.#small(h.op, FrameStatus.TOO_LARGE, h.seq, h.session);
-          // CONTRACT 10 (1.1): an unbound connection learns neither the session id nor its seq.
-          const snap = this.stats({ bound: this.#session.isBound(id) });
+          // CONTRACT 10 (1.1): an unbound connection learns neither the session id nor its seq;
+          // 12.1: a bound one of a shared worker learns its own session's only.
+          const snap =
+            t !== null ? this.#sharedStats(id, t) : this.stats({ bound: this.#session.isBound(id) });
           const json = Buffer.from(JSON.stringify(snap), "utf8");
           return this.#small(h.op, FrameStatus.OK, h.seq, h.session, json);
         }
         case Op.RESET:
+          if (t !== null) return t.reset(h.seq, h.session, body, id);
           return this.#session.reset(h.seq, h.session, body, id);
         default:
           return this.#small(h.op, FrameStatus.UNKNOWN_OP, h.seq, h.session);

@@ -51,6 +51,25 @@ export interface WorkerCoreOptions {
    * compactions (cheaper multi-row appends) for more memory.
    */
   slotBufferWindows?: number;
+  /**
+   * CONTRACT 12.1: sessions held at once (default 1: one current session, 6.2 unchanged). Above 1
+   * the worker is shared: it sets capability bit 3 SHARED, admits sessions against
+   * `maxWindowBytes` and drafts the STEPs of several sessions together (see docs/worker.md).
+   */
+  maxSessions?: number;
+  /**
+   * CONTRACT 12.1: bytes of window reservations (`max_slots * W * row_bytes` per held session)
+   * the shared worker admits. Default `maxSessions * maxSlots * W * row_bytes`. Only with K > 1.
+   */
+  maxWindowBytes?: number;
+  /** CONTRACT 12.1: a held session idle this long (ms) is dropped (default 60 000). Only with K > 1. */
+  sessionIdleMs?: number;
+  /**
+   * CONTRACT 12.1: most entries in one cross-session drafter call (0, the default: no bound but
+   * the held sessions' `max_slots`). A STEP is never split: a larger one is drafted alone. Only
+   * with K > 1.
+   */
+  maxBatchEntries?: number;
 }
 
 /** Defaults of {@link WorkerCoreOptions} (also what `tapwire-worker --help` states). */
@@ -60,6 +79,9 @@ export const CORE_DEFAULTS = {
   sessionLease: 10_000,
   name: "tapwire-worker",
   slotBufferWindows: 4,
+  maxSessions: 1,
+  sessionIdleMs: 60_000,
+  maxBatchEntries: 0,
 } as const;
 
 const U32_MAX = 0xffffffff;
@@ -79,6 +101,14 @@ export interface CoreConfig {
   readonly slotBufferWindows: number;
   /** `num_taps * hidden * 2` of the drafter. */
   readonly rowBytes: number;
+  /** CONTRACT 12.1 `max_sessions` (1: not shared). */
+  readonly maxSessions: number;
+  /** CONTRACT 12.1 `max_window_bytes`. */
+  readonly maxWindowBytes: number;
+  /** CONTRACT 12.1 `session_idle_ms`. */
+  readonly sessionIdleMs: number;
+  /** CONTRACT 12.1 `max_batch_entries` (0: no bound). */
+  readonly maxBatchEntries: number;
 }
 
 /** A logger that drops everything. */
@@ -147,7 +177,35 @@ export function resolveCoreOptions(options: WorkerCoreOptions): CoreConfig {
   if (options.now !== undefined && typeof options.now !== "function") {
     throw new WorkerError("WORKER_BAD_OPTION", "option now must be a function returning ms");
   }
+  // CONTRACT 12.1: a shared worker (K > 1) and its admission budget.
+  const maxSessions = intOption("maxSessions", options.maxSessions, CORE_DEFAULTS.maxSessions, 1, 4096);
+  const rowBytes = d.numTaps * d.hidden * 2;
+  const maxWindowBytes = intOption(
+    "maxWindowBytes",
+    options.maxWindowBytes,
+    Math.min(Number.MAX_SAFE_INTEGER, maxSessions * maxSlots * d.window * rowBytes),
+    1,
+    Number.MAX_SAFE_INTEGER,
+  );
+  const sessionIdleMs = intOption(
+    "sessionIdleMs",
+    options.sessionIdleMs,
+    CORE_DEFAULTS.sessionIdleMs,
+    1,
+    2 ** 31 - 1,
+  );
+  const maxBatchEntries = intOption(
+    "maxBatchEntries",
+    options.maxBatchEntries,
+    CORE_DEFAULTS.maxBatchEntries,
+    0,
+    U32_MAX,
+  );
   return {
+    maxSessions,
+    maxWindowBytes,
+    sessionIdleMs,
+    maxBatchEntries,
     drafter: d,
     maxSlots,
     maxRowsPerStep,
@@ -165,6 +223,6 @@ export function resolveCoreOptions(options: WorkerCoreOptions): CoreConfig {
       2,
       16,
     ),
-    rowBytes: d.numTaps * d.hidden * 2,
+    rowBytes,
   };
 }

@@ -120,6 +120,33 @@ export class Session {
     return this.#bound.size;
   }
 
+  /** When a frame of this session was last answered OK (`now()` ms; -Infinity: never). */
+  get lastOkAt(): number {
+    return this.#lastOkAt;
+  }
+
+  /** Connections bound to the current session (a copy). */
+  boundList(): FrameConn[] {
+    return [...this.#bound];
+  }
+
+  /**
+   * CONTRACT 12.1 "Dropping a session": discards the slot state and unbinds every connection
+   * bound to it (they stay open; their next STEP or RESET is NO_SESSION). The session is gone:
+   * `id` becomes 0.
+   */
+  drop(): void {
+    this.#epoch++;
+    for (const c of this.#bound) {
+      this.#m.unbinds.inc();
+      c.unbind?.();
+    }
+    this.#bound.clear();
+    this.#lastBound = null;
+    this.#store.resetAll();
+    this.id = 0;
+  }
+
   /** Forgets a closed connection. */
   forget(conn: FrameConn): void {
     if (conn === this.#lastBound) this.#lastBound = null;
@@ -166,6 +193,22 @@ export class Session {
 
   /** CONTRACT 6.1 worker checks in their order, then 6.2 (sessions, lease, binding). */
   hello(seq: number, session: number, body: Uint8Array, conn: FrameConn): Uint8Array {
+    const checked = this.checkHello(seq, session, body, null);
+    if (checked instanceof Uint8Array) return checked;
+    return this.commitHello(checked, seq, session, conn);
+  }
+
+  /**
+   * The CONTRACT 6.1 checks of a HELLO up to (not including) the session step: the decoded HELLO,
+   * or the refusal to answer. `extra` adds a CONFIG_MISMATCH reason of the caller's (the shared
+   * worker's reservation, CONTRACT 12.1). Reads configuration only, never session state.
+   */
+  checkHello(
+    seq: number,
+    session: number,
+    body: Uint8Array,
+    extra: ((h: Hello) => string | null) | null,
+  ): Hello | Uint8Array {
     const log = this.#cfg.log;
     if (body.length !== HELLO_BODY_SIZE || session === 0) {
       log.warn(
@@ -201,11 +244,17 @@ export class Session {
       );
       return this.#helloAnswer(FrameStatus.IDENTITY_MISMATCH, seq, session, 0);
     }
-    const why = this.#configProblem(hello);
+    const why = this.#configProblem(hello) ?? extra?.(hello) ?? null;
     if (why !== null) {
       log.warn({ client: hello.clientName, reason: why }, "HELLO refused: CONFIG_MISMATCH");
       return this.#helloAnswer(FrameStatus.CONFIG_MISMATCH, seq, session, 0);
     }
+    return hello;
+  }
+
+  /** The session step of a checked HELLO (CONTRACT 6.2): seq, lease, take or renew, bind. */
+  commitHello(hello: Hello, seq: number, session: number, conn: FrameConn): Uint8Array {
+    const log = this.#cfg.log;
     const now = this.#cfg.now();
     const same = session === this.id;
     if (same && !serialNewer(seq, this.highestSeq)) {
@@ -215,7 +264,9 @@ export class Session {
       !same &&
       this.#cfg.takeover === Takeover.REFUSE &&
       this.id !== 0 &&
-      now - this.#lastOkAt < this.#cfg.leaseMs
+      now - this.#lastOkAt < this.#cfg.leaseMs &&
+      // CONTRACT 6.2 (1.2): protected only while a connection bound to it is open.
+      this.#bound.size > 0
     ) {
       log.info({ current: this.id, asked: session }, "HELLO refused: BUSY (session leased)");
       return this.#small(Op.HELLO, FrameStatus.BUSY, seq, session);
@@ -282,7 +333,8 @@ export class Session {
       markovIdentity: d.markovIdentity,
       window: d.window,
       numSpec: d.numSpec,
-      capabilities: d.capabilities,
+      // CONTRACT 12.1: bit 3 SHARED in every HelloReply of a worker holding several sessions.
+      capabilities: d.capabilities | (c.maxSessions > 1 ? Capability.SHARED : 0),
       maxSlots: c.maxSlots,
       maxRowsPerStep: c.maxRowsPerStep,
       vocabSize: d.vocabSize,

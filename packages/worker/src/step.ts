@@ -12,6 +12,7 @@ import {
   setReplyWorkerUs,
   TOP_K_MAX,
 } from "@tapwire/wire";
+import type { Batcher } from "./batcher.js";
 import type { DraftBatchEntry, DraftOutput } from "./drafter.js";
 import type { CoreMetrics } from "./metrics.js";
 import type { CoreConfig } from "./options.js";
@@ -44,7 +45,22 @@ export class StepRunner {
   // What entryValueProblem reads of the STEP being answered (CONTRACT 6.3, 8).
   readonly #valueCtx: EntryValueContext = { vocabSize: 0, entries: [], sampleMeta: null };
 
-  constructor(cfg: CoreConfig, store: WindowStore, session: Session, metrics: CoreMetrics) {
+  readonly #batcher: Batcher | null;
+  /** STEPs of this runner's session answered OK (CONTRACT 12.1 STATS: its own counters). */
+  steps = 0;
+  /** Entries of those STEPs. */
+  entries = 0;
+  /** Entries of those STEPs that were drafted. */
+  drafted = 0;
+
+  constructor(
+    cfg: CoreConfig,
+    store: WindowStore,
+    session: Session,
+    metrics: CoreMetrics,
+    batcher: Batcher | null = null,
+  ) {
+    this.#batcher = batcher;
     this.#cfg = cfg;
     this.#store = store;
     this.#session = session;
@@ -60,8 +76,10 @@ export class StepRunner {
     body: Uint8Array,
     placed: StepPlacement | null,
     conn: FrameConn,
+    arrival?: number,
   ): Uint8Array | Promise<Uint8Array> {
-    const t0 = performance.now();
+    // CONTRACT 12.1: in a shared worker worker_us runs from the STEP's arrival, queueing included.
+    const t0 = arrival ?? performance.now();
     const req = this.#admit(seq, session, body, placed, conn);
     if (req instanceof Uint8Array) return req;
     const s = this.#session;
@@ -213,8 +231,8 @@ export class StepRunner {
   #draft(buf: Uint8Array, views: ReplyViews, nReq: number, t0: number): Uint8Array | Promise<Uint8Array> {
     const d = this.#cfg.drafter;
     const batch = this.#batch;
-    this.#m.drafterCalls.inc();
-    this.#m.entriesDrafted.inc(batch.length);
+    const batcher = this.#batcher;
+    this.drafted += batch.length;
     const out: DraftOutput = {
       draftIds: views.draftIds,
       confidence: views.confidence,
@@ -228,7 +246,14 @@ export class StepRunner {
     const td = performance.now();
     let r: void | Promise<void>;
     try {
-      r = d.draft(batch, out);
+      if (batcher !== null) {
+        // CONTRACT 12.1: drafted with the STEPs of other sessions when a call is running.
+        r = batcher.submit(batch, out);
+      } else {
+        this.#m.drafterCalls.inc();
+        this.#m.entriesDrafted.inc(batch.length);
+        r = d.draft(batch, out);
+      }
     } catch (e) {
       this.#drafterFailed(e, views, nReq);
       return this.#finish(buf, views, nReq, t0, td);
@@ -269,6 +294,8 @@ export class StepRunner {
     const t1 = performance.now();
     if (td !== undefined) m.drafterTime.observe((t1 - td) / 1000);
     for (let i = 0; i < nReq; i++) m.entries[v.status[i]!]?.inc();
+    this.steps++;
+    this.entries += nReq;
     const us = Math.min(U32_MAX, Math.max(0, Math.round((t1 - t0) * 1000)));
     setReplyWorkerUs(buf, us);
     m.stepTime.observe((t1 - t0) / 1000);

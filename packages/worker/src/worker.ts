@@ -156,6 +156,16 @@ export async function createWorker(options: WorkerOptions): Promise<Worker> {
     await Promise.allSettled(servers.map((s) => s.close()));
     throw e;
   }
+  // CONTRACT 12.1 "Idle sessions": a shared worker drops sessions idle for sessionIdleMs (and
+  // returns their memory) even when no frame arrives.
+  const sweep =
+    core.maxSessions > 1
+      ? setInterval(
+          () => core.sweepIdle(),
+          Math.max(10, Math.min(1000, Math.floor((options.sessionIdleMs ?? 60_000) / 4))),
+        )
+      : null;
+  sweep?.unref();
   let closing: Promise<void> | null = null;
   return {
     endpoints: servers.map((s) => s.endpoint),
@@ -165,6 +175,7 @@ export async function createWorker(options: WorkerOptions): Promise<Worker> {
     debugWindow: (slot: number) => core.debugWindow(slot),
     close(): Promise<void> {
       if (closing === null) {
+        if (sweep !== null) clearInterval(sweep);
         closing = Promise.allSettled(servers.map((s) => s.close())).then(() => undefined);
       }
       return closing;

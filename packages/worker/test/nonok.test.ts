@@ -90,6 +90,12 @@ describe("CONTRACT 5: a worker that answers a non-OK status has changed no state
     const S = 0x51;
     const s = new Sess(r, S, d, helloFor(d, { maxSlots: 8, maxRowsPerStep: 16 }), TOKEN);
     expect((await s.doHello()).status).toBe(FrameStatus.OK);
+    // CONTRACT 6.2 (1.2): the lease protects S only while a connection bound to it is open; `r`
+    // is closed below by an unreadable header, so S keeps a second bound connection.
+    const keep = new Sess(await conn(ep), S, d, s.hello, TOKEN);
+    keep.seq = s.seq;
+    expect((await keep.doHello()).status).toBe(FrameStatus.OK);
+    s.seq = keep.seq;
     const st = await s.step([
       entry({ slot: 0, generation: 3, anchorPos: 5, nRows: 5 }),
       entry({ slot: 1, generation: 9, anchorPos: 2, nRows: 2 }),

@@ -14,6 +14,7 @@ import type { RunReport } from "../report.js";
 import { formatJunit, formatText } from "../report.js";
 import type { CaseResult } from "../runner.js";
 import { caseFilter } from "../runner.js";
+import { runWorkerSharedSuite, SHARED_CASES } from "../worker/shared-suite.js";
 import { runWorkerSuite } from "../worker/suite.js";
 
 const HELP = `Usage: tapwire-conformance <mode> [endpoint] [options]
@@ -33,6 +34,10 @@ Worker options (flag names as tapwire-worker's; anything not given is discovered
   --session-lease-ms MS        the worker's session lease (default 10000; waited out under refuse)
   --unbound-idle-ms MS         the worker's unbound idle timeout (11.20 checks it when given)
   --max-connections N          the worker's max_connections (11.21 checks it when given)
+  --shared                     run the CONTRACT 12.1 cases of a shared worker (tapwire-worker --max-sessions K) instead
+  --max-sessions K             --shared: the worker's max_sessions (default 4)
+  --session-idle-ms MS         --shared: the worker's session_idle_ms (12.1.18 waits it out when given)
+  --max-window-bytes BYTES     --shared: the worker's max_window_bytes (12.1.17 checks it when given)
   --tls-ca FILE --tls-cert FILE --tls-key FILE --tls-servername NAME
 
 Client options
@@ -104,6 +109,10 @@ const OPTIONS = {
   "session-lease-ms": str,
   "unbound-idle-ms": str,
   "max-connections": str,
+  shared: { type: "boolean" },
+  "max-sessions": str,
+  "session-idle-ms": str,
+  "max-window-bytes": str,
   "tls-ca": str,
   "tls-cert": str,
   "tls-key": str,
@@ -185,8 +194,12 @@ function worker(v: Values, positionals: readonly string[], c: Common): Promise<R
   if (tk !== undefined && tk !== "allow" && tk !== "refuse")
     throw new UsageError(`--takeover ${tk} is not allow or refuse`);
   const token = v.token ?? process.env.TAPWIRE_TOKEN;
-  return runWorkerSuite(
+  const run = v.shared === true ? runWorkerSharedSuite : runWorkerSuite;
+  return run(
     defined({
+      maxSessions: int("max-sessions", v["max-sessions"], 2, 4096),
+      sessionIdleMs: int("session-idle-ms", v["session-idle-ms"], 1, 2 ** 31 - 1),
+      maxWindowBytes: int("max-window-bytes", v["max-window-bytes"], 1, Number.MAX_SAFE_INTEGER),
       endpoint,
       token: token === "" ? undefined : token,
       window: int("window", v.window, 1, 4096),
@@ -289,7 +302,10 @@ async function main(): Promise<number> {
   const mode = positionals[0] as string;
   if (!(mode in RUNNERS))
     throw new UsageError(`mode ${mode} is not worker, client, ec-producer or ec-consumer`);
-  const defs = allCases(mode as Mode);
+  const defs =
+    mode === "worker" && v.shared === true
+      ? SHARED_CASES.map((d) => ({ id: d.id, title: d.title, cite: d.cite }))
+      : allCases(mode as Mode);
   if (v.list === true) {
     process.stdout.write(`${listCases(defs, v.cases)}\n`);
     return 0;

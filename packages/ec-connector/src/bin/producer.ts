@@ -8,6 +8,7 @@ import {
   parseLogLevel,
   parseMetricsListen,
   serveMetrics,
+  watchParent,
 } from "@tapwire/stats";
 import { crc32Info } from "../crc.js";
 import { checkCurveServer, newCurveKeyPair } from "../curve.js";
@@ -55,6 +56,18 @@ const FLAGS = {
     def: EC_PRODUCER_DEFAULTS.admin,
   },
   "admin-allow-remote": { kind: "boolean", help: "allow a non-loopback --admin endpoint" },
+  "events-listen": {
+    kind: "string",
+    arg: "<zmq endpoint>",
+    help: "residency events PUB (EC-CONTRACT 10.1; off when not given; needs --replay-listen)",
+  },
+  "replay-listen": {
+    kind: "string",
+    arg: "<zmq endpoint>",
+    help: "residency replay ROUTER (EC-CONTRACT 10.2)",
+  },
+  "events-heartbeat-ms": { kind: "int", arg: "<ms>", help: "events hello period", def: 2000 },
+  "events-ring-messages": { kind: "int", arg: "<n>", help: "events kept for replay (>= 4096)", def: 4096 },
   "metrics-listen": {
     kind: "string",
     arg: "<tcp://host:port>",
@@ -167,6 +180,10 @@ const FLAGS = {
     arg: "<ms>",
     help: 'log a "stats" line this often (0: off)',
     def: 0,
+  },
+  "exit-with-parent": {
+    kind: "boolean",
+    help: "exit (as on SIGTERM) when stdin reaches end-of-file: a supervisor holds stdin open as a pipe, so the producer ends with it whatever signal killed it",
   },
   "log-level": { kind: "string", arg: "<level>", help: "pino level", def: "info" },
   help: { kind: "boolean", help: "this text" },
@@ -298,6 +315,10 @@ const OPTION_FLAGS: [keyof EcProducerOptions, Flag][] = [
   ["missNbytes", "miss-nbytes"],
   ["encodeDelayMs", "encode-delay-ms"],
   ["throttleBytesPerSec", "throttle-bps"],
+  ["events", "events-listen"],
+  ["replay", "replay-listen"],
+  ["eventsHeartbeatMs", "events-heartbeat-ms"],
+  ["eventsRingMessages", "events-ring-messages"],
 ];
 
 /** Names inside `EcProducer` (data server, heartbeats) that are flags of the bin too. */
@@ -453,6 +474,13 @@ async function main(argv: string[]): Promise<void> {
         source: p.advertised.data.source,
       },
       admin: p.adminEndpoint,
+      ...(p.events === null
+        ? {}
+        : {
+            events: p.events.eventsEndpoint,
+            replay: p.events.replayEndpoint,
+            incarnation: p.events.incarnation,
+          }),
       ...(metrics === null ? {} : { metrics: `tcp://${metrics.host}:${metrics.port}` }),
       dataKind: p.data.kind,
       curve: opts.curve !== undefined,
@@ -485,6 +513,13 @@ async function main(argv: string[]): Promise<void> {
   };
   process.on("SIGINT", () => stop("SIGINT"));
   process.on("SIGTERM", () => stop("SIGTERM"));
+  if (v["exit-with-parent"] === true) {
+    // Orphaned: nobody will SIGKILL a hanging close, so it is bounded (issue 19).
+    watchParent(() => {
+      setTimeout(() => process.exit(1), 10_000).unref();
+      stop("parent-exit");
+    });
+  }
 }
 
 /** A failure while starting, its message naming the flag (`cause`: the original error). */

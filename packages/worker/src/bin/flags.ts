@@ -67,7 +67,7 @@ export const FLAGS = {
     arg: "HOST[:PORT]",
     kind: { t: "str" },
     note: "the bind address; for 0.0.0.0/:: the first non-loopback interface",
-    help: "address peers are told to connect to (listening line, discovery); PORT only with one network listen endpoint",
+    help: "address peers are told to connect to (listening line, discovery); PORT only with a single network listen endpoint",
   },
   "idle-timeout-ms": int("Listening", "MS", 0, MS, 0, "close connections idle this long (0 = never)"),
   "metrics-listen": {
@@ -112,7 +112,7 @@ export const FLAGS = {
     arg: "FILE",
     kind: { t: "str" },
     note: "distilled in-process",
-    help: "reference: draft head safetensors",
+    help: "reference: draft head safetensors (DraftHead.save); its geometry is the file's (vocab, state-dim, num-taps and hidden, when given, must agree)",
   },
   seed: int("Drafter", "N", 0, U32, DEFAULT_TARGET_CONFIG.seed, "reference: target model seed"),
   vocab: int("Drafter", "N", 2, 0x7fffffff, DEFAULT_TARGET_CONFIG.vocabSize, "vocabulary size"),
@@ -211,6 +211,37 @@ export const FLAGS = {
     CORE_DEFAULTS.sessionLease,
     "lease after the last OK frame",
   ),
+  "max-sessions": int(
+    "Sessions and limits",
+    "K",
+    1,
+    4096,
+    CORE_DEFAULTS.maxSessions,
+    "sessions held at once; K > 1 is a shared worker (CONTRACT 12.1: capability SHARED, admission, cross-session batching)",
+  ),
+  "max-window-bytes": {
+    section: "Sessions and limits",
+    arg: "BYTES",
+    kind: { t: "int", min: 1, max: Number.MAX_SAFE_INTEGER },
+    note: "K x max-slots x window x row bytes",
+    help: "shared: window bytes the held sessions may reserve (max_slots x W x row_bytes each; CONTRACT 12.1)",
+  },
+  "session-idle-ms": int(
+    "Sessions and limits",
+    "MS",
+    1,
+    MS,
+    CORE_DEFAULTS.sessionIdleMs,
+    "shared: drop a held session idle this long (CONTRACT 12.1)",
+  ),
+  "max-batch-entries": int(
+    "Sessions and limits",
+    "N",
+    0,
+    U32,
+    CORE_DEFAULTS.maxBatchEntries,
+    "shared: most entries per cross-session drafter call (0 = no bound; CONTRACT 12.1)",
+  ),
   name: {
     section: "Sessions and limits",
     arg: "NAME",
@@ -234,6 +265,16 @@ export const FLAGS = {
     note: "yes, or env TAPWIRE_WORKER_RECEIVE_IN_PLACE",
     help: "receive large STEPs' rows straight into the slot windows (tcp, unix, tls)",
   },
+  "exit-with-parent": {
+    section: "Other",
+    kind: { t: "bool" },
+    help: "exit (as on SIGTERM) when stdin reaches end-of-file: a supervisor starts the worker with stdin a pipe it holds open, so the worker ends with it whatever signal killed it (docs/operations.md)",
+  },
+  "print-identities": {
+    section: "Other",
+    kind: { t: "bool" },
+    help: "print the drafter's identities and geometry (from --weights, or the default head) as one JSON line, then exit; what an engine's client options need (docs/operations.md)",
+  },
   "log-level": {
     section: "Other",
     arg: "LEVEL",
@@ -248,10 +289,12 @@ export const FLAGS = {
 export type FlagName = keyof typeof FLAGS;
 
 /** Parsed flags: strings as given, `listen` as a list, `help` as a boolean. */
-export type ParsedFlags = Partial<Record<Exclude<FlagName, "listen" | "help">, string>> & {
+export type ParsedFlags = Partial<Record<Exclude<FlagName, "listen" | BoolFlag>, string>> & {
   listen?: string[];
-  help?: boolean;
-};
+} & Partial<Record<BoolFlag, boolean>>;
+
+/** The flags of {@link FLAGS} that take no value (kind `bool`). */
+type BoolFlag = { [K in FlagName]: (typeof FLAGS)[K]["kind"]["t"] extends "bool" ? K : never }[FlagName];
 
 function wrap(text: string, width: number, indent: string): string[] {
   const out: string[] = [];

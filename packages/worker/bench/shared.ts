@@ -1,0 +1,470 @@
+/**
+ * `pnpm --filter @tapwire/worker bench:shared`: a shared worker (CONTRACT 12.1) from outside, JSON
+ * on stdout, every figure a same-run ratio. The worker is the built `tapwire-worker` bin (a child
+ * process); the clients are this process, one TCP connection and one session each, closed loops
+ * (a STEP, its reply, the next STEP), every entry NEED_DRAFT with one new row per round.
+ *
+ * - `batching`: 8 sessions x 8 entries against one shared worker, batched (the default) vs each
+ *   STEP drafted alone (`--max-batch-entries 8`: one STEP per drafter call), and 1 session x 64
+ *   entries on a K = 1 worker (the same total entries per round): throughput ratio batched /
+ *   alone (target >= 2 with ONNX) and p99 STEP RTT ratio batched / single session (target <= 1.5);
+ *   for the ONNX drafter (@tapwire/drafter-onnx, the reference head exported) and the reference
+ *   drafter.
+ * - `unshared_tax`: 1 session x 8 entries, K = 4 vs K = 1, runs interleaved: mean STEP RTT ratio
+ *   (target <= 1.05).
+ * - `memory`: 4 sessions fill every slot's window (RESYNC of W rows); RSS (from /proc) at idle,
+ *   full, after the sessions were dropped and after 5 more admit-fill-drop cycles.
+ *
+ * TAPWIRE_BENCH_QUICK=1 runs fewer STEPs (a smoke run).
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { createDefaultPair } from "@tapwire/reference-model";
+import type { Hello, ReqEntry } from "@tapwire/wire";
+import { encodeHello, FrameStatus, frame, HelloFlag, Op, RowDtype, SampleMode } from "@tapwire/wire";
+import { Raw, stepFrame } from "../test/helpers.js";
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+const BIN = join(HERE, "..", "dist", "bin", "worker.js");
+const ONNX_PKG = join(HERE, "..", "..", "drafter-onnx");
+const QUICK = process.env.TAPWIRE_BENCH_QUICK === "1";
+const STEPS = QUICK ? 30 : 150;
+const WARM = QUICK ? 5 : 15;
+
+interface Geometry {
+  drafterIdentity: Uint8Array;
+  markovIdentity: Uint8Array;
+  window: number;
+  numSpec: number;
+  vocabSize: number;
+  numTaps: number;
+  hidden: number;
+}
+
+interface Bin {
+  proc: ChildProcess;
+  endpoint: string;
+  pid: number;
+  geom: Geometry;
+}
+
+const { head } = createDefaultPair();
+
+async function startBin(args: string[], cwd?: string): Promise<Bin> {
+  const proc = spawn(
+    process.execPath,
+    [
+      BIN,
+      "--listen",
+      "tcp://127.0.0.1:0",
+      "--log-level",
+      "warn",
+      "--max-slots",
+      "64",
+      "--max-rows-per-step",
+      "1024",
+      ...args,
+    ],
+    { stdio: ["ignore", "pipe", "inherit"], ...(cwd !== undefined ? { cwd } : {}) },
+  );
+  const line = await new Promise<Record<string, unknown>>((resolve, reject) => {
+    createInterface({ input: proc.stdout! }).on("line", (l) => {
+      try {
+        const j = JSON.parse(l) as Record<string, unknown>;
+        if (j.msg === "listening") resolve(j);
+      } catch {}
+    });
+    proc.on("exit", (c) => reject(new Error(`worker exited ${c}`)));
+  });
+  const hex = (s: unknown) => new Uint8Array(Buffer.from(String(s), "hex"));
+  return {
+    proc,
+    pid: proc.pid!,
+    endpoint: (line.endpoints as string[])[0]!,
+    geom: {
+      drafterIdentity: hex(line.drafterIdentity),
+      markovIdentity: hex(line.markovIdentity),
+      window: line.window as number,
+      numSpec: line.numSpec as number,
+      vocabSize: line.vocabSize as number,
+      numTaps: head.numTaps,
+      hidden: head.hidden,
+    },
+  };
+}
+
+async function stopBin(b: Bin): Promise<void> {
+  const exit = new Promise((r) => b.proc.on("exit", r));
+  b.proc.kill("SIGTERM");
+  await exit;
+}
+
+function rssOf(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return m === null ? 0 : Number(m[1]) * 1024;
+}
+
+function helloOf(g: Geometry, maxSlots: number, name: string): Hello {
+  return {
+    drafterIdentity: g.drafterIdentity,
+    markovIdentity: g.markovIdentity,
+    window: g.window,
+    numSpec: g.numSpec,
+    sampleMode: SampleMode.GREEDY,
+    rowDtype: RowDtype.BF16,
+    numTaps: g.numTaps,
+    hidden: g.hidden,
+    rowBytes: g.numTaps * g.hidden * 2,
+    vocabSize: g.vocabSize,
+    maxSlots,
+    maxRowsPerStep: 1024,
+    helloFlags: HelloFlag.WANT_MARGIN,
+    auth: new Uint8Array(32),
+    clientName: name,
+  };
+}
+
+/** One session on its own connection, running closed-loop rounds. */
+class Session {
+  seq = 0;
+  round = 0;
+  readonly rtts: number[] = [];
+  constructor(
+    readonly raw: Raw,
+    readonly id: number,
+    readonly g: Geometry,
+    readonly slots: number,
+  ) {}
+  static async open(b: Bin, id: number, slots: number, maxSlots = slots): Promise<Session> {
+    const raw = await new Raw(b.endpoint).connect();
+    const s = new Session(raw, id, b.geom, slots);
+    const body = encodeHello(helloOf(b.geom, maxSlots, `bench-${id}`));
+    // BUSY until the worker has seen the previous sessions' connections close (bounded).
+    for (let i = 0; ; i++) {
+      const a = await raw.send(frame({ op: Op.HELLO, seq: ++s.seq, session: id }, body));
+      if (a.status === FrameStatus.OK) break;
+      if (a.status !== FrameStatus.BUSY || i > 200) throw new Error(`HELLO of ${id}: status ${a.status}`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    return s;
+  }
+  /** One round: every slot gets its next row (the first round a RESYNC of W rows). */
+  async step(record: boolean, full = false): Promise<void> {
+    const W = this.g.window;
+    const r = this.round++;
+    const entries: ReqEntry[] = [];
+    for (let slot = 0; slot < this.slots; slot++) {
+      const first = r === 0 || full;
+      const anchor = W + r;
+      const n = first ? W : 1;
+      entries.push({
+        slot,
+        generation: 1,
+        anchorPos: anchor,
+        anchorToken: (anchor * 31 + slot) % this.g.vocabSize,
+        rowStart: anchor - n,
+        nRows: n,
+        nOut: 0,
+        flags: first ? 3 : 1,
+      });
+    }
+    const msg = stepFrame({
+      seq: ++this.seq,
+      session: this.id,
+      stepId: this.seq,
+      entries,
+      rowBytes: this.g.numTaps * this.g.hidden * 2,
+      salt: this.id & 0xff,
+    });
+    const t0 = performance.now();
+    const a = await this.raw.send(msg);
+    const dt = performance.now() - t0;
+    if (a.status !== FrameStatus.OK) throw new Error(`STEP status ${a.status}`);
+    if (record) this.rtts.push(dt);
+  }
+  close(): void {
+    this.raw.close();
+  }
+}
+
+function pct(xs: number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? 0;
+}
+
+const r3 = (x: number) => Math.round(x * 1000) / 1000;
+
+interface Load {
+  bin: Bin;
+  sessions: Session[];
+  slots: number;
+  seconds: number;
+}
+
+async function openLoad(bin: Bin, n: number, slots: number, base: number): Promise<Load> {
+  const sessions = await Promise.all(Array.from({ length: n }, (_, k) => Session.open(bin, base + k, slots)));
+  await Promise.all(
+    sessions.map(async (s) => {
+      for (let i = 0; i < WARM; i++) await s.step(false);
+    }),
+  );
+  return { bin, sessions, slots, seconds: 0 };
+}
+
+/** One block: every session of `l` runs `rounds` closed-loop rounds at once. */
+async function block(l: Load, rounds: number): Promise<void> {
+  const t0 = performance.now();
+  await Promise.all(
+    l.sessions.map(async (s) => {
+      for (let i = 0; i < rounds; i++) await s.step(true);
+    }),
+  );
+  l.seconds += (performance.now() - t0) / 1000;
+}
+
+function summary(l: Load) {
+  const rtts = l.sessions.flatMap((s) => s.rtts);
+  for (const s of l.sessions) s.close();
+  return {
+    sessions: l.sessions.length,
+    entries_per_step: l.slots,
+    steps_per_s: r3(rtts.length / l.seconds),
+    entries_per_s: r3((rtts.length * l.slots) / l.seconds),
+    rtt_ms_p50: r3(pct(rtts, 50)),
+    rtt_ms_p99: r3(pct(rtts, 99)),
+  };
+}
+
+async function statsOf(b: Bin): Promise<Record<string, unknown>> {
+  const raw = await new Raw(b.endpoint).connect();
+  const a = await raw.send(frame({ op: Op.STATS, seq: 1, session: 0 }));
+  raw.close();
+  return JSON.parse(Buffer.from(a.body).toString("utf8")) as Record<string, unknown>;
+}
+
+/**
+ * The three configurations run in alternating blocks (load on this shared machine drifts within
+ * seconds; blocks make every ratio compare figures measured side by side).
+ */
+async function batching(drafterArgs: string[], cwd?: string) {
+  const shared = await startBin([...drafterArgs, "--max-sessions", "8"], cwd);
+  const aloneBin = await startBin([...drafterArgs, "--max-sessions", "8", "--max-batch-entries", "8"], cwd);
+  const singleBin = await startBin([...drafterArgs], cwd);
+  const lb = await openLoad(shared, 8, 8, 0x1000);
+  const la = await openLoad(aloneBin, 8, 8, 0x2000);
+  const ls = await openLoad(singleBin, 1, 64, 0x3000);
+  const BLOCKS = QUICK ? 3 : 10;
+  for (let i = 0; i < BLOCKS; i++) {
+    await block(lb, STEPS / BLOCKS);
+    await block(la, STEPS / BLOCKS);
+    await block(ls, STEPS / BLOCKS);
+  }
+  const st = (await statsOf(shared)) as { histograms: Record<string, { mean: number; p99: number }> };
+  const batched = summary(lb);
+  const alone = summary(la);
+  const single = summary(ls);
+  await Promise.all([stopBin(shared), stopBin(aloneBin), stopBin(singleBin)]);
+  return {
+    batched,
+    alone,
+    single_session_64: single,
+    batch_entries_mean: r3(st.histograms.batch_entries?.mean ?? 0),
+    batch_steps_mean: r3(st.histograms.batch_steps?.mean ?? 0),
+    queue_ms_p99: r3((st.histograms.batch_queue_seconds?.p99 ?? 0) * 1000),
+    throughput_ratio_batched_vs_alone: r3(batched.steps_per_s / alone.steps_per_s),
+    p99_ratio_batched_vs_single: r3(batched.rtt_ms_p99 / single.rtt_ms_p99),
+  };
+}
+
+async function unsharedTax(drafterArgs: string[]) {
+  const k1 = await startBin([...drafterArgs]);
+  const k4 = await startBin([...drafterArgs, "--max-sessions", "4"]);
+  const s1 = await Session.open(k1, 0x4001, 8);
+  const s4 = await Session.open(k4, 0x4002, 8);
+  for (let i = 0; i < WARM * 4; i++) {
+    await s1.step(false);
+    await s4.step(false);
+  }
+  // Interleaved in blocks so that machine load hits both alike.
+  for (let block = 0; block < 10; block++) {
+    for (let i = 0; i < STEPS / 5; i++) await s1.step(true);
+    for (let i = 0; i < STEPS / 5; i++) await s4.step(true);
+  }
+  s1.close();
+  s4.close();
+  await Promise.all([stopBin(k1), stopBin(k4)]);
+  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+  const median = (xs: number[]) => pct(xs, 50);
+  return {
+    entries_per_step: 8,
+    k1_rtt_ms_mean: r3(mean(s1.rtts)),
+    k4_rtt_ms_mean: r3(mean(s4.rtts)),
+    k1_rtt_ms_p50: r3(median(s1.rtts)),
+    k4_rtt_ms_p50: r3(median(s4.rtts)),
+    ratio_mean: r3(mean(s4.rtts) / mean(s1.rtts)),
+    ratio_p50: r3(median(s4.rtts) / median(s1.rtts)),
+  };
+}
+
+async function settle(pid: number): Promise<number> {
+  await new Promise((r) => setTimeout(r, 500));
+  return rssOf(pid);
+}
+
+async function memory(windows: number) {
+  const slots = 64;
+  const g0 = { numTaps: head.numTaps, hidden: head.hidden, window: head.config.window };
+  const reservation = slots * g0.window * g0.numTaps * g0.hidden * 2;
+  const mwb = 4 * reservation;
+  const b = await startBin([
+    "--drafter",
+    "null",
+    "--num-taps",
+    String(g0.numTaps),
+    "--hidden",
+    String(g0.hidden),
+    "--window",
+    String(g0.window),
+    "--max-sessions",
+    "4",
+    "--max-window-bytes",
+    String(mwb),
+    "--slot-buffer-windows",
+    String(windows),
+  ]);
+  const idle = await settle(b.pid);
+  const fill = async (base: number) => {
+    const ss = await Promise.all([0, 1, 2, 3].map((k) => Session.open(b, base + k, slots)));
+    // Full windows, then rounds of appends (the slot buffers grow to what traffic needs).
+    for (const s of ss) {
+      await s.step(false, true);
+      for (let i = 0; i < 3 * g0.window; i++) await s.step(false);
+    }
+    return ss;
+  };
+  let ss = await fill(0x5000);
+  const full = await settle(b.pid);
+  const st = (await statsOf(b)) as { worker: { slot_bytes: number } };
+  for (const s of ss) s.close();
+  // Dropped by admission (their connections closed: droppable), then 5 more cycles.
+  for (let c = 1; c <= 5; c++) {
+    ss = await fill(0x5000 + 16 * c);
+    for (const s of ss) s.close();
+  }
+  const cycles = await settle(b.pid);
+  await stopBin(b);
+  const MiB = 1024 * 1024;
+  return {
+    slot_buffer_windows: windows,
+    max_window_bytes_mib: r3(mwb / MiB),
+    idle_rss_mib: r3(idle / MiB),
+    full_rss_mib: r3(full / MiB),
+    slot_bytes_mib: r3(st.worker.slot_bytes / MiB),
+    growth_over_idle_mib: r3((full - idle) / MiB),
+    within_max_window_bytes_plus_64mib: full <= idle + mwb + 64 * MiB,
+    rss_after_6_admit_fill_drop_cycles_mib: r3(cycles / MiB),
+    cycles_growth_over_full_mib: r3((cycles - full) / MiB),
+  };
+}
+
+/**
+ * The drafter alone, in this process, at 8 and 64 entries per call (full windows, greedy): the
+ * ceiling of what batching 8 STEPs of 8 entries can gain, `8 * t(8) / t(64)`.
+ */
+async function drafterScaling(d: { draft(b: unknown[], o: unknown): void | Promise<void>; numSpec: number }) {
+  const rb = head.numTaps * head.hidden * 2;
+  const W = head.config.window;
+  const pool = new Uint8Array(64 * W * rb);
+  for (let i = 0; i < pool.length; i += 2) pool[i + 1] = 0x3c + ((i >> 1) % 3); // small bf16 values
+  const batchOf = (n: number) =>
+    Array.from({ length: n }, (_, i) => ({
+      index: i,
+      slot: i,
+      anchorPos: 100 + i,
+      anchorToken: (i * 37) % head.vocabSize,
+      k: d.numSpec,
+      rows: pool.subarray(i * W * rb, (i + 1) * W * rb),
+      nRows: W,
+      sample: null,
+    }));
+  const outOf = (n: number) => ({
+    draftIds: new Int32Array(n * d.numSpec),
+    confidence: new Float32Array(n * d.numSpec),
+    margin: new Float32Array(n * d.numSpec),
+    sampledMask: null,
+    supportIds: null,
+    proposalQ: null,
+    numSpec: d.numSpec,
+    failed: new Uint8Array(n),
+  });
+  const time = async (n: number) => {
+    const b = batchOf(n);
+    const o = outOf(n);
+    for (let i = 0; i < WARM; i++) await d.draft(b, o);
+    const t0 = performance.now();
+    const reps = QUICK ? 10 : 40;
+    for (let i = 0; i < reps; i++) await d.draft(b, o);
+    return (performance.now() - t0) / reps;
+  };
+  const t8 = await time(8);
+  const t64 = await time(64);
+  return { call_ms_8: r3(t8), call_ms_64: r3(t64), ceiling_8x8_vs_64: r3((8 * t8) / t64) };
+}
+
+async function main(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), "tapwire-bench-shared-"));
+  try {
+    const onnxMod = (await import(join(ONNX_PKG, "dist", "index.js"))) as {
+      exportReferenceHead(h: unknown): Uint8Array;
+      OnnxDrafter: {
+        create(m: Uint8Array, o: Record<string, unknown>): Promise<Parameters<typeof drafterScaling>[0]>;
+      };
+    };
+    const model = join(dir, "head.onnx");
+    const bytes = onnxMod.exportReferenceHead(head);
+    writeFileSync(model, bytes);
+    const { ReferenceDrafter } = await import("../src/index.js");
+    const scaling = {
+      onnx: await drafterScaling(await onnxMod.OnnxDrafter.create(bytes, { intraOpThreads: 1 })),
+      reference: await drafterScaling(
+        new ReferenceDrafter(head) as unknown as Parameters<typeof drafterScaling>[0],
+      ),
+    };
+    const onnx = ["--drafter", "onnx", "--model", model, "--onnx-threads", "1"];
+    const out = {
+      bench: "worker shared (CONTRACT 12.1)",
+      quick: QUICK,
+      steps_per_session: STEPS,
+      drafter_alone_in_process: scaling,
+      onnx: await batching(onnx, ONNX_PKG),
+      reference: await batching(["--drafter", "reference"]),
+      unshared_tax_reference: await unsharedTax(["--drafter", "reference"]),
+      unshared_tax_null: await unsharedTax([
+        "--drafter",
+        "null",
+        "--num-taps",
+        "3",
+        "--hidden",
+        "1024",
+        "--window",
+        "16",
+      ]),
+      memory: [await memory(2), await memory(4)],
+    };
+    process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+void main().then(
+  () => process.exit(0),
+  (e: unknown) => {
+    process.stderr.write(`bench:shared failed: ${e instanceof Error ? e.stack : String(e)}\n`);
+    process.exit(1);
+  },
+);
