@@ -127,6 +127,8 @@ class SendQueue {
   readonly #onDrop: (() => void) | null;
   #busy = false;
   #closed = false;
+  /** When set: a send refused with EAGAIN is retried while this returns true. */
+  retryWhile: (() => boolean) | null = null;
 
   /** `max`: messages waiting in JS at most; more are dropped (`onDrop`). Default unbounded. */
   constructor(sock: Router | Dealer, log: Logger, max = Number.POSITIVE_INFINITY, onDrop?: () => void) {
@@ -165,6 +167,13 @@ class SendQueue {
       try {
         await this.#sock.send(frames);
       } catch (err) {
+        // Issue 19: a DEALER that never waits (sendTimeout 0) is full for a moment in a burst: try
+        // again while its connection is up (never once it went down: that is the successor's).
+        if ((err as { code?: unknown }).code === "EAGAIN" && this.retryWhile?.() === true) {
+          this.#queue.unshift(frames);
+          await new Promise((r) => setTimeout(r, 1));
+          continue;
+        }
         if (!this.#closed) this.#log.warn({ err: (err as Error).message }, "zmq send failed");
       }
     }
@@ -348,6 +357,7 @@ export class ZmqDealerClient {
         : { curveServerKey: c.serverKey, curvePublicKey: c.publicKey, curveSecretKey: c.secretKey }),
     });
     this.#out = new SendQueue(this.#sock, this.#log);
+    this.#out.retryWhile = () => this.#link === "up" && !this.#closed;
     this.#sock.events.on("handshake", () => {
       this.#up = true;
       this.#link = "up";
