@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { readFileSync } from "node:fs";
+import { lstatSync, readFileSync } from "node:fs";
 import type { Logger, MetricsServer } from "@tapwire/stats";
 import {
   createLogger,
@@ -445,6 +445,7 @@ async function main(argv: string[]): Promise<void> {
       throw new BinError(`--metrics-listen ${String(v["metrics-listen"])}: ${(err as Error).message}`, err);
     }
   }
+  currentData = opts.data;
   try {
     producer = await EcProducer.start(opts);
   } catch (err) {
@@ -567,10 +568,23 @@ const USAGE_CODES = new Set([
   "STATS_NO_ADVERTISE",
 ]);
 
+/** The `--data` endpoint being started (a unix path that is not a socket is configuration). */
+let currentData: string | undefined;
+
+/** True for `unix://PATH` where PATH exists and is not a socket: binding can never succeed. */
+function notASocket(endpoint: string | undefined): boolean {
+  if (endpoint === undefined || !endpoint.startsWith("unix://")) return false;
+  try {
+    return !lstatSync(endpoint.slice("unix://".length)).isSocket();
+  } catch {
+    return false;
+  }
+}
+
 /** The exit-code policy (docs/operations.md "Exit codes"): 2 usage/config, 75 bind failure, 1 other. */
 function exitCode(err: unknown): number {
   if (err instanceof UsageError) return EXIT.USAGE;
-  if (isBindFailure(err)) return EXIT.TEMPFAIL;
+  if (isBindFailure(err)) return notASocket(currentData) ? EXIT.USAGE : EXIT.TEMPFAIL;
   const inner = err instanceof BinError ? err.cause : err;
   const code = (inner as { code?: unknown } | null)?.code;
   if (
