@@ -31,6 +31,7 @@ import {
   type StepOutcome,
 } from "../src/index.js";
 import { WORKER_BIN } from "../test/worker-bin.js";
+import { poolRows } from "./pool.js";
 
 const NUM_TAPS = 3;
 const HIDDEN = 4096;
@@ -584,6 +585,12 @@ async function main(): Promise<void> {
   } finally {
     await worker.kill();
   }
+  // pool rows (issue 21): a round over 2 members vs one member, same run (bench/pool.ts)
+  let pool: Record<string, unknown> | null = null;
+  if (process.env.BENCH_POOL !== "0") {
+    process.stderr.write("client bench: pool rows\n");
+    pool = await poolRows();
+  }
   process.stdout.write(
     `${JSON.stringify(
       {
@@ -600,6 +607,7 @@ async function main(): Promise<void> {
         seconds: Math.round((performance.now() - t0) / 100) / 10,
         results,
         allocation,
+        pool,
       },
       null,
       2,

@@ -495,12 +495,22 @@ export class RemoteDraftClient {
   /**
    * Takes a new random session id and reconnects at once (CONTRACT 6.2): the HELLO with the new
    * id makes the worker drop every window; the epoch change then resyncs every live slot. For
-   * STALE_GENERATION (7.1) and before the seq would wrap.
+   * STALE_GENERATION (7.1) and before the seq would wrap. A {@link WorkerPool} passes
+   * `sessionId`, the process's new id, so that every member uses the same one (CONTRACT 12.2).
+   *
+   * @throws ClientError `CLIENT_BAD_ARGUMENT` for a `sessionId` that is not a non-zero u32.
    */
-  newSession(reason: string): void {
+  newSession(reason: string, sessionId?: number): void {
+    if (sessionId !== undefined && (!Number.isInteger(sessionId) || sessionId < 1 || sessionId > SEQ_MAX)) {
+      throw new ClientError("CLIENT_BAD_ARGUMENT", `sessionId ${sessionId} is not a non-zero u32`);
+    }
     if (!this.#live()) return;
     const old = this.#session;
-    this.#takeSession();
+    if (sessionId !== undefined && sessionId !== old) {
+      this.#session = sessionId;
+      this.#seq = 0;
+      this.#c.newSessions.inc();
+    } else this.#takeSession();
     this.#log.error(
       { session: this.#session, previous: old, reason },
       `tapwire client: new session 0x${this.#session.toString(16).padStart(8, "0")}: ${reason}`,

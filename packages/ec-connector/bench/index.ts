@@ -10,10 +10,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+import { Dealer } from "zeromq";
 import { ConsumerConnector, crc32Info } from "../src/index.js";
 
 const PRODUCER = fileURLToPath(new URL("../src/bin/producer.ts", import.meta.url));
 const RAW_SERVER = fileURLToPath(new URL("./raw-server.ts", import.meta.url));
+const ZMQ_ECHO = fileURLToPath(new URL("./zmq-echo.ts", import.meta.url));
 
 const MiB = 1024 * 1024;
 const BB = 65_536;
@@ -142,6 +144,19 @@ async function main(): Promise<void> {
   const results: Record<string, unknown> = {};
   const throughput: Record<string, unknown>[] = [];
   const latency: Record<string, unknown>[] = [];
+  const control: Record<string, unknown>[] = [];
+  // Raw ZeroMQ DEALER/ROUTER round trip (the control target's baseline), in a child like the producer.
+  const zmqChild = await spawnChild(ZMQ_ECHO, []);
+  const zmqDealer = new Dealer({ linger: 0 });
+  zmqDealer.connect(String(zmqChild.line["endpoint"]));
+  const zmqMsg = new Uint8Array(200); // about an XferReq's size
+  const zmqRtt = async (): Promise<number> => {
+    const t0 = performance.now();
+    await zmqDealer.send(zmqMsg);
+    await zmqDealer.receive();
+    return performance.now() - t0;
+  };
+  for (let i = 0; i < 50; i++) await zmqRtt();
   for (const kind of ["tcp", "unix"] as const) {
     const unixPath = join(tmpdir(), `ec-bench-${process.pid}-${kind}.sock`);
     const prodChild = await spawnChild(PRODUCER, [
@@ -171,6 +186,13 @@ async function main(): Promise<void> {
         blockBytes: BB,
         compatibility: producer.compatibilityHash,
       }),
+      // Read-ahead (docs/ec-protocol.md 3.2, off by default), CRC on: against `crc` in the same run.
+      crcAhead: await ConsumerConnector.create({
+        numBlocks: BLOCKS,
+        blockBytes: BB,
+        compatibility: producer.compatibilityHash,
+        readAhead: true,
+      }),
       crcThread: await ConsumerConnector.create({
         numBlocks: BLOCKS,
         blockBytes: BB,
@@ -195,6 +217,7 @@ async function main(): Promise<void> {
       const crcTimes: number[] = [];
       const crcThreadTimes: number[] = [];
       const noCrcTimes: number[] = [];
+      const noAheadTimes: number[] = [];
       // interleave so background load hits all three alike
       for (let i = 0; i < iters; i++) {
         const t0 = performance.now();
@@ -203,6 +226,7 @@ async function main(): Promise<void> {
         crcTimes.push(await fetchOne(conns.crc, producer.controlEndpoint, `emb-${n}`, n));
         crcThreadTimes.push(await fetchOne(conns.crcThread, producer.controlEndpoint, `emb-${n}`, n));
         noCrcTimes.push(await fetchOne(conns.nocrc, producer.controlEndpoint, `emb-${n}`, n));
+        noAheadTimes.push(await fetchOne(conns.crcAhead, producer.controlEndpoint, `emb-${n}`, n));
       }
       const gbps = (ms: number) => round(n / (ms / 1000) / 1e9, 3);
       const raw = median(rawTimes);
@@ -225,6 +249,8 @@ async function main(): Promise<void> {
         ratio_crc_vs_raw: round(raw / crc),
         ratio_crc_thread_vs_raw: round(raw / crcThread),
         ratio_nocrc_vs_raw: round(raw / nocrc),
+        ec_crc_read_ahead_median_ms: round(median(noAheadTimes)),
+        ratio_crc_read_ahead_vs_raw: round(raw / median(noAheadTimes)),
         // time the control plane + protocol add per transfer (CRC off: data bytes are the same)
         overhead_ms_nocrc: round(nocrc - raw),
         // best-of-N: what the path does when the (shared) machine leaves it alone
@@ -247,6 +273,28 @@ async function main(): Promise<void> {
         const t0 = performance.now();
         await rawClient.fetch(n);
         rawXs.push(performance.now() - t0);
+      }
+      if (n === 1024) {
+        // EC-CONTRACT 5/6 target (issue 23): a 1 KiB transfer (control round trip + a tiny read)
+        // against the raw ZeroMQ round trip, interleaved.
+        const ecXs: number[] = [];
+        const zXs: number[] = [];
+        const oldXs: number[] = [];
+        for (let i = 0; i < 2 * LAT_ITER; i++) {
+          ecXs.push(await fetchOne(conns.crc, producer.controlEndpoint, h, n));
+          oldXs.push(await fetchOne(conns.crcAhead, producer.controlEndpoint, h, n));
+          zXs.push(await zmqRtt());
+        }
+        control.push({
+          kind,
+          iterations: 2 * LAT_ITER,
+          ec_1k_transfer_p50_ms: round(median(ecXs)),
+          raw_zmq_rtt_p50_ms: round(median(zXs)),
+          ratio_ec_1k_to_raw_zmq: round(median(ecXs) / median(zXs)),
+          ec_1k_read_ahead_p50_ms: round(median(oldXs)),
+          ratio_read_ahead_to_raw_zmq: round(median(oldXs) / median(zXs)),
+          target: "<= 1.5",
+        });
       }
       latency.push({
         kind,
@@ -272,6 +320,15 @@ async function main(): Promise<void> {
     "producer (tapwire-ec-producer) and raw server each in a child process, consumer in the bench process; medians; ratio = raw_time / ec_time (1.0 = as fast as raw)";
   results["throughput"] = throughput;
   results["latency"] = latency;
+  results["control"] = control;
+  results["targets"] = throughput.map((t) => ({
+    kind: t["kind"],
+    bytes: t["bytes"],
+    ratio_crc_vs_raw: t["ratio_crc_vs_raw"],
+    target: Number(t["bytes"]) <= 1 << 20 ? ">= 0.8" : ">= 0.9",
+  }));
+  zmqDealer.close();
+  zmqChild.proc.kill("SIGTERM");
   process.stdout.write(`${JSON.stringify(results, null, 2)}\n`);
 }
 

@@ -123,8 +123,20 @@ export async function createWorker(options: WorkerOptions): Promise<Worker> {
   }
   const limits = connectionLimits(options, core.maxMessageBytes);
   const conns = new WeakMap<ConnInfo, FrameConn>();
-  const handler = (req: Uint8Array, conn: ConnInfo, placed?: unknown) =>
-    core.handle(req, frameConnOf(conns, conn), placed);
+  // Compaction between STEPs: once per event-loop turn that answered a frame, after the reply
+  // was written (setImmediate runs after this turn's I/O callbacks).
+  let prepareQueued = false;
+  const prepare = () => {
+    prepareQueued = false;
+    core.prepareWindows();
+  };
+  const handler = (req: Uint8Array, conn: ConnInfo, placed?: unknown) => {
+    if (!prepareQueued) {
+      prepareQueued = true;
+      setImmediate(prepare);
+    }
+    return core.handle(req, frameConnOf(conns, conn), placed);
+  };
   // Inferred, not annotated: the limit hooks are of @tapwire/transport's CONTRACT 11 options.
   const serverOptions = {
     maxMessageBytes: core.maxMessageBytes,

@@ -153,6 +153,19 @@ export function parseArgs(argv: readonly string[]): ParseResult {
 
 /** Cross-flag checks (each flag alone is checked while parsing). */
 export function validate(cfg: HarnessConfig): void {
+  // a multi-instance run (src/multi/): tcp links, local media (see docs/harness.md)
+  if (cfg.discovery === "none" && (cfg.engines > 1 || cfg.workers > 1)) {
+    throw usage("--engines / --workers above 1 need --discovery static or etcd");
+  }
+  if (cfg.discovery !== "none" && cfg.draftTransport !== "tcp") {
+    throw usage("--discovery: multi-instance runs use --draft-transport tcp");
+  }
+  if (cfg.discovery !== "none" && cfg.topology !== "local") {
+    throw usage("--discovery: multi-instance runs use the local topology");
+  }
+  if (cfg.discovery !== "none" && cfg.encoders > 0 && cfg.encoders !== cfg.engines) {
+    throw usage(`--encoders: ${cfg.encoders}: 0 or one per engine (${cfg.engines}) in a multi-instance run`);
+  }
   if (cfg.topK > cfg.vocab) throw usage(`--top-k: ${cfg.topK} above --vocab ${cfg.vocab}`);
   if (cfg.sample && cfg.vocab < 32)
     throw usage("--vocab: sampled sessions need at least 32 tokens (CONTRACT 6.1)");

@@ -99,6 +99,17 @@ export interface HarnessConfig {
   progress: ProgressMode;
   /** Log child processes' stderr and the engine's debug lines. */
   verbose: boolean;
+  // many instances (issue 21, CONTRACT 12.2): src/multi/
+  /** Engines, each with its own WorkerPool (in this process, one session each). */
+  engines: number;
+  /** Drafter worker processes, shared (`--max-sessions` = engines). */
+  workers: number;
+  /** Where the pools find the workers: `none` (one engine, one worker: the classic run), `static` or `etcd`. */
+  discovery: "none" | "static" | "etcd";
+  /** How long `--faults` keeps etcd stopped in a multi-instance run, ms. */
+  etcdDownMs: number;
+  /** Encoder processes of a multi-instance run: 0 (local media) or one per engine; -1: one per engine. */
+  encoders: number;
 }
 
 /** Defaults of the normal (greedy) scenario: `pnpm start` runs exactly this. */
@@ -145,6 +156,11 @@ export const DEFAULTS: Readonly<HarnessConfig> = Object.freeze({
   link: "none",
   progress: "auto",
   verbose: false,
+  engines: 1,
+  workers: 1,
+  discovery: "none",
+  etcdDownMs: 10_000,
+  encoders: -1,
 } satisfies HarnessConfig);
 
 /** Defaults that change with `--sample` unless given: many short requests for the statistical test. */

@@ -144,6 +144,40 @@ export const FLAGS: Record<string, FlagSpec> = {
   ),
   "--progress": oneOf("progress", PROGRESS_MODES, "M", "auto | bar | lines | off"),
   "--verbose": bool("verbose", "pass child process logs through to stderr"),
+  "--engines": int(
+    "engines",
+    1,
+    16,
+    "E",
+    "engines, each with its own worker pool (multi-instance run, docs/harness.md)",
+  ),
+  "--workers": int(
+    "workers",
+    1,
+    16,
+    "K",
+    "drafter worker processes shared by the engines (multi-instance run)",
+  ),
+  "--discovery": oneOf(
+    "discovery",
+    ["none", "static", "etcd"],
+    "D",
+    "how pools find workers: static list or etcd (starts an etcd child)",
+  ),
+  "--encoders": int(
+    "encoders",
+    -1,
+    16,
+    "N",
+    "multi-instance run: encoder processes, 0 (local media) or one per engine (-1: one per engine)",
+  ),
+  "--etcd-down-ms": int(
+    "etcdDownMs",
+    0,
+    600_000,
+    "MS",
+    "with --faults --discovery etcd: how long etcd stays stopped",
+  ),
   "--help": bool("help", "print this help and exit"),
 };
 

@@ -81,7 +81,8 @@ export function parseHostPort(endpoint: string): { host: string; port: number } 
   return { host: m[1] as string, port: Number(m[2]) };
 }
 
-function workerArgsFor(cfg: HarnessConfig, weights: string): string[] {
+/** The worker flags of a run (drafter, geometry, name); the caller adds `--listen` and the rest. */
+export function workerArgsFor(cfg: HarnessConfig, weights: string): string[] {
   return [
     // onnx: the worker exports the same safetensors to ONNX in memory (@tapwire/drafter-onnx)
     ...(cfg.drafter === "onnx"

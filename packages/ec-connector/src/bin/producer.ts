@@ -21,6 +21,7 @@ import { EC_PRODUCER_DEFAULTS, EcProducer, PRODUCER_HEARTBEAT } from "../produce
 import { PRODUCER_DEFAULTS } from "../producer-session.js";
 import { HEARTBEAT_DEFAULTS } from "../zmq.js";
 import { checkTlsFiles, EXIT, flagNames, isBindFailure } from "./exit.js";
+import { REGISTER_FLAGS, startRegistration } from "./register.js";
 
 const NAME = "tapwire-ec-producer";
 
@@ -181,6 +182,7 @@ const FLAGS = {
     help: 'log a "stats" line this often (0: off)',
     def: 0,
   },
+  ...REGISTER_FLAGS,
   "exit-with-parent": {
     kind: "boolean",
     help: "exit (as on SIGTERM) when stdin reaches end-of-file: a supervisor holds stdin open as a pipe, so the producer ends with it whatever signal killed it",
@@ -493,6 +495,7 @@ async function main(argv: string[]): Promise<void> {
     },
     "listening",
   );
+  const unregister = await startRegistration(v, p, log); // --register (issue 21)
   const statsTimer =
     statsEvery > 0 ? setInterval(() => log.info({ stats: p.stats() }, "stats"), statsEvery) : null;
   const stop = (signal: string) => {
@@ -500,8 +503,8 @@ async function main(argv: string[]): Promise<void> {
     stopping = true;
     if (statsTimer !== null) clearInterval(statsTimer);
     always.info({ signal }, "closing");
-    void p
-      .close()
+    void (unregister?.() ?? Promise.resolve())
+      .then(() => p.close())
       .then(async () => {
         await metrics?.close();
         always.info({ signal, stats: p.stats() }, "closed");

@@ -6,6 +6,7 @@ import { DEFAULT_DRAFT_CONFIG, DEFAULT_TARGET_CONFIG } from "@tapwire/reference-
 import { DEFAULT_METRICS_LISTEN, LOG_LEVELS } from "@tapwire/stats";
 import { CORE_DEFAULTS } from "../options.js";
 import { DEFAULT_LISTEN, WORKER_DEFAULTS } from "../worker.js";
+import { REGISTER_FLAGS } from "./register-flags.js";
 
 /** A command-line mistake: the bin prints its one-line message and exits 2. */
 export class UsageError extends Error {
@@ -265,6 +266,7 @@ export const FLAGS = {
     note: "yes, or env TAPWIRE_WORKER_RECEIVE_IN_PLACE",
     help: "receive large STEPs' rows straight into the slot windows (tcp, unix, tls)",
   },
+  ...REGISTER_FLAGS,
   "exit-with-parent": {
     section: "Other",
     kind: { t: "bool" },

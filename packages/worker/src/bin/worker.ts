@@ -30,6 +30,7 @@ import type { ParsedFlags } from "./flags.js";
 import { FLAGS, helpText, intFlag, numFlag, parseFlags, strFlag, UsageError } from "./flags.js";
 import { printIdentities } from "./identities.js";
 import { locateOnnxDrafter } from "./onnx-import.js";
+import { checkRegisterFlags, startRegistration } from "./register.js";
 
 function hex32(name: string, v: string | undefined): Uint8Array | undefined {
   if (v === undefined) return undefined;
@@ -56,6 +57,7 @@ function checkUsage(p: ParsedFlags): void {
   if (p.advertise !== undefined) advertiseOrUsage(() => parseAdvertise(p.advertise!));
   hex32("drafter-identity", p["drafter-identity"]);
   hex32("markov-identity", p["markov-identity"]);
+  checkRegisterFlags(p); // --register (issue 21)
 }
 
 async function buildDrafter(p: ParsedFlags): Promise<Drafter> {
@@ -305,12 +307,21 @@ async function run(p: ParsedFlags, log: Logger, stopSignal: Promise<string>): Pr
     },
     "listening",
   );
+  // --register (issue 21): the record names the advertised endpoints of the listening line
+  const registration = await startRegistration(
+    p,
+    worker,
+    drafter,
+    log,
+    advertised.map((a) => a.endpoint),
+  );
   const signal = await stopSignal;
   state.closing = true;
   log.info({ signal }, "closing");
   // Orphaned: nobody will send SIGKILL if closing hangs, so bound it.
   if (signal === PARENT_EXIT) setTimeout(() => process.exit(1), 10_000).unref();
   try {
+    await registration?.stop();
     await worker.close();
     await metrics?.close();
   } catch (e) {
