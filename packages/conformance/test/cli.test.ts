@@ -42,6 +42,17 @@ describe("tapwire-conformance --list", () => {
     expect(ids.length).toBeGreaterThan(40);
     expect(ids.every((i) => i.startsWith("7.2."))).toBe(true);
   });
+  it("ec-producer --events --list prints the EC-CONTRACT 10 cases (issue 22)", async () => {
+    const r = await bin(["ec-producer", "--events", "tcp://127.0.0.1:1", "--list"]);
+    expect(r.code).toBe(0);
+    const ids = r.stdout
+      .trim()
+      .split("\n")
+      .map((l) => l.split(" ")[0]!);
+    expect(ids).toContain("10.1.3");
+    expect(ids).toContain("10.2.22");
+    expect(ids.every((i) => i.startsWith("10."))).toBe(true);
+  });
   it("a bad flag is a usage error (exit 2)", async () => {
     const r = await bin(["worker", "tcp://127.0.0.1:1", "--sample-mode", "beam"]);
     expect(r.code).toBe(2);
@@ -52,6 +63,7 @@ describe("tapwire-conformance --list", () => {
     [["worker", "tcp://127.0.0.1:1", "--bogus", "1"], /unknown flag --bogus/],
     [["ec-producer", "tcp://127.0.0.1:1", "-x"], /unknown flag -x/],
     [["beam"], /mode beam is not worker/],
+    [["ec-producer", "--events", "tcp://127.0.0.1:1"], /ec-producer --events needs --replay/],
   ])("usage error %j: one line naming it, exit 2", async (args, msg) => {
     const r = await bin(args);
     expect(r.code).toBe(2);

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { Dealer } from "zeromq";
-import { ConsumerConnector, crc32Info } from "../src/index.js";
+import { ConsumerConnector, crc32Info, EcAdminClient, EcDirectory } from "../src/index.js";
 
 const PRODUCER = fileURLToPath(new URL("../src/bin/producer.ts", import.meta.url));
 const RAW_SERVER = fileURLToPath(new URL("./raw-server.ts", import.meta.url));
@@ -140,8 +140,94 @@ async function fetchOne(conn: ConsumerConnector, producer: string, h: string, n:
 
 let producerCrcImpl = "";
 
+/**
+ * EC-CONTRACT 10: the cost of residency events on transfer throughput at 16 MiB. Two producer
+ * children, one with events (and an EcDirectory subscribed to it), one without; before each timed
+ * transfer both get the same untimed-but-concurrent churn (encode a fresh 1 KiB item, evict the
+ * previous one: two events on the one that publishes), so the publishing overlaps the transfer.
+ * Interleaved; ratio = events_off_time / events_on_time (1.0 = no cost).
+ */
+async function eventsRow(): Promise<Record<string, unknown>> {
+  const n = 16 * MiB;
+  const iters = 2 * ITER[n]!;
+  const common = [
+    "--num-blocks",
+    String(BLOCKS),
+    "--block-bytes",
+    String(BB),
+    "--prepopulate",
+    `emb:${n}`,
+    "--log-level",
+    "warn",
+  ];
+  const on = await spawnChild(PRODUCER, [
+    ...common,
+    "--events-listen",
+    "tcp://127.0.0.1:0",
+    "--replay-listen",
+    "tcp://127.0.0.1:0",
+  ]);
+  const off = await spawnChild(PRODUCER, common);
+  const dir = new EcDirectory({
+    producers: [
+      {
+        control: String(on.line["control"]),
+        events: String(on.line["events"]),
+        replay: String(on.line["replay"]),
+      },
+    ],
+  });
+  const sides = [on, off].map((c) => ({
+    control: String(c.line["control"]),
+    admin: new EcAdminClient(String(c.line["admin"])),
+    times: [] as number[],
+  }));
+  const conn = await ConsumerConnector.create({
+    numBlocks: BLOCKS,
+    blockBytes: BB,
+    compatibility: String(on.line["compatibilityHash"]),
+  });
+  for (const s of sides) await fetchOne(conn, s.control, "emb", n); // warm up
+  for (let i = 0; i < iters; i++) {
+    // alternate which side goes first (the second one finds warmer caches)
+    for (const s of i % 2 === 0 ? sides : [...sides].reverse()) {
+      void s.admin.encode(`churn-${i}`, 1024).catch(() => undefined);
+      if (i > 0) void s.admin.evict(`churn-${i - 1}`).catch(() => undefined);
+      s.times.push(await fetchOne(conn, s.control, "emb", n));
+    }
+  }
+  const published = (dir.views()[0]?.seq ?? 0) as number;
+  const [onT, offT] = sides.map((s) => median(s.times)) as [number, number];
+  await conn.close();
+  dir.close();
+  for (const s of sides) s.admin.close();
+  on.proc.kill("SIGTERM");
+  off.proc.kill("SIGTERM");
+  const gbps = (ms: number) => round(n / (ms / 1000) / 1e9, 3);
+  return {
+    kind: "tcp",
+    bytes: n,
+    iterations: iters,
+    events_off_median_ms: round(offT),
+    events_off_gb_s: gbps(offT),
+    events_on_median_ms: round(onT),
+    events_on_gb_s: gbps(onT),
+    ratio_on_vs_off: round(offT / onT),
+    cost_pct: round((onT / offT - 1) * 100, 2),
+    // best-of-N: what each path does when the shared machine leaves it alone
+    best_cost_pct: round((Math.min(...sides[0]!.times) / Math.min(...sides[1]!.times) - 1) * 100, 2),
+    events_seen_by_directory: published,
+  };
+}
+
 async function main(): Promise<void> {
   const results: Record<string, unknown> = {};
+  if (process.env["EC_BENCH_ONLY"] === "events") {
+    // the events row alone (docs/benchmarks.md: the events cost on a busy machine)
+    process.stdout.write(`${JSON.stringify({ node: process.version, events: await eventsRow() }, null, 2)}
+`);
+    return;
+  }
   const throughput: Record<string, unknown>[] = [];
   const latency: Record<string, unknown>[] = [];
   const control: Record<string, unknown>[] = [];
@@ -319,6 +405,7 @@ async function main(): Promise<void> {
   results["note"] =
     "producer (tapwire-ec-producer) and raw server each in a child process, consumer in the bench process; medians; ratio = raw_time / ec_time (1.0 = as fast as raw)";
   results["throughput"] = throughput;
+  results["events"] = await eventsRow();
   results["latency"] = latency;
   results["control"] = control;
   results["targets"] = throughput.map((t) => ({

@@ -17,6 +17,8 @@ export {
 export type { EchoServer } from "./echo.js";
 export { startEchoServer } from "./echo.js";
 export { TestingError, TestingErrorCode } from "./errors.js";
+export type { EtcdChild, StartEtcdOptions } from "./etcd.js";
+export { ETCD_BIN, startEtcd } from "./etcd.js";
 export type { FakeTimer } from "./fake-clock.js";
 export { FakeClock } from "./fake-clock.js";
 export type {

@@ -8,8 +8,11 @@
 import { writeFileSync } from "node:fs";
 import { checkJsonPath, helpText, parseArgs } from "../cli/cli.js";
 import { HarnessError, HarnessErrorCode } from "../errors.js";
+import { formatMultiReport } from "../multi/multi-report.js";
+import { isMulti, runMulti } from "../multi/run-multi.js";
 import { stopAllChildren } from "../procs/procs.js";
 import { forwardSignal, isNetnsRun, superviseNetns } from "../procs/topology-netns.js";
+import { reportPictures, writePictures } from "../report/pictures.js";
 import { formatReport } from "../report/report.js";
 import { runHarness } from "../run.js";
 
@@ -30,6 +33,13 @@ async function main(): Promise<number> {
     return 0;
   }
   const cfg = parsed.config;
+  if (isMulti(cfg)) {
+    // --engines / --workers / --discovery (issue 21): src/multi/
+    const m = await runMulti(cfg, (l) => process.stderr.write(`[harness] ${l}\n`));
+    process.stdout.write(formatMultiReport(m.report));
+    if (cfg.json !== null) writeFileSync(cfg.json, `${JSON.stringify(m.report, null, 2)}\n`);
+    return m.exitCode;
+  }
   if (cfg.topology === "netns" && !isNetnsRun()) {
     // builds the namespaces and runs this bin again inside the engine's (procs/topology-netns.ts)
     try {
@@ -47,6 +57,11 @@ async function main(): Promise<number> {
   const { report, exitCode } = await runHarness(cfg);
   process.stdout.write(formatReport(report));
   if (cfg.json !== null) writeFileSync(cfg.json, `${JSON.stringify(report, null, 2)}\n`);
+  if (cfg.svg !== null) {
+    for (const p of writePictures(cfg.svg, reportPictures(report, report.stepRttHistogram ?? null))) {
+      process.stderr.write(`tapwire-harness: wrote ${p}\n`);
+    }
+  }
   return exitCode;
 }
 

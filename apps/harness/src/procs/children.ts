@@ -81,7 +81,8 @@ export function parseHostPort(endpoint: string): { host: string; port: number } 
   return { host: m[1] as string, port: Number(m[2]) };
 }
 
-function workerArgsFor(cfg: HarnessConfig, weights: string): string[] {
+/** The worker flags of a run (drafter, geometry, name); the caller adds `--listen` and the rest. */
+export function workerArgsFor(cfg: HarnessConfig, weights: string): string[] {
   return [
     // onnx: the worker exports the same safetensors to ONNX in memory (@tapwire/drafter-onnx)
     ...(cfg.drafter === "onnx"
@@ -218,8 +219,10 @@ function encoderArgsFor(
   dir: string,
   geo: EcGeometry,
   host: string,
+  name?: string,
 ): (control: string, data?: string) => string[] {
-  const dataListen = cfg.ecData === "unix" ? `unix://${join(dir, "ec-data.sock")}` : `tcp://${host}:0`;
+  const dataListen =
+    cfg.ecData === "unix" ? `unix://${join(dir, `${name ?? "ec"}-data.sock`)}` : `tcp://${host}:0`;
   const { compat, hb } = geo;
   return (control: string, data = dataListen) => [
     "--control",
@@ -250,7 +253,7 @@ function encoderArgsFor(
     "--heartbeat-ttl-ms",
     String(hb.ttlMs),
     "--name",
-    "harness-encoder",
+    `harness-${name ?? "encoder"}`,
     "--log-level",
     "info",
   ];
@@ -266,16 +269,21 @@ export interface StartedEncoder {
 }
 
 /** Starts the encoder (EC producer) with the cache geometry `geo`. */
-export async function startEncoder(scope: RunScope, geo: EcGeometry): Promise<StartedEncoder> {
+export async function startEncoder(
+  scope: RunScope,
+  geo: EcGeometry,
+  more: { name?: string; args?: string[] } = {},
+): Promise<StartedEncoder> {
   const { cfg } = scope;
   const bind = scope.topology.bindHost("encoder");
   const host = scope.topology.address("encoder");
-  const encoderArgs = encoderArgsFor(cfg, scope.dir, geo, bind);
+  const base = encoderArgsFor(cfg, scope.dir, geo, bind, more.name);
+  const encoderArgs = (control: string, data?: string) => [...base(control, data), ...(more.args ?? [])];
   const encoderScript = binPath("@tapwire/ec-connector", "tapwire-ec-producer");
   // the producer's own metrics endpoint, announced (not merged into ours: its tapwire_ec_
   // families would clash with the engine-side consumer's)
   const encoderMetrics: string[] = [];
-  if (scope.metricsAt !== null && binHasFlag(encoderScript, "--metrics-listen")) {
+  if (more.name === undefined && scope.metricsAt !== null && binHasFlag(encoderScript, "--metrics-listen")) {
     const port = await freePort();
     encoderMetrics.push("--metrics-listen", `tcp://${host}:${port}`);
     scope.urls.encoder = `http://${host}:${port}/metrics`;
@@ -285,7 +293,7 @@ export async function startEncoder(scope: RunScope, geo: EcGeometry): Promise<St
   const remoteAdmin = scope.topology.remote ? ["--admin", `tcp://${host}:0`, "--admin-allow-remote"] : [];
   const advertise = advertiseArgs(scope, "encoder");
   const encoder = new ChildService({
-    name: "encoder",
+    name: more.name ?? "encoder",
     script: encoderScript,
     exitWithParent: binHasFlag(encoderScript, "--exit-with-parent"),
     args: [...encoderArgs(`tcp://${bind}:0`), ...encoderMetrics, ...remoteAdmin, ...advertise],
@@ -314,12 +322,18 @@ export async function startEncoder(scope: RunScope, geo: EcGeometry): Promise<St
     typeof el["admin"] === "string" && binHasFlag(encoder.script, "--admin") ? ["--admin", el["admin"]] : [];
   const pinData =
     scope.topology.remote && typeof el["data"] === "string" ? rebind(el["data"], bind) : undefined;
+  // EC-CONTRACT 10: the events and replay endpoints too (a subscriber reconnects to them)
+  const pinEvents =
+    typeof el["events"] === "string" && typeof el["replay"] === "string"
+      ? ["--events-listen", el["events"], "--replay-listen", el["replay"]]
+      : [];
   encoder.setArgs([
-    ...encoderArgs(rebind(producerEndpoint, bind), pinData),
+    ...base(rebind(producerEndpoint, bind), pinData),
     ...advertise,
     ...encoderMetrics,
     ...pinAdmin,
     ...(pinAdmin.length > 0 && scope.topology.remote ? ["--admin-allow-remote"] : []),
+    ...(pinEvents.length > 0 ? pinEvents : (more.args ?? [])),
   ]);
   return { encoder, producerEndpoint, listening: el };
 }

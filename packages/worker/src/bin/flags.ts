@@ -6,6 +6,7 @@ import { DEFAULT_DRAFT_CONFIG, DEFAULT_TARGET_CONFIG } from "@tapwire/reference-
 import { DEFAULT_METRICS_LISTEN, LOG_LEVELS } from "@tapwire/stats";
 import { CORE_DEFAULTS } from "../options.js";
 import { DEFAULT_LISTEN, WORKER_DEFAULTS } from "../worker.js";
+import { REGISTER_FLAGS } from "./register-flags.js";
 
 /** A command-line mistake: the bin prints its one-line message and exits 2. */
 export class UsageError extends Error {
@@ -264,6 +265,26 @@ export const FLAGS = {
     default: "yes",
     note: "yes, or env TAPWIRE_WORKER_RECEIVE_IN_PLACE",
     help: "receive large STEPs' rows straight into the slot windows (tcp, unix, tls)",
+  },
+  ...REGISTER_FLAGS,
+  trace: {
+    section: "Capture (docs/trace.md)",
+    arg: "FILE",
+    kind: { t: "str" },
+    note: "off",
+    help: "write a link trace of every frame answered (turns receive-in-place off; replay it with tapwire-replay)",
+  },
+  "trace-rows": {
+    section: "Capture (docs/trace.md)",
+    arg: "ROWS",
+    kind: { t: "str" },
+    default: "all",
+    help: "which STEPs keep their rows in the trace: all, none, or N (one STEP in N)",
+  },
+  ui: {
+    section: "Capture (docs/trace.md)",
+    kind: { t: "bool" },
+    help: "serve a live page of the worker's own metrics at / of --metrics-listen (Server-Sent Events at /events)",
   },
   "exit-with-parent": {
     section: "Other",

@@ -5,20 +5,24 @@
  * it logs `{"msg":"listening","endpoints":[...]}`. Exit codes (./exit.ts): 2 usage or configuration
  * (one line naming the flag), 75 a listener that cannot bind yet (address in use), 1 other failures.
  */
-import { readFileSync } from "node:fs";
+import { closeSync, openSync, readFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import type { Advertised, Logger, MetricsServer } from "@tapwire/stats";
 import {
   advertiseEndpoint,
   createLogger,
   flushAndExit,
+  pageRoute,
   parseAdvertise,
   parseLogLevel,
   parseMetricsListen,
   Registry,
+  registryPage,
   serveMetrics,
+  sseRoute,
   watchParent,
 } from "@tapwire/stats";
+import { TraceWriter } from "@tapwire/trace";
 import { parseEndpoint } from "@tapwire/transport";
 import type { Drafter } from "../drafter.js";
 import { NullDrafter } from "../drafter.js";
@@ -30,6 +34,7 @@ import type { ParsedFlags } from "./flags.js";
 import { FLAGS, helpText, intFlag, numFlag, parseFlags, strFlag, UsageError } from "./flags.js";
 import { printIdentities } from "./identities.js";
 import { locateOnnxDrafter } from "./onnx-import.js";
+import { checkRegisterFlags, startRegistration } from "./register.js";
 
 function hex32(name: string, v: string | undefined): Uint8Array | undefined {
   if (v === undefined) return undefined;
@@ -56,6 +61,21 @@ function checkUsage(p: ParsedFlags): void {
   if (p.advertise !== undefined) advertiseOrUsage(() => parseAdvertise(p.advertise!));
   hex32("drafter-identity", p["drafter-identity"]);
   hex32("markov-identity", p["markov-identity"]);
+  checkRegisterFlags(p); // --register (issue 21)
+  if (p.ui === true && p["metrics-listen"] === undefined) {
+    throw new UsageError(
+      "--ui serves its page on the --metrics-listen endpoint: give --metrics-listen tcp://HOST:PORT",
+    );
+  }
+  const rows = p["trace-rows"];
+  if (
+    rows !== undefined &&
+    rows !== "all" &&
+    rows !== "none" &&
+    !(/^[1-9]\d{0,4}$/.test(rows) && Number(rows) <= 65535)
+  ) {
+    throw new UsageError(`--trace-rows ${rows} is not all, none or an integer 1..65535`);
+  }
 }
 
 async function buildDrafter(p: ParsedFlags): Promise<Drafter> {
@@ -216,6 +236,26 @@ function tlsOf(p: ParsedFlags) {
   };
 }
 
+/** `--ui` (issue 24): the live page of the worker's own metrics and its event stream. */
+function liveRoutes(state: { worker: Worker | null; closing: boolean }) {
+  const events = sseRoute(() => state.worker?.stats() ?? { phase: "drafter loading" }, { intervalMs: 500 });
+  return { "/": pageRoute(registryPage("tapwire-worker")), "/events": events };
+}
+
+/** `--trace FILE` (issue 24): a TraceWriter of the worker's frames, or null. */
+function openTrace(p: ParsedFlags): TraceWriter | null {
+  const path = p.trace;
+  if (path === undefined) return null;
+  const r = strFlag(p, "trace-rows")!;
+  // fail at start, not at shutdown: the writer opens its file in the background
+  try {
+    closeSync(openSync(path, "w"));
+  } catch (e) {
+    throw new UsageError(`--trace ${path}: cannot be written (${errnoOf(e) ?? String(e)})`);
+  }
+  return new TraceWriter({ path, source: "worker", rows: r === "all" || r === "none" ? r : Number(r) });
+}
+
 /** The metrics endpoint, up before the drafter loads so that /readyz can say it is loading. */
 async function startMetrics(
   p: ParsedFlags,
@@ -229,6 +269,7 @@ async function startMetrics(
     return await serveMetrics([registry], port, host, {
       extra: () => state.worker?.core.clientMetricsText() ?? "",
       ready: () => (state.closing ? "closing" : state.worker !== null ? true : "drafter loading"),
+      ...(p.ui === true ? { routes: liveRoutes(state) } : {}),
     });
   } catch (e) {
     const errno = errnoOf(e);
@@ -249,6 +290,7 @@ async function run(p: ParsedFlags, log: Logger, stopSignal: Promise<string>): Pr
     throw new UsageError(`TAPWIRE_WORKER_RECEIVE_IN_PLACE ${inPlace} is not yes or no`);
   }
   const takeover = p.takeover as "allow" | "refuse" | undefined;
+  const trace = openTrace(p);
   const worker = await bindOrExplain(() =>
     createWorker(
       defined({
@@ -273,6 +315,7 @@ async function run(p: ParsedFlags, log: Logger, stopSignal: Promise<string>): Pr
         logger: log,
         tls: tlsOf(p),
         idleTimeoutMs: intFlag(p, "idle-timeout-ms"),
+        frameTap: trace ?? undefined,
       }),
     ),
   );
@@ -302,8 +345,17 @@ async function run(p: ParsedFlags, log: Logger, stopSignal: Promise<string>): Pr
       rowBytes: drafter.numTaps * drafter.hidden * 2,
       maxMessageBytes: worker.core.maxMessageBytes,
       auth: token !== undefined && token !== "",
+      ...(trace !== null ? { trace: trace.path } : {}),
     },
     "listening",
+  );
+  // --register (issue 21): the record names the advertised endpoints of the listening line
+  const registration = await startRegistration(
+    p,
+    worker,
+    drafter,
+    log,
+    advertised.map((a) => a.endpoint),
   );
   const signal = await stopSignal;
   state.closing = true;
@@ -311,8 +363,10 @@ async function run(p: ParsedFlags, log: Logger, stopSignal: Promise<string>): Pr
   // Orphaned: nobody will send SIGKILL if closing hangs, so bound it.
   if (signal === PARENT_EXIT) setTimeout(() => process.exit(1), 10_000).unref();
   try {
+    await registration?.stop();
     await worker.close();
     await metrics?.close();
+    if (trace !== null) log.info({ trace: trace.path, ...(await trace.close()) }, "trace closed");
   } catch (e) {
     log.error({ err: String(e) }, "close failed");
     return 1;
