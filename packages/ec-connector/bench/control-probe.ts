@@ -81,6 +81,8 @@ const conn = await ConsumerConnector.create({
   numBlocks: 64,
   blockBytes: 65536,
   compatibility: String(prod.line["compatibilityHash"]),
+  // PROBE_READ_AHEAD=1: the transfer with read-ahead (docs/ec-protocol.md 3.2)
+  readAhead: process.env["PROBE_READ_AHEAD"] === "1",
 });
 const endpoint = String(prod.line["control"]);
 
@@ -144,6 +146,7 @@ process.stdout.write(
   `${JSON.stringify(
     {
       iterations: ITERS,
+      read_ahead: process.env["PROBE_READ_AHEAD"] === "1",
       transfer_1k_ms_p50: Number(ecP50.toFixed(3)),
       zmq_round_trip_ms_p50: Number(rawP50.toFixed(3)),
       ratio: Number((ecP50 / rawP50).toFixed(2)),
