@@ -112,6 +112,8 @@ export interface HarnessConfig {
   workers: number;
   /** Where the pools find the workers: `none` (one engine, one worker: the classic run), `static` or `etcd`. */
   discovery: "none" | "static" | "etcd";
+  /** Issue 22: where the `--encoders N` (N >= 2) placement directory finds the encoders: `static` or `etcd`. */
+  placementDiscovery: "static" | "etcd";
   /** How long `--faults` keeps etcd stopped in a multi-instance run, ms. */
   etcdDownMs: number;
   /** Write a link trace of the engine's client to this file (null: off; docs/trace.md). */
@@ -178,6 +180,7 @@ export const DEFAULTS: Readonly<HarnessConfig> = Object.freeze({
   engines: 1,
   workers: 1,
   discovery: "none",
+  placementDiscovery: "static",
   etcdDownMs: 10_000,
   trace: null,
   traceRows: "all",

@@ -183,6 +183,12 @@ export const FLAGS: Record<string, FlagSpec> = {
     "D",
     "how pools find workers: static list or etcd (starts an etcd child)",
   ),
+  "--placement-discovery": oneOf(
+    "placementDiscovery",
+    ["static", "etcd"],
+    "D",
+    "with --encoders 2 or more: the directory finds the encoders by a static list or by their etcd records (starts an etcd child; issue 22)",
+  ),
   "--etcd-down-ms": int(
     "etcdDownMs",
     0,
