@@ -82,7 +82,14 @@ export interface RecordInput {
   /** Start time (default now). */
   startedAt?: Date;
   /** Issue 22, encoders: events and replay endpoints and the stream incarnation (`incarnation` default ""). */
-  residency?: { events: string; replay: string; incarnation?: string };
+  residency?: {
+    /** The events PUB endpoint (advertised). */
+    events: string;
+    /** The replay ROUTER endpoint (advertised). */
+    replay: string;
+    /** The stream incarnation (default ""). */
+    incarnation?: string;
+  };
 }
 
 /** A new random incarnation: 32 lower-case hex digits. */
