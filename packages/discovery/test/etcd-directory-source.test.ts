@@ -67,26 +67,22 @@ test("issue 22: hand-written encoder records: residency required, newest per con
     const old = "1".repeat(32);
     const fresh = "2".repeat(32);
     // two records of one control endpoint: a restarted producer whose old lease has not expired
-    await raw
-      .put(`${p}encoder/${old}`)
-      .value(
-        encoderJson({
-          inc: old,
-          control: "tcp://127.0.0.1:6001",
-          startedAt: "2026-12-02T01:00:00Z",
-          residency: res(1, "old"),
-        }),
-      );
-    await raw
-      .put(`${p}encoder/${fresh}`)
-      .value(
-        encoderJson({
-          inc: fresh,
-          control: "tcp://127.0.0.1:6001",
-          startedAt: "2026-12-02T02:00:00Z",
-          residency: res(2, "new"),
-        }),
-      );
+    await raw.put(`${p}encoder/${old}`).value(
+      encoderJson({
+        inc: old,
+        control: "tcp://127.0.0.1:6001",
+        startedAt: "2026-12-02T01:00:00Z",
+        residency: res(1, "old"),
+      }),
+    );
+    await raw.put(`${p}encoder/${fresh}`).value(
+      encoderJson({
+        inc: fresh,
+        control: "tcp://127.0.0.1:6001",
+        startedAt: "2026-12-02T02:00:00Z",
+        residency: res(2, "new"),
+      }),
+    );
     // another compat, and one without residency (started without --events-listen)
     await raw.put(`${p}encoder/${"3".repeat(32)}`).value(
       encoderJson({
@@ -97,15 +93,13 @@ test("issue 22: hand-written encoder records: residency required, newest per con
         residency: { events: "tcp://127.0.0.1:7003", replay: "tcp://127.0.0.1:7103", incarnation: "" },
       }),
     );
-    await raw
-      .put(`${p}encoder/${"4".repeat(32)}`)
-      .value(
-        encoderJson({
-          inc: "4".repeat(32),
-          control: "tcp://127.0.0.1:6004",
-          startedAt: "2026-12-02T01:00:00Z",
-        }),
-      );
+    await raw.put(`${p}encoder/${"4".repeat(32)}`).value(
+      encoderJson({
+        inc: "4".repeat(32),
+        control: "tcp://127.0.0.1:6004",
+        startedAt: "2026-12-02T01:00:00Z",
+      }),
+    );
     // hostile residency values
     for (const [i, bad] of [
       { ...res(5), events: "not a url" },
@@ -114,16 +108,14 @@ test("issue 22: hand-written encoder records: residency required, newest per con
       "tcp://127.0.0.1:1",
     ].entries()) {
       const inc = `${5 + i}`.repeat(32);
-      await raw
-        .put(`${p}encoder/${inc}`)
-        .value(
-          encoderJson({
-            inc,
-            control: `tcp://127.0.0.1:${6100 + i}`,
-            startedAt: "2026-12-02T01:00:00Z",
-            residency: bad,
-          }),
-        );
+      await raw.put(`${p}encoder/${inc}`).value(
+        encoderJson({
+          inc,
+          control: `tcp://127.0.0.1:${6100 + i}`,
+          startedAt: "2026-12-02T01:00:00Z",
+          residency: bad,
+        }),
+      );
     }
     await waitUntil(() => last.length === 2 && lastB.length === 1, {
       timeoutMs: 15_000,
