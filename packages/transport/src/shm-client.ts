@@ -4,6 +4,7 @@
 import * as fs from "node:fs";
 import { join } from "node:path";
 import type { Registry } from "@tapwire/stats";
+import { checkRequestState } from "./check.js";
 import type { ClientConfig } from "./config.js";
 import { TransportError } from "./errors.js";
 import type { ClientMetrics } from "./metrics.js";
@@ -77,6 +78,8 @@ export class ShmClient implements RpcClient {
   #attached = false;
   #warned = false;
   #seq = 0;
+  #pending = false;
+  readonly #max: number;
   readonly #hdr = Buffer.alloc(MAX_BELL_HEADER);
   readonly #attachReply = Buffer.alloc(8);
   readonly #parts: Uint8Array[] = [];
@@ -91,8 +94,10 @@ export class ShmClient implements RpcClient {
   ) {
     this.endpoint = endpoint;
     this.#o = o;
-    // The doorbell header rides in front of the inline bytes: the socket limit grows by it.
-    const inner = { ...cfg, maxMessageBytes: cfg.maxMessageBytes };
+    // The doorbell header rides in front of the inline bytes: the socket limit grows by it (the
+    // request limit is checked here on the request itself).
+    this.#max = cfg.maxMessageBytes;
+    const inner = { ...cfg, maxMessageBytes: Math.min(0xffff_ffff, cfg.maxMessageBytes + MAX_BELL_HEADER) };
     this.#inner = new StreamClient(`unix://${path}`, { scheme: "unix", path }, inner, metrics);
     this.registry = this.#inner.registry;
   }
@@ -178,6 +183,24 @@ export class ShmClient implements RpcClient {
   }
 
   async requestParts(parts: readonly Uint8Array[], replyBuf: Uint8Array, timeoutMs: number): Promise<number> {
+    // Checked before the areas are touched: a refused request must not disturb one in flight.
+    if (!Array.isArray(parts)) throw new TransportError("TRANSPORT_BAD_OPTION", "parts: not an array");
+    let size = 0;
+    for (const p of parts) {
+      if (!(p instanceof Uint8Array))
+        throw new TransportError("TRANSPORT_BAD_OPTION", "parts: not all Uint8Array");
+      size += p.length;
+    }
+    checkRequestState(this.endpoint, this.#pending, this.#inner.connected, "not connected", size, this.#max);
+    this.#pending = true;
+    try {
+      return await this.#send(parts, replyBuf, timeoutMs);
+    } finally {
+      this.#pending = false;
+    }
+  }
+
+  #send(parts: readonly Uint8Array[], replyBuf: Uint8Array, timeoutMs: number): Promise<number> {
     const out = this.#parts;
     out.length = 0;
     const h = this.#hdr;

@@ -383,3 +383,75 @@ describe("shm+unix: a /dev/shm too small for the mapping", () => {
     }
   });
 });
+
+describe("shm+unix: CONTRACT 11 limits apply to the request a doorbell describes", () => {
+  test("unbound: a request above unboundMaxMessageBytes gets onOversize's reply for its 24-byte header, then close", async () => {
+    const heads: [string, number][] = [];
+    const srv = await listen(`shm+unix://${uniqueSocketPath("shml")}`, echo, {
+      unboundMaxMessageBytes: 4096,
+      onOversize: (head, declared) => {
+        heads.push([Buffer.from(head).toString("hex"), declared]);
+        return Buffer.from("too large");
+      },
+    });
+    const c = makeClient(srv.endpoint) as ShmClient;
+    open.push(c, srv);
+    await c.connect();
+    expect(c.shmActive).toBe(true);
+    const msg = payload(40_000, 4); // copied into the mapping, described by a region
+    const r = Buffer.alloc(64);
+    const n = await c.request(msg, r, 10_000);
+    expect(r.subarray(0, n).toString()).toBe("too large");
+    expect(heads).toEqual([[msg.subarray(0, 24).toString("hex"), 40_000]]);
+    await waitUntil(() => !c.connected, { timeoutMs: 10_000 });
+    expect(await sampleOf(srv, "transport_server_too_large")).toBe(1);
+  });
+
+  test("a receiveInto plan that does not add up closes the connection with TRANSPORT_BAD_OPTION; the handler never runs", async () => {
+    const errors: unknown[] = [];
+    let ran = 0;
+    const srv = await listen(
+      `shm+unix://${uniqueSocketPath("shml")}`,
+      () => {
+        ran++;
+        return Buffer.from("x");
+      },
+      {
+        receiveInto: () => ({ headBytes: 0, segments: [Buffer.alloc(3)] }),
+        onError: (e) => errors.push(e),
+      },
+    );
+    const c = makeClient(srv.endpoint);
+    open.push(c, srv);
+    await c.connect();
+    await expect(c.request(payload(50_000, 1), Buffer.alloc(8), 10_000)).rejects.toBeInstanceOf(
+      TransportError,
+    );
+    expect(ran).toBe(0);
+    expect((errors[0] as TransportError).code).toBe("TRANSPORT_BAD_OPTION");
+  });
+
+  test("a second request while one is outstanding is TRANSPORT_BUSY and leaves the first intact", async () => {
+    let release: (() => void) | null = null;
+    const srv = await listen(`shm+unix://${uniqueSocketPath("shml")}`, async (req) => {
+      const copy = Buffer.from(req);
+      await new Promise<void>((r) => {
+        release = r;
+      });
+      return copy;
+    });
+    const c = makeClient(srv.endpoint);
+    open.push(c, srv);
+    await c.connect();
+    const first = payload(100_000, 7);
+    const r = Buffer.alloc(1 << 18);
+    const p = c.request(first, r, 10_000);
+    await expect(c.request(payload(100_000, 8), Buffer.alloc(1 << 18), 10_000)).rejects.toMatchObject({
+      code: "TRANSPORT_BUSY",
+    });
+    await waitUntil(() => release !== null, { timeoutMs: 10_000 });
+    (release as unknown as () => void)();
+    const n = await p;
+    expect(r.subarray(0, n).equals(first)).toBe(true);
+  });
+});
