@@ -28,6 +28,11 @@ export interface RoundClient {
   readonly sendBuffer: Uint8Array;
   /** True once disabled (CONTRACT 9.3). */
   readonly disabled: boolean;
+  /**
+   * Memory for a slot's ring of `bytes` bytes that a shared-memory transport sends by offset
+   * (issue 23, `shm+unix://`), or null (the ring is then an ordinary buffer). Optional.
+   */
+  allocRows?(bytes: number): Uint8Array | null;
   /** The ready connection's epoch, or null. */
   connectionEpoch(): number | null;
   /** Offset of the rows in `sendBuffer` for `nEntries` entries. */

@@ -96,7 +96,7 @@ async function stats(c: RemoteDraftClient): Promise<Record<string, unknown>> {
   return (await c.stats()) as Record<string, unknown>;
 }
 
-describe.each(["tcp", "unix", "zmq+tcp"] as const)("real worker over %s", (scheme) => {
+describe.each(["tcp", "unix", "zmq+tcp", "shm+unix"] as const)("real worker over %s", (scheme) => {
   test.each(["stage", "parts"] as const)(
     "rounds (%s): resync then new rows, drafts, RELEASE frees the window",
     async (rowsMode) => {

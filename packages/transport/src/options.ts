@@ -1,5 +1,6 @@
 import type { ConnectionOptions, SecureContextOptions } from "node:tls";
 import type { Registry } from "@tapwire/stats";
+import type { ShmArena } from "./shm.js";
 
 /** Default `maxMessageBytes`: 64 MiB (CONTRACT 3). */
 export const DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
@@ -42,6 +43,12 @@ export interface ClientOptions {
    * twice this in `shmDir`. A multiple of 4096 in [64 KiB, 1 GiB]. Default 8 MiB.
    */
   shmBytes?: number;
+  /**
+   * `shm+unix://` only: shared memory that outlives the client's connections (see
+   * {@link ShmArena}); its size replaces `shmBytes`. Requests written into `shmArena.bytes` leave
+   * by offset. Default: the client maps its own.
+   */
+  shmArena?: ShmArena;
   /** `shm+unix://` only: where session files are created; the server must look in the same place. Default `/dev/shm`. */
   shmDir?: string;
   /**

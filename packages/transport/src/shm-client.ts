@@ -16,15 +16,14 @@ import {
   createSessionFile,
   DEFAULT_SHM_BYTES,
   DEFAULT_SHM_DIR,
-  type Libc,
   loadLibc,
   MAX_BELL_HEADER,
   MAX_REGIONS,
   MAX_SHM_BYTES,
   MIN_SHM_BYTES,
   SHM_VERSION,
+  ShmArena,
   ShmKind,
-  ShmRange,
 } from "./shm.js";
 import { StreamClient } from "./stream-client.js";
 
@@ -36,6 +35,7 @@ const ATTACH_TIMEOUT_MS = 5_000;
 /** The shm options of a client, validated (ClientOptions.shmBytes, shmDir, onShmFallback). */
 export interface ShmClientOptions {
   readonly bytes: number;
+  readonly arena: ShmArena | null;
   readonly dir: string;
   readonly onFallback: ((err: TransportError) => void) | null;
 }
@@ -52,10 +52,13 @@ export function shmClientOptions(o: ClientOptions): ShmClientOptions {
   const dir = o.shmDir ?? DEFAULT_SHM_DIR;
   if (typeof dir !== "string" || !dir.startsWith("/"))
     throw new TransportError("TRANSPORT_BAD_OPTION", `option shmDir: ${String(dir)} is not an absolute path`);
+  const arena = o.shmArena ?? null;
+  if (arena !== null && !(arena instanceof ShmArena))
+    throw new TransportError("TRANSPORT_BAD_OPTION", "option shmArena: not a ShmArena (createShmArena)");
   const cb = o.onShmFallback;
   if (cb !== undefined && typeof cb !== "function")
     throw new TransportError("TRANSPORT_BAD_OPTION", "option onShmFallback: not a function");
-  return { bytes, dir, onFallback: cb ?? null };
+  return { bytes: arena?.size ?? bytes, arena, dir, onFallback: cb ?? null };
 }
 
 /**
@@ -73,12 +76,13 @@ export class ShmClient implements RpcClient {
   readonly registry: Registry;
   readonly #inner: StreamClient;
   readonly #o: ShmClientOptions;
-  #libc: Libc | null = null;
-  #range: ShmRange | null = null;
+  #arena: ShmArena | null;
   #attached = false;
   #warned = false;
   #seq = 0;
   #pending = false;
+  /** sendArea was handed out: an own arena is then never unmapped, only emptied (no dangling views). */
+  #exposed = false;
   readonly #max: number;
   readonly #hdr = Buffer.alloc(MAX_BELL_HEADER);
   readonly #attachReply = Buffer.alloc(8);
@@ -94,6 +98,7 @@ export class ShmClient implements RpcClient {
   ) {
     this.endpoint = endpoint;
     this.#o = o;
+    this.#arena = o.arena;
     // The doorbell header rides in front of the inline bytes: the socket limit grows by it (the
     // request limit is checked here on the request itself).
     this.#max = cfg.maxMessageBytes;
@@ -118,7 +123,8 @@ export class ShmClient implements RpcClient {
    * back). The view stays the same across reconnects; its content does not survive one.
    */
   get sendArea(): Uint8Array | null {
-    return this.#attached && this.#range !== null ? this.#range.bytes.subarray(0, this.#o.bytes) : null;
+    if (this.#attached) this.#exposed = true;
+    return this.#attached && this.#arena !== null ? this.#arena.bytes : null;
   }
 
   async connect(timeoutMs?: number): Promise<void> {
@@ -136,15 +142,21 @@ export class ShmClient implements RpcClient {
 
   async #attach(): Promise<void> {
     try {
-      if (this.#libc === null) this.#libc = await loadLibc();
-      if (this.#range === null) this.#range = new ShmRange(this.#libc, 2 * this.#o.bytes);
+      if (this.#arena === null) this.#arena = new ShmArena(await loadLibc(), this.#o.bytes);
     } catch (e) {
       this.#warn(e as TransportError);
       return;
     }
+    const arena = this.#arena;
+    if (arena.holder !== null && arena.holder !== this) {
+      this.#warn(
+        new TransportError("TRANSPORT_SHM_UNAVAILABLE", "shm: the arena is held by another connection"),
+      );
+      return;
+    }
     let name: string;
     try {
-      name = createSessionFile(this.#libc, this.#o.dir, this.#range);
+      name = createSessionFile(arena.libc, this.#o.dir, arena.range, arena.size);
     } catch (e) {
       this.#warn(e as TransportError);
       return;
@@ -152,19 +164,20 @@ export class ShmClient implements RpcClient {
     const msg = Buffer.alloc(ATTACH_FIXED + Buffer.byteLength(name));
     msg.writeUInt32LE(ShmKind.ATTACH, 0);
     msg.writeUInt32LE(SHM_VERSION, 4);
-    msg.writeUInt32LE(this.#range.size, 8);
+    msg.writeUInt32LE(arena.range.size, 8);
     msg.writeUInt32LE(msg.length - ATTACH_FIXED, 12);
     msg.write(name, ATTACH_FIXED);
     try {
       const n = await this.#inner.request(msg, this.#attachReply, ATTACH_TIMEOUT_MS);
       if (n !== 4 || this.#attachReply.readUInt32LE(0) !== AttachStatus.OK) {
-        this.#range.unmapFile();
+        arena.range.unmapFileKeep(arena.size);
         this.#warn(
           new TransportError("TRANSPORT_SHM_UNAVAILABLE", "shm: the server refused the session mapping"),
         );
         return;
       }
       this.#attached = true;
+      arena.holder = this;
       this.#seq = 0;
     } finally {
       // Both ends hold it now (or never will): nothing stays in the shm directory.
@@ -173,7 +186,11 @@ export class ShmClient implements RpcClient {
   }
 
   #detach(): void {
-    if (this.#attached) this.#range?.unmapFile();
+    const a = this.#arena;
+    if (this.#attached && a !== null) {
+      a.range.unmapFileKeep(a.size);
+      a.holder = null;
+    }
     this.#attached = false;
   }
 
@@ -204,7 +221,7 @@ export class ShmClient implements RpcClient {
     const out = this.#parts;
     out.length = 0;
     const h = this.#hdr;
-    const range = this.#attached ? this.#range : null;
+    const range = this.#attached ? (this.#arena as ShmArena).range : null;
     let total = 0;
     let nReg = 0;
     let inlineDone = false;
@@ -265,5 +282,14 @@ export class ShmClient implements RpcClient {
   close(): void {
     this.#inner.close();
     this.#detach();
+    const a = this.#arena;
+    if (a !== null && a !== this.#o.arena) {
+      // an own arena: its pages go back now (an arena given in the options stays the caller's)
+      if (this.#exposed) a.range.unmapFile();
+      else {
+        a.range.free();
+        this.#arena = null;
+      }
+    }
   }
 }

@@ -4,6 +4,7 @@
 // shm-server.ts; the protocol is docs/transport.md "shm".
 import { randomBytes } from "node:crypto";
 import * as fs from "node:fs";
+import { createRequire } from "node:module";
 import { join } from "node:path";
 import { TransportError } from "./errors.js";
 
@@ -94,6 +95,38 @@ export function loadLibc(): Promise<Libc> {
     );
   }
   return loading;
+}
+
+function bind(m: unknown): Libc {
+  if (loaded !== null) return loaded;
+  const k = (
+    (m as { load?: unknown }).load !== undefined ? m : (m as { default: unknown }).default
+  ) as KoffiLike;
+  const libc = k.load("libc.so.6");
+  const mmap = libc.func("void *mmap(void *addr, size_t len, int prot, int flags, int fd, int64_t off)");
+  const munmap = libc.func("int munmap(void *addr, size_t len)");
+  const fall = libc.func("int posix_fallocate(int fd, int64_t off, int64_t len)");
+  loaded = {
+    mmap: mmap as Libc["mmap"],
+    munmap: munmap as Libc["munmap"],
+    posixFallocate: fall as Libc["posixFallocate"],
+    address: (p) => k.address(p),
+    view: (p, len) => k.view(p, len),
+  };
+  return loaded;
+}
+
+/**
+ * Loads koffi synchronously (it is CommonJS), for an arena made in a constructor.
+ * @throws {TransportError} `TRANSPORT_SHM_UNAVAILABLE` naming the install command.
+ */
+export function loadLibcSync(): Libc {
+  if (loaded !== null) return loaded;
+  try {
+    return bind(createRequire(import.meta.url)("koffi"));
+  } catch (e) {
+    throw new TransportError("TRANSPORT_SHM_UNAVAILABLE", KOFFI_MISSING_MESSAGE, { cause: e });
+  }
 }
 
 /** Internal, for tests: replaces how koffi is imported (and forgets a loaded one). */
@@ -204,6 +237,14 @@ export class ShmRange {
     this.#mapped = true;
   }
 
+  /** Like {@link unmapFile}, keeping the content of the first `keep` bytes. */
+  unmapFileKeep(keep: number): void {
+    if (!this.#mapped || this.#freed) return;
+    const save = keep > 0 ? Buffer.from(this.bytes.subarray(0, keep)) : null;
+    this.unmapFile();
+    if (save !== null) this.bytes.set(save);
+  }
+
   /** Drops the file's pages: the range becomes anonymous zero pages again. */
   unmapFile(): void {
     if (!this.#mapped || this.#freed) return;
@@ -235,7 +276,7 @@ export class ShmRange {
  * @throws {TransportError} `TRANSPORT_SHM_SPACE` naming the size needed and the size available;
  *   `TRANSPORT_SHM_UNAVAILABLE` for any other failure.
  */
-export function createSessionFile(libc: Libc, dir: string, range: ShmRange): string {
+export function createSessionFile(libc: Libc, dir: string, range: ShmRange, keep = 0): string {
   sweepStale(dir);
   const size = range.size;
   const free = freeBytes(dir);
@@ -260,6 +301,8 @@ export function createSessionFile(libc: Libc, dir: string, range: ShmRange): str
             `posix_fallocate(${path}, ${size}) failed: errno ${err}`,
           );
     }
+    // what the caller already wrote into the range (an arena's stage area) survives the remap
+    if (keep > 0) fs.writeSync(fd, range.bytes, 0, keep, 0);
     range.map(fd, true);
     return name;
   } catch (e) {
@@ -308,6 +351,56 @@ export function attachSessionFile(dir: string, name: string, range: ShmRange): v
     range.map(fd, false);
   } finally {
     fs.closeSync(fd);
+  }
+}
+
+/**
+ * Shared memory for the requests of `shm+unix://` clients that outlives their connections
+ * (issue 23, docs/transport.md "shm"): a stage area of {@link ShmArena.size} bytes a caller
+ * writes requests (or their rows) into, then sends views of with `request`/`requestParts` over a
+ * client made with `{ shmArena }`, which then leave by offset, never copied on this side; plus a
+ * copy area of the same size the client uses for other large parts. Private anonymous memory
+ * until a connection attaches it (its content is kept across connections). One connection at a
+ * time: the client holding it detaches it when it closes.
+ */
+export class ShmArena {
+  /** Bytes of the stage area. */
+  readonly size: number;
+  /** The stage area (the same view for the arena's life). */
+  readonly bytes: Uint8Array;
+  /** @internal The mapped range: stage area then copy area. */
+  readonly range: ShmRange;
+  /** @internal The libc binding. */
+  readonly libc: Libc;
+  /** @internal The client whose connection holds the arena, if any. */
+  holder: object | null = null;
+
+  /** @internal Use {@link createShmArena}. */
+  constructor(libc: Libc, size: number) {
+    this.libc = libc;
+    this.size = size;
+    this.range = new ShmRange(libc, 2 * size);
+    this.bytes = this.range.bytes.subarray(0, size);
+  }
+}
+
+/**
+ * Makes a {@link ShmArena} of `size` bytes (a multiple of 4096 in [64 KiB, 1 GiB]), or returns
+ * null when shared memory is unavailable here (no `koffi`, mmap refused); a client then simply
+ * uses the socket.
+ * @throws {TransportError} `TRANSPORT_BAD_OPTION` for a bad size.
+ */
+export function createShmArena(size: number): ShmArena | null {
+  if (!Number.isInteger(size) || size < MIN_SHM_BYTES || size > MAX_SHM_BYTES || size % 4096 !== 0) {
+    throw new TransportError(
+      "TRANSPORT_BAD_OPTION",
+      `shm arena size ${String(size)} is not a multiple of 4096 in [${MIN_SHM_BYTES}, ${MAX_SHM_BYTES}]`,
+    );
+  }
+  try {
+    return new ShmArena(loadLibcSync(), size);
+  } catch {
+    return null;
   }
 }
 
