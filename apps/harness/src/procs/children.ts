@@ -43,6 +43,9 @@ function endpointFor(transport: HarnessConfig["draftTransport"], dir: string): s
       return "zmq+tcp://127.0.0.1:0";
     case "unix":
       return `unix://${join(dir, "worker.sock")}`;
+    case "shm":
+      // issue 23: doorbells on a unix socket, rows through a /dev/shm mapping
+      return `shm+unix://${join(dir, "worker.sock")}`;
   }
 }
 
