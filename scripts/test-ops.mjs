@@ -13,6 +13,8 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { opsChecks } from "./lib/ops-checks.mjs";
+import { netnsCheck } from "./lib/ops-netns.mjs";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const { RemoteDraftClient } = await import(path.join(root, "packages/client/dist/index.js"));
@@ -180,6 +182,9 @@ try {
   record("client certificate from another CA: refused", otherClient !== "connected" ? null : otherClient);
   const wrongName = await tryConnect({ ...goodTls, servername: "drafter.example" });
   record("wrong server name: TRANSPORT_CONNECT", wrongName === "TRANSPORT_CONNECT" ? null : wrongName);
+  // issue 19: the operator's defects (scripts/lib/ops-checks.mjs) and the two-namespace setup
+  await opsChecks({ root, tmp, record });
+  await netnsCheck({ root, tmp, record, headFile: path.join(tmp, "head", "head.safetensors") });
 } catch (e) {
   record("test-certs", e.stack ?? String(e));
 } finally {

@@ -451,6 +451,25 @@ try {
       );
     }
   }
+  // tapwire-make-certs ships in @tapwire/transport's tarball (issue 19): npm users make the
+  // certificates of docs/operations.md without a clone of the repository.
+  const transport = scratchPkgs.find((q) => q.installed && q.pkg.name === "@tapwire/transport");
+  if (transport) {
+    const out = path.join(transport.scratch, "certs");
+    const mk = await run(
+      path.join(transport.scratch, "node_modules/.bin/tapwire-make-certs"),
+      [out, "localhost", "127.0.0.1"],
+      { cwd: transport.scratch, timeoutMs: 60_000 },
+    );
+    const made = ["ca.crt", "server.crt", "server.key", "client.crt", "client.key"].filter((f) =>
+      fs.existsSync(path.join(out, f)),
+    );
+    record(
+      "tapwire-make-certs from the tarball",
+      "@tapwire/transport",
+      mk.code === 0 && made.length === 5 ? null : `${failure(mk)} (made: ${made.join(", ") || "nothing"})`,
+    );
+  }
   for (const p of scratchPkgs.filter((q) => q.compiled)) {
     const readme = fs.readFileSync(path.join(p.dir, "README.md"), "utf8");
     let service = null;
@@ -463,6 +482,8 @@ try {
     const ex = await run(process.execPath, [path.join(p.scratch, "out/example-0.js")], {
       cwd: p.scratch,
       timeoutMs: EXAMPLE_TIMEOUT_MS,
+      // the worker bound port 0 (no fixed port, issue 19): its endpoint, as the README says
+      ...(service ? { env: { TAPWIRE_ENDPOINT: service.endpoint } } : {}),
     });
     if (service) await service.stop();
     const firstLine = ex.stdout.trim().split("\n")[0] ?? "";
@@ -502,21 +523,24 @@ async function startPrerequisite(readme) {
   const worker = byName.get("@tapwire/worker");
   if (!worker?.installed) throw new Error("needs the @tapwire/worker scratch install (not run or failed)");
   const args = m[1].trim().split(/\s+/).slice(1);
+  const listen = args[args.indexOf("--listen") + 1] ?? "";
+  if (!/:0$/.test(listen)) throw new Error(`the README's worker listens on ${listen}: use port 0 (issue 19)`);
   const child = spawn(path.join(worker.scratch, "node_modules/.bin/tapwire-worker"), args, {
     cwd: worker.scratch,
     stdio: ["ignore", "pipe", "pipe"],
   });
   let out = "";
-  await new Promise((resolve, reject) => {
+  const endpoint = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       child.kill("SIGKILL");
       reject(new Error(`tapwire-worker ${args.join(" ")}: no "listening" line in 20 s: ${tail(out)}`));
     }, 20_000);
     const onData = (d) => {
       out += d;
-      if (/"msg":"listening"/.test(out)) {
+      const line = out.split("\n").find((l) => l.includes('"msg":"listening"'));
+      if (line !== undefined) {
         clearTimeout(timer);
-        resolve();
+        resolve(JSON.parse(line).endpoints[0]);
       }
     };
     child.stdout.on("data", onData);
@@ -530,6 +554,7 @@ async function startPrerequisite(readme) {
   });
   return {
     what: "tapwire-worker from the worker's scratch install",
+    endpoint,
     stop: () =>
       new Promise((resolve) => {
         if (child.exitCode !== null) return resolve();

@@ -3,8 +3,7 @@
  * engine's RemoteDraftClient + RoundCore and ConsumerConnector, decode every request
  * speculatively, decode them again target-only, compare, and build the report.
  */
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { piecewiseLinearBudget, RemoteDraftClient, RoundCore } from "@tapwire/client";
 import { EC_METRICS_PREFIX, EcAdminClient } from "@tapwire/ec-connector";
@@ -15,6 +14,7 @@ import { budgetFromCurve, type HarnessConfig, metricsListenOf } from "./cli/cli.
 import { DepthRunStats, makeDepthPolicy, parseDepthPolicy } from "./depth/depth-sim.js";
 import { startEc } from "./ec/ec-side.js";
 import { EcMediaMetrics, LocalMedia, localEmbedding } from "./ec/media.js";
+import { traceOption } from "./engine/capture.js";
 import { Engine, EngineMetrics, type MediaSource } from "./engine/engine.js";
 import { RoundCoreLink } from "./engine/link.js";
 import { checkGreedy, checkSampled } from "./engine/lossless.js";
@@ -25,11 +25,16 @@ import { HarnessError, HarnessErrorCode } from "./errors.js";
 import { FaultDriver } from "./faults/faults.js";
 import { parseHostPort, type RunScope, startWorker } from "./procs/children.js";
 import type { ChildExit } from "./procs/procs.js";
+import { makeRunDir, removeStaleRunDirs } from "./procs/tempdir.js";
+import { openTopology } from "./procs/topology.js";
 import { endState } from "./report/leak-check.js";
+import { histogramBins } from "./report/pictures.js";
 import { Progress } from "./report/progress.js";
 import type { Report } from "./report/report.js";
 import { buildReport } from "./report/run-report.js";
+import { VllmExport } from "./report/vllm-metrics.js";
 import { workerMetrics } from "./report/worker-metrics.js";
+import { LiveView } from "./ui/live.js";
 
 export { EC_BLOCK_BYTES, ENCODE_DELAY_MS } from "./procs/children.js";
 
@@ -71,6 +76,8 @@ interface LiveState {
   phase: string;
   decoding: boolean;
   client: RemoteDraftClient | null;
+  /** The vLLM-named series (issue 24). */
+  vllm: VllmExport;
 }
 
 /** The metrics and health endpoint, first, so that /healthz answers while the run starts. */
@@ -79,12 +86,23 @@ async function serveRunMetrics(scope: RunScope, hooks: RunHooks, regs: Registrie
   const { host, port } = parseMetricsListen(scope.metricsAt);
   const srv = await serveMetrics([regs.engine, regs.client, regs.ec], port, host, {
     ready: () => (live.decoding ? true : live.phase),
-    extra: () => workerMetrics(scope.urls.worker, scope.cfg.faults ? null : live.client),
+    extra: async () =>
+      live.vllm.exposition() +
+      (await workerMetrics(scope.urls.worker, scope.cfg.faults ? null : live.client)),
   });
   scope.cleanups.push(() => srv.close());
   const shown = host.includes(":") ? `[${host}]` : host;
   scope.note(`Prometheus metrics on http://${shown}:${srv.port}/metrics (also /healthz, /readyz)`);
   await hooks.onMetrics?.(srv.port);
+}
+
+/** `--ui`: the live view, up from the start; closed (after `--ui-linger-ms`) at the end. */
+async function startLive(scope: RunScope, regs: Registries, live: LiveState): Promise<LiveView> {
+  const ui = await LiveView.start(scope.cfg, [regs.engine, regs.client, regs.ec], () => live.phase);
+  scope.cleanups.push(() => ui.close());
+  // printed at any --progress: the user (and a test) needs the URL
+  process.stderr.write(`[harness] live view on ${ui.url}\n`);
+  return ui;
 }
 
 /** The target, and the draft head the worker will serve (same seed, same weights), saved. */
@@ -150,6 +168,7 @@ async function connectClient(
     clientName: "tapwire-harness",
     logger,
     registry,
+    ...traceOption(scope),
     ...(tls ? { transportOptions: { tls: { ca: tls.ca, servername: "localhost" } } } : {}),
   });
   live.client = client;
@@ -213,6 +232,7 @@ interface EngineParts {
   ecMetrics: EcMediaMetrics;
   faults: FaultDriver | null;
   progress: Progress;
+  vllm: VllmExport;
 }
 
 /** The engine over RoundCore with the `--depth-policy`, reporting progress each round. */
@@ -233,7 +253,10 @@ function makeEngine(p: EngineParts): { engine: Engine; depthStats: DepthRunStats
     media: p.media,
     budgetFor: (b) => (cfg.budget !== null ? cfg.budget : budgetFromCurve(cfg.loadCurve, b)),
     metrics,
-    onVerified: depthStats.onVerified,
+    onVerified: (d, k, accepted) => {
+      depthStats.onVerified(d, k, accepted);
+      p.vllm.onVerified(d, k, accepted);
+    },
     onRoundVerified: depthStats.onRoundVerified,
     ...(faults ? { arrivalCap: faults.arrivalCap } : {}),
     onRound: async (r) => {
@@ -271,6 +294,8 @@ async function runSteps(
     client: new Registry({ prefix: "tapwire_client_" }),
   };
   await serveRunMetrics(scope, hooks, regs, live);
+  note(scope.topology.describe());
+  const ui = cfg.ui ? await startLive(scope, regs, live) : null;
   const { target, head, weights } = makeModels(scope);
   const { worker, endpoint: workerEndpoint, tls } = await startWorker(scope, weights);
   // the fault proxy between client and worker (tcp, --faults)
@@ -304,8 +329,29 @@ async function runSteps(
       })
     : null;
   const media: MediaSource = ec?.media ?? new LocalMedia(cfg.embeddingBytes);
-  const parts = { cfg, target, requests, client, media, metrics, ecMetrics, faults, progress };
+  live.vllm.attach(metrics, ecMetrics);
+  const parts = {
+    cfg,
+    target,
+    requests,
+    client,
+    media,
+    metrics,
+    ecMetrics,
+    faults,
+    progress,
+    vllm: live.vllm,
+  };
   const { engine, depthStats } = makeEngine(parts);
+  ui?.attach({
+    metrics,
+    ecMetrics,
+    client: regs.client,
+    ec: regs.ec,
+    vllm: live.vllm,
+    depth: () => depthStats,
+    total: requests.length,
+  });
   note(
     `decoding ${requests.length} requests (S=${cfg.slots}, N=${cfg.numSpec}, ${cfg.sample ? "sampled" : "greedy"})`,
   );
@@ -343,6 +389,7 @@ async function runSteps(
     ec.admin = new EcAdminClient(ec.adminEndpoint);
   }
   const leaks = await endState(ec?.connector ?? null, ec?.admin ?? null, drained);
+  const topology = await scope.topology.report();
   const report = buildReport({
     ...{ cfg, requests, res, metrics, reference, refSeconds, lossless, depthStats, ecMetrics, faults },
     ecCounters: regs.ec.snapshot().counters,
@@ -355,7 +402,23 @@ async function runSteps(
     deaths,
     decodeStartEpoch,
     leaks,
+    topology,
   });
+  live.vllm.sync();
+  report.specDecode = live.vllm.spec.snapshot();
+  report.stepRttHistogram = histogramBins(metrics.stepRtt);
+  ui?.finish(report);
+  if (ec?.placement) {
+    // EC-CONTRACT 10.4: a request to a producer whose trusted view lacked the item fails the run
+    report.placement = ec.placement.report(regs.ec.snapshot().counters);
+    if (report.placement.sentWithoutHolder > 0) report.ok = false;
+    const more = await ec.placement.leakCheck();
+    if (more.length > 0) {
+      report.ok = false;
+      report.leaks.ok = false;
+      report.leaks.notes.push(...more);
+    }
+  }
   // a child that died on its own is a process failure (3), even when the output stayed lossless
   return { report, exitCode: report.ok ? 0 : deaths.length > 0 ? 3 : 1 };
 }
@@ -365,11 +428,16 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
   const log = hooks.log ?? ((m: string) => process.stderr.write(`[harness] ${m}\n`));
   const progress = new Progress(cfg.progress);
   const note = (m: string) => progress.note(m);
-  const dir = mkdtempSync(join(tmpdir(), "tapwire-harness-"));
+  // first: a netns run that cannot get its plan or relay fails before anything else starts
+  const topology = await openTopology(cfg);
+  // the dirs of runs that died by SIGKILL (their children exited with them, issue 19)
+  for (const stale of removeStaleRunDirs()) note(`removed the temp dir of a dead run: ${stale}`);
+  const dir = makeRunDir();
   // also on SIGINT / process.exit, when the finally below never runs
   const removeDir = () => rmSync(dir, { recursive: true, force: true });
   process.once("exit", removeDir);
   const cleanups: Array<() => Promise<void> | void> = [
+    () => topology.close(),
     () => {
       process.off("exit", removeDir);
       removeDir();
@@ -377,7 +445,12 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
   ];
   // exits of child processes nobody asked for (not --faults, not the end of the run)
   const deaths: ChildExit[] = [];
-  const live: LiveState = { phase: "starting", decoding: false, client: null };
+  const live: LiveState = {
+    phase: "starting",
+    decoding: false,
+    client: null,
+    vllm: new VllmExport(cfg.metricsEnginePrefix, cfg.numSpec),
+  };
   const scope: RunScope = {
     cfg,
     dir,
@@ -395,6 +468,7 @@ export async function runHarness(cfg: HarnessConfig, hooks: RunHooks = {}): Prom
     },
     metricsAt: metricsListenOf(cfg),
     urls: { worker: null, encoder: null },
+    topology,
   };
   try {
     return await runSteps(scope, hooks, progress, deaths, live);

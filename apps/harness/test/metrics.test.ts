@@ -21,6 +21,9 @@ test("--metrics-listen: /healthz up at once, /readyz 503 while starting and 200 
     "off",
     "--metrics-listen",
     "tcp://127.0.0.1:0",
+    // vLLM's own prefix has a colon, which promtool's lint flags (vllm-metrics.test.ts covers it)
+    "--metrics-engine-prefix",
+    "vllm_",
   ]);
   if (parsed.help) throw new Error("help");
   let base = "";

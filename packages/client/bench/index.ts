@@ -14,11 +14,16 @@
 // one by one in rotating order; medians. A separate, untimed phase counts the bytes a round
 // allocates (sampling heap profiler + external memory). JSON on stdout; progress on stderr.
 
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import * as inspector from "node:inspector/promises";
 import * as net from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import * as v8 from "node:v8";
+import { barChartSvg } from "@tapwire/stats";
 import { type ChildHandle, spawnBin, uniqueSocketPath } from "@tapwire/testing";
+import { TraceWriter } from "@tapwire/trace";
 import { makeClient } from "@tapwire/transport";
 import { APP_HEADER_SIZE, rowsOffsetFor, stepReplyBodySize } from "@tapwire/wire";
 import { pino } from "pino";
@@ -31,6 +36,7 @@ import {
   type StepOutcome,
 } from "../src/index.js";
 import { WORKER_BIN } from "../test/worker-bin.js";
+import { poolRows } from "./pool.js";
 
 const NUM_TAPS = 3;
 const HIDDEN = 4096;
@@ -207,8 +213,14 @@ interface Setup {
   unwrap(): void;
 }
 
-export async function setup(endpoint: string, sh: Shape, rowsMode: "stage" | "parts"): Promise<Setup> {
+export async function setup(
+  endpoint: string,
+  sh: Shape,
+  rowsMode: "stage" | "parts",
+  extra: { trace?: TraceWriter } = {},
+): Promise<Setup> {
   const client = new RemoteDraftClient({
+    ...extra,
     endpoint,
     drafterIdentity: DRAFTER_ID,
     markovIdentity: MARKOV_ID,
@@ -525,6 +537,7 @@ async function main(): Promise<void> {
   const { child: worker, eps: wEps } = await startWorker();
   const results = [];
   const allocation = [];
+  let capture: Record<string, unknown> | null = null;
   try {
     for (const sh of SHAPES) {
       if (sh.heapOnly) {
@@ -581,8 +594,17 @@ async function main(): Promise<void> {
         await transportChild.kill();
       }
     }
+    process.stderr.write("client bench: trace capture on vs off (unix, 8 slots x 8 rows)\n");
+    capture = await captureLine(wEps.unix);
+    if (process.env.BENCH_SVG !== undefined) writeCaptureSvg(process.env.BENCH_SVG, capture);
   } finally {
     await worker.kill();
+  }
+  // pool rows (issue 21): a round over 2 members vs one member, same run (bench/pool.ts)
+  let pool: Record<string, unknown> | null = null;
+  if (process.env.BENCH_POOL !== "0") {
+    process.stderr.write("client bench: pool rows\n");
+    pool = await poolRows();
   }
   process.stdout.write(
     `${JSON.stringify(
@@ -600,9 +622,102 @@ async function main(): Promise<void> {
         seconds: Math.round((performance.now() - t0) / 100) / 10,
         results,
         allocation,
+        pool,
+        capture,
       },
       null,
       2,
     )}\n`,
   );
+}
+
+// Trace capture (issue 24): three clients, each on a worker of its own (a worker serves one
+// session): without capture, with a TraceWriter keeping no rows (drafts, statuses, timing: what a
+// production engine would run), and with one keeping every row (for a replay with parity); rounds
+// alternate between them in rotating order. The ratios of the round p50s are the cost of capture.
+async function captureLine(workerEp: string) {
+  const sh: Shape = { name: "8 slots x 8 rows", slots: 8, rowsPerSlot: 8 };
+  const dir = mkdtempSync(join(tmpdir(), "twc-bench-trace-"));
+  const writers = {
+    none: new TraceWriter({ path: join(dir, "none.trace"), rows: "none" }),
+    all: new TraceWriter({ path: join(dir, "all.trace"), rows: "all" }),
+  };
+  const w2 = await startWorker();
+  const w3 = await startWorker();
+  try {
+    const lines = [
+      { name: "off", st: await setup(workerEp, sh, "parts"), h: new Samples(ITERS) },
+      {
+        name: "none",
+        st: await setup(w2.eps.unix, sh, "parts", { trace: writers.none }),
+        h: new Samples(ITERS),
+      },
+      {
+        name: "all",
+        st: await setup(w3.eps.unix, sh, "parts", { trace: writers.all }),
+        h: new Samples(ITERS),
+      },
+    ];
+    for (let i = 0; i < ITERS; i++) {
+      for (let j = 0; j < lines.length; j++) {
+        const l = lines[(i + j) % lines.length]!;
+        const t0 = performance.now();
+        await oneRound(l.st, sh, true);
+        l.h.add((performance.now() - t0) * 1000);
+      }
+    }
+    for (const l of lines) await l.st.client.close();
+    const p50 = (k: number) => lines[k]!.h.pct(50);
+    const out: Record<string, unknown> = {
+      shape: sh.name,
+      transport: "unix",
+      iterations: ITERS,
+      round_us_off: { p50: Math.round(p50(0)), p99: Math.round(lines[0]!.h.pct(99)) },
+      target: "round p50 with capture (rows none) within 3% of without (round_p50_ratio_on_off < 1.03)",
+    };
+    for (const [k, name] of [
+      [1, "none"],
+      [2, "all"],
+    ] as const) {
+      const tapNs = writers[name].stats().tapNs;
+      const st = await writers[name].close();
+      out[`rows_${name}`] = {
+        round_us_on: { p50: Math.round(p50(k)), p99: Math.round(lines[k]!.h.pct(99)) },
+        round_p50_ratio_on_off: Math.round((p50(k) / p50(0)) * 1000) / 1000,
+        tap_us_per_round: Math.round((tapNs / 1000 / Math.max(1, st.records)) * 2 * 10) / 10,
+        records: st.records,
+        dropped: st.dropped,
+        trace_bytes: st.bytesWritten,
+      };
+    }
+    return out;
+  } finally {
+    await w2.child.kill();
+    await w3.child.kill();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** `BENCH_SVG=DIR`: the capture row as a picture (issue 24), with @tapwire/stats' SVG writer. */
+export function writeCaptureSvg(dir: string, capture: Record<string, unknown>): void {
+  const p50 = (k: string) => {
+    const v =
+      k === "off"
+        ? capture["round_us_off"]
+        : (capture[`rows_${k}`] as Record<string, unknown>)["round_us_on"];
+    return Number((v as { p50: number }).p50);
+  };
+  mkdirSync(dir, { recursive: true });
+  const path = join(dir, "client-capture.svg");
+  writeFileSync(
+    path,
+    barChartSvg({
+      title: "Round p50 with trace capture (8 slots x 8 rows, unix, same run)",
+      labels: ["capture off", "rows none", "rows all"],
+      values: [p50("off"), p50("none"), p50("all")],
+      yLabel: "round p50 (µs)",
+      format: (v) => `${Math.round(v)} µs`,
+    }),
+  );
+  process.stderr.write(`client bench: wrote ${path}\n`);
 }

@@ -5,6 +5,7 @@
 // connect-loop.ts and outcomes.ts.
 import type { Counter, Gauge, Histogram, InfoValue } from "@tapwire/stats";
 import { BUCKETS, Registry } from "@tapwire/stats";
+import type { LinkTap } from "@tapwire/trace";
 import type { RpcClient } from "@tapwire/transport";
 import { createShmArena, makeClient, type ShmArena, TransportError } from "@tapwire/transport";
 import type { Hello, HelloReply, ReqEntry, SampleMeta, StepReplyViews } from "@tapwire/wire";
@@ -39,6 +40,7 @@ import type { RemoteDraftClientOptions, ResolvedClientOptions, TransportFactory 
 import { resolveOptions } from "./options.js";
 import type { OutcomeReaction, StepOutcome, StepOutcomeReason } from "./outcomes.js";
 import { echoProblem, errText, frameStatusRow, STEP_OUTCOMES, statusName } from "./outcomes.js";
+import { tapHello } from "./trace-tap.js";
 
 /**
  * The connection states of {@link RemoteDraftClient} (CONTRACT 9.1, 9.3). `IDLE`: no connection
@@ -154,6 +156,8 @@ export class RemoteDraftClient {
     sampleMeta: readonly SampleMeta[] | null;
   };
   #ctrlBuf: Uint8Array | null = null;
+  /** The link capture (issue 24), or null. */
+  readonly #trace: LinkTap | null;
 
   #session: number;
   #seq: number;
@@ -200,6 +204,7 @@ export class RemoteDraftClient {
     const o = resolveOptions(options);
     this.options = o;
     this.#factory = options.transportFactory ?? makeClient;
+    this.#trace = options.trace ?? null;
     this.#clock = options.clock ?? systemClock;
     // silent unless the caller passes a logger, like every package of the project (issue 15)
     this.#log = options.logger ?? pino({ level: "silent" });
@@ -524,12 +529,22 @@ export class RemoteDraftClient {
   /**
    * Takes a new random session id and reconnects at once (CONTRACT 6.2): the HELLO with the new
    * id makes the worker drop every window; the epoch change then resyncs every live slot. For
-   * STALE_GENERATION (7.1) and before the seq would wrap.
+   * STALE_GENERATION (7.1) and before the seq would wrap. A {@link WorkerPool} passes
+   * `sessionId`, the process's new id, so that every member uses the same one (CONTRACT 12.2).
+   *
+   * @throws ClientError `CLIENT_BAD_ARGUMENT` for a `sessionId` that is not a non-zero u32.
    */
-  newSession(reason: string): void {
+  newSession(reason: string, sessionId?: number): void {
+    if (sessionId !== undefined && (!Number.isInteger(sessionId) || sessionId < 1 || sessionId > SEQ_MAX)) {
+      throw new ClientError("CLIENT_BAD_ARGUMENT", `sessionId ${sessionId} is not a non-zero u32`);
+    }
     if (!this.#live()) return;
     const old = this.#session;
-    this.#takeSession();
+    if (sessionId !== undefined && sessionId !== old) {
+      this.#session = sessionId;
+      this.#seq = 0;
+      this.#c.newSessions.inc();
+    } else this.#takeSession();
     this.#log.error(
       { session: this.#session, previous: old, reason },
       `tapwire client: new session 0x${this.#session.toString(16).padStart(8, "0")}: ${reason}`,
@@ -664,6 +679,7 @@ export class RemoteDraftClient {
     this.#c.hellos.inc();
     this.#c.epoch.set(this.#epoch);
     this.#c.worker.set(JSON.stringify(this.#workerInfo));
+    if (this.#trace !== null) tapHello(this.#trace, this.#hello, this.#session, this.#seq, rep);
     const failedBefore = this.#failRun;
     this.#failRun = 0;
     this.#log.info(
@@ -811,11 +827,15 @@ export class RemoteDraftClient {
     this.#seq = seq;
     const t0 = performance.now();
     let n: number;
+    const tap = this.#trace;
     try {
-      n =
+      const pending =
         parts === null
-          ? await cli.request(this.sendBuffer.subarray(0, frameLen), this.#replyBuf, o.requestTimeoutMs)
-          : await cli.requestParts(parts, this.#replyBuf, o.requestTimeoutMs);
+          ? cli.request(this.sendBuffer.subarray(0, frameLen), this.#replyBuf, o.requestTimeoutMs)
+          : cli.requestParts(parts, this.#replyBuf, o.requestTimeoutMs);
+      // the capture copies the request while the worker drafts (issue 24)
+      if (tap !== null) tap.request(parts ?? this.sendBuffer, frameLen);
+      n = await pending;
     } catch (e) {
       const rttUs = (performance.now() - t0) * 1000;
       const text = errText(e);
@@ -830,6 +850,7 @@ export class RemoteDraftClient {
       return failed("transport_error", true, rttUs, text);
     }
     const rttUs = (performance.now() - t0) * 1000;
+    if (tap !== null) tap.reply(this.#replyBuf, n, rttUs);
     this.#c.bytesSent.inc(frameLen);
     this.#c.bytesReceived.inc(n);
     this.#c.rtt.observe(rttUs / 1e6);

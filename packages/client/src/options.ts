@@ -1,5 +1,6 @@
 import { randomInt } from "node:crypto";
 import type { Registry } from "@tapwire/stats";
+import type { LinkTap } from "@tapwire/trace";
 import type { ClientOptions, RpcClient } from "@tapwire/transport";
 import type { Logger } from "pino";
 import { badOption, finiteAtLeast, intInRange } from "./check.js";
@@ -89,6 +90,12 @@ export interface RemoteDraftClientOptions {
   autoStart?: boolean;
   /** Connect-failure log cadence in ms after the first failure of a run (default 60000). */
   connectFailLogMs?: number;
+  /**
+   * Link capture (issue 24): every OK HELLO and every STEP request and reply are handed to this
+   * tap (a `TraceWriter` of `@tapwire/trace`), which copies them into its ring off the hot path.
+   * The request is tapped after it was handed to the transport, while the worker drafts.
+   */
+  trace?: LinkTap;
 }
 
 /** The options after validation and defaults. */
@@ -228,6 +235,13 @@ export function resolveOptions(options: RemoteDraftClientOptions): ResolvedClien
   if (o.autoStart !== undefined && typeof o.autoStart !== "boolean")
     throw bad("autoStart", "a boolean", o.autoStart);
   const connectFailLogMs = ms(o, "connectFailLogMs", 0, CLIENT_DEFAULTS.connectFailLogMs);
+  const trace = o.trace as LinkTap | undefined;
+  if (
+    trace !== undefined &&
+    (trace === null || typeof trace.request !== "function" || typeof trace.reply !== "function")
+  ) {
+    throw bad("trace", "a LinkTap (an object with request and reply, e.g. a TraceWriter)", trace);
+  }
   return {
     endpoint,
     connectTimeoutMs,

@@ -66,6 +66,12 @@ export interface StepOutcome {
   readonly reply: StepReplyViews | null;
   /** Why it failed (the first violation, the transport error), or null. */
   readonly error: string | null;
+  /**
+   * A pool's round (CONTRACT 12.2): entry `k`'s own outcome (the outcome of the STEP of the
+   * member that carried it; `reply` rows of failed entries are zero). Absent for one client:
+   * every entry has the outcome itself.
+   */
+  readonly perEntry?: readonly StepOutcome[];
 }
 
 /** What a non-OK frame status means to the client (CONTRACT 5, 9.2). */

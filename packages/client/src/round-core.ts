@@ -10,8 +10,8 @@ import type { DepthCandidate, DepthPolicy } from "./depth-policy.js";
 import { ClientError } from "./errors.js";
 import type { StepOutcome, StepOutcomeReason } from "./outcomes.js";
 import type {
+  DraftLink,
   DraftReason,
-  RoundClient,
   RoundCoreOptions,
   RoundDraft,
   RoundInput,
@@ -35,6 +35,8 @@ class Slot {
   needResync = true;
   pendingRelease = false;
   seenRound = -1;
+  /** The round a new request (generation) took the slot. */
+  freshRound = -1;
   waitedRounds = 0;
   draft: DraftOut | null = null;
   /** A {@link RoundCore.rowsTarget} reservation waiting for its round: rows, or 0 for none. */
@@ -113,7 +115,7 @@ function isU32(v: number): boolean {
  */
 export class RoundCore {
   /** The client the rounds go through. */
-  readonly client: RoundClient;
+  readonly client: DraftLink;
   /** The depth policy applied to each round's drafts, or null (every draft position kept). */
   readonly depthPolicy: DepthPolicy | null;
   /** `"parts"`: rows leave as views of the rings; `"stage"`: copied into the send buffer. */
@@ -134,6 +136,8 @@ export class RoundCore {
   readonly #plannedRows: Int32Array; // per request: rows to send (-1 deferred)
   readonly #plannedStart: Float64Array;
   readonly #plannedResync: Uint8Array;
+  readonly #plannedEpoch: Float64Array; // per request: the slot's epoch this round (DraftLink.slotEpoch)
+  readonly #entryEpoch: Float64Array; // per entry: the same, by entry index
   readonly #result = new Result();
   readonly #call: StepCall;
   readonly #cands: { k: number; conf: Float32Array; margin: Float32Array | null }[] = [];
@@ -175,6 +179,8 @@ export class RoundCore {
     this.#plannedRows = new Int32Array(n);
     this.#plannedStart = new Float64Array(n);
     this.#plannedResync = new Uint8Array(n);
+    this.#plannedEpoch = new Float64Array(n);
+    this.#entryEpoch = new Float64Array(n);
     this.#depthOut = new Int32Array(Math.min(n, 1024));
     // one StepCall object, refilled every round
     const call: StepCall = {
@@ -535,7 +541,7 @@ export class RoundCore {
       this.#failEntries(outcome, nEntries);
       return res;
     }
-    this.#applyReply(outcome.reply, nEntries, epoch);
+    this.#applyReply(outcome, outcome.reply, nEntries);
     this.#allocateDepths(input, nReq);
     return res;
   }
@@ -560,6 +566,7 @@ export class RoundCore {
         s.needResync = true;
         s.workerEnd = -1;
         s.waitedRounds = 0;
+        s.freshRound = this.#round;
         s.ringStart = s.ringEnd = n > 0 ? (r.newRowsStart ?? r.anchorPos - n) : r.anchorPos;
       }
       if (inRing > 0) {
@@ -586,6 +593,8 @@ export class RoundCore {
   // Returns the entry count (RELEASE entries included); leaves the order in #order / #nOrd.
   #plan(input: RoundInput, nReq: number, epoch: number): number {
     const res = this.#result;
+    const link = this.client;
+    const perSlot = typeof link.slotEpoch === "function";
     const order = this.#order;
     let nOrd = 0;
     // requests deferred before go first, so that none starves
@@ -603,8 +612,15 @@ export class RoundCore {
       const r = input.requests[i]!;
       const s = this.#slots[r.slot]!;
       const anchor = r.anchorPos;
-      let resync =
-        s.needResync || s.syncedEpoch !== epoch || s.workerEnd < s.ringStart || s.workerEnd > anchor;
+      // the slot's epoch: a pool assigns the slot to a ready member here (CONTRACT 12.2)
+      const se = perSlot ? link.slotEpoch!(r.slot, s.freshRound === this.#round) : epoch;
+      if (se === null) {
+        plannedRows[i] = -2;
+        res.drafts[i]!.clear("not_ready");
+        continue;
+      }
+      this.#plannedEpoch[i] = se;
+      let resync = s.needResync || s.syncedEpoch !== se || s.workerEnd < s.ringStart || s.workerEnd > anchor;
       let start = resync ? s.ringStart : s.workerEnd;
       let count = anchor - start;
       if (count > this.#maxRows) {
@@ -673,6 +689,7 @@ export class RoundCore {
         m.tempMilli = src.tempMilli;
       }
       if (resync) res.resynced++;
+      this.#entryEpoch[e] = this.#plannedEpoch[i]!;
       if (count > 0 && asParts) {
         np = this.#ringViews(s, start, start + count, parts, np);
       } else if (count > 0) {
@@ -710,9 +727,14 @@ export class RoundCore {
   }
 
   // a STEP that failed: its entries get no draft; an unknown apply resyncs them (CONTRACT 7.5, 9.2)
-  #failEntries(outcome: StepOutcome, nEntries: number): void {
+  #failEntries(all: StepOutcome, nEntries: number): void {
+    for (let k = 0; k < nEntries; k++) this.#failEntry(all.perEntry?.[k] ?? all, k);
+  }
+
+  // one entry whose STEP failed (a pool's entries each have their own STEP, CONTRACT 12.2)
+  #failEntry(outcome: StepOutcome, k: number): void {
     const res = this.#result;
-    for (let k = 0; k < nEntries; k++) {
+    {
       const i = this.#entryReq[k]!;
       if (outcome.unknownApply) {
         // the worker may or may not hold these rows: resync (CONTRACT 7.5, 9.2)
@@ -724,13 +746,19 @@ export class RoundCore {
   }
 
   // 5. apply the reply: windows known, drafts copied, STALE_GENERATION starts a new session
-  #applyReply(reply: StepReplyViews, nEntries: number, epoch: number): void {
+  #applyReply(outcome: StepOutcome, reply: StepReplyViews, nEntries: number): void {
     const W = this.#W;
     const res = this.#result;
     const client = this.client;
+    const perEntry = outcome.perEntry;
     // 5. apply the reply
     let stale = -1;
     for (let k = 0; k < nEntries; k++) {
+      const own = perEntry?.[k];
+      if (own !== undefined && !own.ok) {
+        this.#failEntry(own, k);
+        continue;
+      }
       const en = this.#entries[k]!;
       const s = this.#slots[en.slot]!;
       const st = reply.status[k]!;
@@ -754,7 +782,7 @@ export class RoundCore {
       const have = Math.min(W, en.anchorPos - s.ringStart);
       if (held === expected || held === have) {
         s.workerEnd = en.anchorPos;
-        s.syncedEpoch = epoch;
+        s.syncedEpoch = this.#entryEpoch[k]!;
         s.needResync = false;
       } else {
         s.needResync = true;

@@ -5,9 +5,16 @@ import type { StepOutcome, StepOutcomeReason } from "./outcomes.js";
 
 // The public shapes of RoundCore (CONTRACT 7.5): what the engine passes in and gets back.
 
-/** The part of {@link RemoteDraftClient} RoundCore uses (a fake implements it in unit tests). */
-export interface RoundClient {
-  /** The client's validated options (geometry and limits). */
+/**
+ * The one interface {@link RoundCore} talks to (CONTRACT 7.5, 12.2): implemented by
+ * {@link RemoteDraftClient} (one worker) and {@link WorkerPool} (several workers, each slot
+ * assigned to one of them); a fake implements it in unit tests. RoundCore has one code path for
+ * both: it asks {@link DraftLink.slotEpoch} per slot whether the slot must resync, sends one
+ * {@link DraftLink.step} per round, and applies each entry's own outcome
+ * ({@link StepOutcome.perEntry}).
+ */
+export interface DraftLink {
+  /** The link's validated options (geometry and limits). */
   readonly options: {
     /** Window `W`: rows kept per slot (1..4096, CONTRACT 7.1). */
     readonly window: number;
@@ -26,24 +33,36 @@ export interface RoundClient {
   };
   /** Where rows are staged in `"stage"` mode. */
   readonly sendBuffer: Uint8Array;
-  /** True once disabled (CONTRACT 9.3). */
+  /** True once disabled (CONTRACT 9.3; a pool: no member can ever serve, 12.2). */
   readonly disabled: boolean;
   /**
    * Memory for a slot's ring of `bytes` bytes that a shared-memory transport sends by offset
    * (issue 23, `shm+unix://`), or null (the ring is then an ordinary buffer). Optional.
    */
   allocRows?(bytes: number): Uint8Array | null;
-  /** The ready connection's epoch, or null. */
+  /** The ready connection's epoch (a pool: a number while any member is ready), or null. */
   connectionEpoch(): number | null;
+  /**
+   * The epoch a slot's entry is built for this round, or null when no connection can take it
+   * (the entry is then target-only, `not_ready`). A slot whose value differs from the one of
+   * its last sync is sent with RESYNC and its whole ring (CONTRACT 7.5). A pool assigns the slot
+   * to a ready member here (12.2), so RoundCore calls it once per planned slot and round;
+   * `fresh` is true when a new request took the slot this round (a pool places it anew, fewest
+   * slots first). Optional: without it every slot uses {@link connectionEpoch}.
+   */
+  slotEpoch?(slot: number, fresh: boolean): number | null;
   /** Offset of the rows in `sendBuffer` for `nEntries` entries. */
   rowsOffset(nEntries: number): number;
-  /** One STEP and its CONTRACT 9.2 outcome. */
+  /** One round's STEP (a pool: one STEP per member) and its CONTRACT 9.2 outcome(s). */
   step(call: StepCall): Promise<StepOutcome>;
   /** Takes a new session id and reconnects (CONTRACT 6.2). */
   newSession(reason: string): void;
-  /** RESET on the worker (CONTRACT 10). */
+  /** RESET on the worker(s) (CONTRACT 10). */
   reset(): Promise<void>;
 }
+
+/** The part of {@link RemoteDraftClient} RoundCore uses: the 1.1 name of {@link DraftLink}. */
+export type RoundClient = DraftLink;
 
 /** One running request as the engine reports it for a round (CONTRACT 7.5). */
 export interface RoundRequest {
@@ -157,8 +176,8 @@ export interface RoundResult {
 
 /** Options of {@link RoundCore}. */
 export interface RoundCoreOptions {
-  /** The client (a {@link RemoteDraftClient}). */
-  client: RoundClient;
+  /** The link: a {@link RemoteDraftClient} or a {@link WorkerPool} (CONTRACT 12.2). */
+  client: DraftLink;
   /** Confidence-scheduled verification; without it every draft's depth is its k. */
   depthPolicy?: DepthPolicy;
   /**

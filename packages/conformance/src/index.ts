@@ -12,8 +12,14 @@ export type { ClientSuiteOptions } from "./client/suite.js";
 export { runClientSuite } from "./client/suite.js";
 export type { Endpoint, RawConn, Received, TlsClientOptions } from "./conn.js";
 export { connect, MAX_REPLY_BYTES, parseEndpoint } from "./conn.js";
-export type { EcConsumerSuiteOptions, EcProducerSuiteOptions } from "./ec/suite.js";
-export { crc32, ecCompatibilityHash, runEcConsumerSuite, runEcProducerSuite } from "./ec/suite.js";
+export type { EcConsumerSuiteOptions, EcEventsSuiteOptions, EcProducerSuiteOptions } from "./ec/suite.js";
+export {
+  crc32,
+  ecCompatibilityHash,
+  runEcConsumerSuite,
+  runEcEventsSuite,
+  runEcProducerSuite,
+} from "./ec/suite.js";
 export { ConformanceError, ConformanceErrorCode } from "./errors.js";
 export type { RunReport } from "./report.js";
 export { formatJunit, formatText, makeReport, totalsOf } from "./report.js";

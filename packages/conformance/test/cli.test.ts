@@ -42,6 +42,17 @@ describe("tapwire-conformance --list", () => {
     expect(ids.length).toBeGreaterThan(40);
     expect(ids.every((i) => i.startsWith("7.2."))).toBe(true);
   });
+  it("ec-producer --events --list prints the EC-CONTRACT 10 cases (issue 22)", async () => {
+    const r = await bin(["ec-producer", "--events", "tcp://127.0.0.1:1", "--list"]);
+    expect(r.code).toBe(0);
+    const ids = r.stdout
+      .trim()
+      .split("\n")
+      .map((l) => l.split(" ")[0]!);
+    expect(ids).toContain("10.1.3");
+    expect(ids).toContain("10.2.22");
+    expect(ids.every((i) => i.startsWith("10."))).toBe(true);
+  });
   it("a bad flag is a usage error (exit 2)", async () => {
     const r = await bin(["worker", "tcp://127.0.0.1:1", "--sample-mode", "beam"]);
     expect(r.code).toBe(2);
@@ -52,6 +63,7 @@ describe("tapwire-conformance --list", () => {
     [["worker", "tcp://127.0.0.1:1", "--bogus", "1"], /unknown flag --bogus/],
     [["ec-producer", "tcp://127.0.0.1:1", "-x"], /unknown flag -x/],
     [["beam"], /mode beam is not worker/],
+    [["ec-producer", "--events", "tcp://127.0.0.1:1"], /ec-producer --events needs --replay/],
   ])("usage error %j: one line naming it, exit 2", async (args, msg) => {
     const r = await bin(args);
     expect(r.code).toBe(2);
@@ -113,12 +125,14 @@ describe("tapwire-conformance worker", () => {
     const md = readFileSync(new URL("../README.md", import.meta.url), "utf8");
     const code = /```ts\n([\s\S]*?)```/.exec(md)![1]!;
     const dist = new URL("../dist/index.js", import.meta.url).href;
-    const js = code
-      .replace('"@tapwire/conformance"', JSON.stringify(dist))
-      .replace("tcp://127.0.0.1:7878", w.endpoints.tcp!);
+    const js = code.replace('"@tapwire/conformance"', JSON.stringify(dist));
     const dir = mkdtempSync(join(tmpdir(), "tapwire-conf-readme-"));
     writeFileSync(join(dir, "example.mjs"), js);
-    const r = await run(process.execPath, [join(dir, "example.mjs")], { maxBuffer: 16 << 20 });
+    // no fixed port (issue 19): the example reads the worker's bound endpoint from the environment
+    const r = await run(process.execPath, [join(dir, "example.mjs")], {
+      maxBuffer: 16 << 20,
+      env: { ...process.env, TAPWIRE_ENDPOINT: w.endpoints.tcp! },
+    });
     expect(r.stdout.split("\n")[0]).toMatch(/^\d+ cases, 0 FAILED$/);
     expect(r.stdout).toMatch(/^CONTRACT 7\.2$/m);
   });

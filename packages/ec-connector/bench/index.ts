@@ -10,10 +10,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { ConsumerConnector, crc32Info } from "../src/index.js";
+import { Dealer } from "zeromq";
+import { ConsumerConnector, crc32Info, EcAdminClient, EcDirectory } from "../src/index.js";
 
 const PRODUCER = fileURLToPath(new URL("../src/bin/producer.ts", import.meta.url));
 const RAW_SERVER = fileURLToPath(new URL("./raw-server.ts", import.meta.url));
+const ZMQ_ECHO = fileURLToPath(new URL("./zmq-echo.ts", import.meta.url));
 
 const MiB = 1024 * 1024;
 const BB = 65_536;
@@ -138,10 +140,109 @@ async function fetchOne(conn: ConsumerConnector, producer: string, h: string, n:
 
 let producerCrcImpl = "";
 
+/**
+ * EC-CONTRACT 10: the cost of residency events on transfer throughput at 16 MiB. Two producer
+ * children, one with events (and an EcDirectory subscribed to it), one without; before each timed
+ * transfer both get the same untimed-but-concurrent churn (encode a fresh 1 KiB item, evict the
+ * previous one: two events on the one that publishes), so the publishing overlaps the transfer.
+ * Interleaved; ratio = events_off_time / events_on_time (1.0 = no cost).
+ */
+async function eventsRow(): Promise<Record<string, unknown>> {
+  const n = 16 * MiB;
+  const iters = 2 * ITER[n]!;
+  const common = [
+    "--num-blocks",
+    String(BLOCKS),
+    "--block-bytes",
+    String(BB),
+    "--prepopulate",
+    `emb:${n}`,
+    "--log-level",
+    "warn",
+  ];
+  const on = await spawnChild(PRODUCER, [
+    ...common,
+    "--events-listen",
+    "tcp://127.0.0.1:0",
+    "--replay-listen",
+    "tcp://127.0.0.1:0",
+  ]);
+  const off = await spawnChild(PRODUCER, common);
+  const dir = new EcDirectory({
+    producers: [
+      {
+        control: String(on.line["control"]),
+        events: String(on.line["events"]),
+        replay: String(on.line["replay"]),
+      },
+    ],
+  });
+  const sides = [on, off].map((c) => ({
+    control: String(c.line["control"]),
+    admin: new EcAdminClient(String(c.line["admin"])),
+    times: [] as number[],
+  }));
+  const conn = await ConsumerConnector.create({
+    numBlocks: BLOCKS,
+    blockBytes: BB,
+    compatibility: String(on.line["compatibilityHash"]),
+  });
+  for (const s of sides) await fetchOne(conn, s.control, "emb", n); // warm up
+  for (let i = 0; i < iters; i++) {
+    // alternate which side goes first (the second one finds warmer caches)
+    for (const s of i % 2 === 0 ? sides : [...sides].reverse()) {
+      void s.admin.encode(`churn-${i}`, 1024).catch(() => undefined);
+      if (i > 0) void s.admin.evict(`churn-${i - 1}`).catch(() => undefined);
+      s.times.push(await fetchOne(conn, s.control, "emb", n));
+    }
+  }
+  const published = (dir.views()[0]?.seq ?? 0) as number;
+  const [onT, offT] = sides.map((s) => median(s.times)) as [number, number];
+  await conn.close();
+  dir.close();
+  for (const s of sides) s.admin.close();
+  on.proc.kill("SIGTERM");
+  off.proc.kill("SIGTERM");
+  const gbps = (ms: number) => round(n / (ms / 1000) / 1e9, 3);
+  return {
+    kind: "tcp",
+    bytes: n,
+    iterations: iters,
+    events_off_median_ms: round(offT),
+    events_off_gb_s: gbps(offT),
+    events_on_median_ms: round(onT),
+    events_on_gb_s: gbps(onT),
+    ratio_on_vs_off: round(offT / onT),
+    cost_pct: round((onT / offT - 1) * 100, 2),
+    // best-of-N: what each path does when the shared machine leaves it alone
+    best_cost_pct: round((Math.min(...sides[0]!.times) / Math.min(...sides[1]!.times) - 1) * 100, 2),
+    events_seen_by_directory: published,
+  };
+}
+
 async function main(): Promise<void> {
   const results: Record<string, unknown> = {};
+  if (process.env["EC_BENCH_ONLY"] === "events") {
+    // the events row alone (docs/benchmarks.md: the events cost on a busy machine)
+    process.stdout.write(`${JSON.stringify({ node: process.version, events: await eventsRow() }, null, 2)}
+`);
+    return;
+  }
   const throughput: Record<string, unknown>[] = [];
   const latency: Record<string, unknown>[] = [];
+  const control: Record<string, unknown>[] = [];
+  // Raw ZeroMQ DEALER/ROUTER round trip (the control target's baseline), in a child like the producer.
+  const zmqChild = await spawnChild(ZMQ_ECHO, []);
+  const zmqDealer = new Dealer({ linger: 0 });
+  zmqDealer.connect(String(zmqChild.line["endpoint"]));
+  const zmqMsg = new Uint8Array(200); // about an XferReq's size
+  const zmqRtt = async (): Promise<number> => {
+    const t0 = performance.now();
+    await zmqDealer.send(zmqMsg);
+    await zmqDealer.receive();
+    return performance.now() - t0;
+  };
+  for (let i = 0; i < 50; i++) await zmqRtt();
   for (const kind of ["tcp", "unix"] as const) {
     const unixPath = join(tmpdir(), `ec-bench-${process.pid}-${kind}.sock`);
     const prodChild = await spawnChild(PRODUCER, [
@@ -171,6 +272,13 @@ async function main(): Promise<void> {
         blockBytes: BB,
         compatibility: producer.compatibilityHash,
       }),
+      // Read-ahead (docs/ec-protocol.md 3.2, off by default), CRC on: against `crc` in the same run.
+      crcAhead: await ConsumerConnector.create({
+        numBlocks: BLOCKS,
+        blockBytes: BB,
+        compatibility: producer.compatibilityHash,
+        readAhead: true,
+      }),
       crcThread: await ConsumerConnector.create({
         numBlocks: BLOCKS,
         blockBytes: BB,
@@ -195,6 +303,7 @@ async function main(): Promise<void> {
       const crcTimes: number[] = [];
       const crcThreadTimes: number[] = [];
       const noCrcTimes: number[] = [];
+      const noAheadTimes: number[] = [];
       // interleave so background load hits all three alike
       for (let i = 0; i < iters; i++) {
         const t0 = performance.now();
@@ -203,6 +312,7 @@ async function main(): Promise<void> {
         crcTimes.push(await fetchOne(conns.crc, producer.controlEndpoint, `emb-${n}`, n));
         crcThreadTimes.push(await fetchOne(conns.crcThread, producer.controlEndpoint, `emb-${n}`, n));
         noCrcTimes.push(await fetchOne(conns.nocrc, producer.controlEndpoint, `emb-${n}`, n));
+        noAheadTimes.push(await fetchOne(conns.crcAhead, producer.controlEndpoint, `emb-${n}`, n));
       }
       const gbps = (ms: number) => round(n / (ms / 1000) / 1e9, 3);
       const raw = median(rawTimes);
@@ -225,6 +335,8 @@ async function main(): Promise<void> {
         ratio_crc_vs_raw: round(raw / crc),
         ratio_crc_thread_vs_raw: round(raw / crcThread),
         ratio_nocrc_vs_raw: round(raw / nocrc),
+        ec_crc_read_ahead_median_ms: round(median(noAheadTimes)),
+        ratio_crc_read_ahead_vs_raw: round(raw / median(noAheadTimes)),
         // time the control plane + protocol add per transfer (CRC off: data bytes are the same)
         overhead_ms_nocrc: round(nocrc - raw),
         // best-of-N: what the path does when the (shared) machine leaves it alone
@@ -247,6 +359,28 @@ async function main(): Promise<void> {
         const t0 = performance.now();
         await rawClient.fetch(n);
         rawXs.push(performance.now() - t0);
+      }
+      if (n === 1024) {
+        // EC-CONTRACT 5/6 target (issue 23): a 1 KiB transfer (control round trip + a tiny read)
+        // against the raw ZeroMQ round trip, interleaved.
+        const ecXs: number[] = [];
+        const zXs: number[] = [];
+        const oldXs: number[] = [];
+        for (let i = 0; i < 2 * LAT_ITER; i++) {
+          ecXs.push(await fetchOne(conns.crc, producer.controlEndpoint, h, n));
+          oldXs.push(await fetchOne(conns.crcAhead, producer.controlEndpoint, h, n));
+          zXs.push(await zmqRtt());
+        }
+        control.push({
+          kind,
+          iterations: 2 * LAT_ITER,
+          ec_1k_transfer_p50_ms: round(median(ecXs)),
+          raw_zmq_rtt_p50_ms: round(median(zXs)),
+          ratio_ec_1k_to_raw_zmq: round(median(ecXs) / median(zXs)),
+          ec_1k_read_ahead_p50_ms: round(median(oldXs)),
+          ratio_read_ahead_to_raw_zmq: round(median(oldXs) / median(zXs)),
+          target: "<= 1.5",
+        });
       }
       latency.push({
         kind,
@@ -271,7 +405,17 @@ async function main(): Promise<void> {
   results["note"] =
     "producer (tapwire-ec-producer) and raw server each in a child process, consumer in the bench process; medians; ratio = raw_time / ec_time (1.0 = as fast as raw)";
   results["throughput"] = throughput;
+  results["events"] = await eventsRow();
   results["latency"] = latency;
+  results["control"] = control;
+  results["targets"] = throughput.map((t) => ({
+    kind: t["kind"],
+    bytes: t["bytes"],
+    ratio_crc_vs_raw: t["ratio_crc_vs_raw"],
+    target: Number(t["bytes"]) <= 1 << 20 ? ">= 0.8" : ">= 0.9",
+  }));
+  zmqDealer.close();
+  zmqChild.proc.kill("SIGTERM");
   process.stdout.write(`${JSON.stringify(results, null, 2)}\n`);
 }
 

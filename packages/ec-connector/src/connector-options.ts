@@ -66,6 +66,12 @@ export interface ConsumerConnectorOptions {
   quarantineTimeoutMs?: number;
   /** Verify each read's CRC-32 (default true). */
   verifyChecksum?: boolean;
+  /**
+   * Read-ahead (docs/ec-protocol.md 3.2, default false): open each read with its XferReq when the
+   * producer offers it. Off by default: on the shared 2-core dev VM it measured no faster than the
+   * 1.1 sequence (docs/benchmarks/ec-connector.md, issue 23).
+   */
+  readAhead?: boolean;
   /** Delays between re-requests of retryable outcomes (default {@link RETRY_DEFAULTS}). */
   retry?: RetryPolicy;
   /** Close a producer's session after this long without requests (default 60 000 ms). */

@@ -77,6 +77,7 @@ export class ConsumerConnector {
   readonly #readTimeout: number;
   readonly #quarantineTimeout: number;
   readonly #verify: boolean;
+  readonly #readAhead: boolean;
   readonly #retry: BackoffPolicy;
   readonly #idleClose: number;
   readonly #now: () => number;
@@ -136,6 +137,10 @@ export class ConsumerConnector {
       throw new EcError("EC_BAD_OPTION", "option verifyChecksum: expected a boolean");
     }
     this.#verify = options.verifyChecksum ?? true;
+    if (options.readAhead !== undefined && typeof options.readAhead !== "boolean") {
+      throw new EcError("EC_BAD_OPTION", "option readAhead: expected a boolean");
+    }
+    this.#readAhead = options.readAhead ?? false;
     this.#retry = {
       initialMs: checkNumberOption(
         "retry.initialMs",
@@ -383,6 +388,7 @@ export class ConsumerConnector {
         readTimeoutMs: this.#readTimeout,
         quarantineTimeoutMs: this.#quarantineTimeout,
         verifyChecksum: this.#verify,
+        readAhead: this.#readAhead,
         registry: this.registry,
         logger: this.#log,
       });

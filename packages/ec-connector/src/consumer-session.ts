@@ -29,6 +29,9 @@ export const CONSUMER_DEFAULTS = {
   quarantineTimeoutMs: 60_000,
 } as const;
 
+/** How long a READ_AHEAD may wait at the producer for its grant (docs/ec-protocol.md 3.2), ms. */
+export const READ_AHEAD_WAIT_MS = 10_000;
+
 /** EC-CONTRACT 6.3: the states of one consumer transfer. */
 export const XferState = {
   WAITING_ACK: "WAITING_ACK",
@@ -120,6 +123,8 @@ export class ConsumerXfer {
   ack: XferAck | null = null;
   /** When the read was posted (ms). */
   postedAt = 0;
+  /** `handle` is a READ_AHEAD posted with the XferReq (docs/ec-protocol.md 3.2). */
+  readAhead = false;
   /** Why the xfer ended as it did. */
   reason = "";
   readonly #log: Logger;
@@ -169,6 +174,8 @@ export interface ConsumerSessionOptions {
   quarantineTimeoutMs?: number;
   /** Verify the CRC-32 of every read (default true; EC-CONTRACT 6.3). */
   verifyChecksum?: boolean;
+  /** Read-ahead when the producer offers it (default false; docs/ec-protocol.md 3.2). */
+  readAhead?: boolean;
   /** Session id (default: a fresh UUID, made once per session). */
   sessionId?: string;
   /** Where the `consumer_*` metrics go (default: a fresh Registry). */
@@ -195,10 +202,13 @@ export class ConsumerSession {
   readonly #readTimeout: number;
   readonly #quarantineTimeout: number;
   readonly #verify: boolean;
+  readonly #aheadWanted: boolean;
   readonly #m: ConsumerMetrics;
   readonly #log: Logger;
   #agentName: string | null = null;
   #agentMeta: Uint8Array | null = null;
+  /** The producer's last OK ack offered read-ahead (docs/ec-protocol.md 3.2). */
+  #peerAhead = false;
   readonly #xfers = new Map<string, ConsumerXfer>();
   #quarantined: ConsumerXfer[] = [];
   #results: ConsumerSessionResults = emptyResults();
@@ -235,6 +245,10 @@ export class ConsumerSession {
       throw new EcError("EC_BAD_OPTION", "option verifyChecksum: expected a boolean");
     }
     this.#verify = options.verifyChecksum ?? true;
+    if (options.readAhead !== undefined && typeof options.readAhead !== "boolean") {
+      throw new EcError("EC_BAD_OPTION", "option readAhead: expected a boolean");
+    }
+    this.#aheadWanted = options.readAhead ?? false;
     this.sessionId = options.sessionId ?? randomUUID();
     if (typeof this.sessionId !== "string" || this.sessionId.length === 0 || this.sessionId.includes(":")) {
       throw new EcError("EC_BAD_OPTION", "option sessionId: expected a non-empty string without ':'");
@@ -283,6 +297,8 @@ export class ConsumerSession {
     const xfer = new ConsumerXfer(mmHash, [...localBlocks], ackDeadline, expectedNbytes, this.#log);
     this.#xfers.set(mmHash, xfer);
     this.#m.requests.inc();
+    const canAhead =
+      this.#aheadWanted && this.#data.readAhead === true && typeof this.#data.postReadAhead === "function";
     try {
       this.#send(
         encodeXferReq({
@@ -290,13 +306,53 @@ export class ConsumerSession {
           compatibilityHash: this.#compat,
           sessionId: this.sessionId,
           connectorVersion: EC_CONNECTOR_VERSION,
+          ...(canAhead ? { readAhead: true } : {}),
         }),
       );
     } catch (err) {
       // A failed send is an ack that will never come: the ack deadline retries it.
       this.#log.warn({ err, mmHash }, "XferReq send failed");
     }
+    // After the XferReq (the control round trip is the longer leg): the read follows it.
+    if (canAhead && this.#peerAhead && this.#agentName !== null && expectedNbytes !== undefined) {
+      this.#postAhead(xfer, expectedNbytes);
+    }
     return xfer;
+  }
+
+  /**
+   * docs/ec-protocol.md 3.2: the read opened with the XferReq, served by the producer once its grant
+   * exists (grant-scoped, EC-CONTRACT 5.3). A failure to post only means the classic read later.
+   */
+  #postAhead(xfer: ConsumerXfer, nbytes: number): void {
+    try {
+      xfer.handle = this.#data.postReadAhead!(
+        xfer.localBlocks,
+        this.#agentName!,
+        Buffer.from(`${this.sessionId}:${xfer.mmHash}`),
+        { nbytes, checksum: this.#verify, waitMs: READ_AHEAD_WAIT_MS },
+      );
+      xfer.readAhead = true;
+      this.#m.readAheads.inc();
+    } catch (err) {
+      this.#log.debug({ err: (err as Error).message, mmHash: xfer.mmHash }, "read-ahead not posted");
+      xfer.handle = null;
+    }
+  }
+
+  /**
+   * A WAITING_ACK transfer that ends without its read: a read-ahead is released first. When the
+   * release cannot promise that no byte lands afterwards (EC-CONTRACT 5.2) the transfer ends
+   * READ_FAILED with its blocks retired, and false is returned (the caller then does nothing more).
+   */
+  #endAhead(xfer: ConsumerXfer): boolean {
+    if (xfer.handle === null) return true;
+    xfer.readAhead = false;
+    if (this.#release(xfer)) return true;
+    xfer.transition([XferState.WAITING_ACK], XferState.READ_FAILED, "read_ahead_unreleasable");
+    this.#m.blocksRetired.inc(xfer.localBlocks.length);
+    this.#results.retired.push(blocksOf(xfer));
+    return false;
   }
 
   /**
@@ -318,6 +374,10 @@ export class ConsumerSession {
     for (const [mmHash, xfer] of this.#xfers) {
       if (xfer.state === XferState.WAITING_ACK) {
         if (now > xfer.deadline) {
+          if (!this.#endAhead(xfer)) {
+            this.#xfers.delete(mmHash);
+            continue;
+          }
           xfer.transition([XferState.WAITING_ACK], XferState.ACK_TIMEOUT, "ack_timeout");
           this.#m.ackTimeouts.inc();
           this.#log.warn({ mmHash }, "no XferAck in time; will re-request");
@@ -340,8 +400,10 @@ export class ConsumerSession {
     this.#m.peerDown.inc();
     for (const [mmHash, xfer] of this.#xfers) {
       if (xfer.state === XferState.WAITING_ACK) {
-        xfer.transition([XferState.WAITING_ACK], XferState.CANCELLED, "peer_down");
-        this.#results.retryable.push(blocksOf(xfer));
+        if (this.#endAhead(xfer)) {
+          xfer.transition([XferState.WAITING_ACK], XferState.CANCELLED, "peer_down");
+          this.#results.retryable.push(blocksOf(xfer));
+        }
       } else {
         this.#quarantine(xfer, now, "peer_down");
       }
@@ -371,8 +433,10 @@ export class ConsumerSession {
     this.#closed = true;
     for (const xfer of this.#xfers.values()) {
       if (xfer.state === XferState.WAITING_ACK) {
-        xfer.transition([XferState.WAITING_ACK], XferState.CANCELLED, "session_closed");
-        this.#results.retryable.push(blocksOf(xfer));
+        if (this.#endAhead(xfer)) {
+          xfer.transition([XferState.WAITING_ACK], XferState.CANCELLED, "session_closed");
+          this.#results.retryable.push(blocksOf(xfer));
+        }
       } else {
         this.#fail(xfer, "session_closed", this.#release(xfer));
       }
@@ -406,6 +470,10 @@ export class ConsumerSession {
     }
     if (ack.status !== XferStatus.OK) {
       this.#m.nacks[ack.status]?.inc();
+      if (!this.#endAhead(xfer)) {
+        this.#xfers.delete(ack.mmHash);
+        return;
+      }
       const name = XFER_STATUS_NAMES[ack.status];
       this.#log[EXPECTED_NACKS.has(ack.status) ? "info" : "warn"]({ mmHash: ack.mmHash }, `NACK ${name}`);
       xfer.transition([XferState.WAITING_ACK], XferState.NACKED, name);
@@ -426,11 +494,34 @@ export class ConsumerSession {
             : null;
     if (bad !== null) {
       this.#log.warn({ mmHash: xfer.mmHash }, bad);
+      if (!this.#endAhead(xfer)) {
+        this.#xfers.delete(xfer.mmHash);
+        return;
+      }
       xfer.transition([XferState.WAITING_ACK], XferState.READ_FAILED, bad);
       this.#xfers.delete(xfer.mmHash);
       this.#results.tombstoned.push(blocksOf(xfer));
       return;
     }
+    this.#peerAhead = ack.readAhead === true;
+    if (xfer.handle !== null) {
+      // A read-ahead is already reading this grant: keep it if it went to the agent that granted.
+      const sameAgent = this.#agentMeta !== null && Buffer.compare(this.#agentMeta, ack.agentMetadata) === 0;
+      if (sameAgent) {
+        this.#reading(xfer, ack, now);
+        return;
+      }
+      if (!this.#endAhead(xfer)) {
+        this.#xfers.delete(xfer.mmHash);
+        return;
+      }
+    }
+    this.#postClassic(xfer, ack, now);
+  }
+
+  /** The READ after the ack (EC-CONTRACT 6.3), also the fallback of a read-ahead that failed. */
+  #postClassic(xfer: ConsumerXfer, ack: XferAck, now: number): void {
+    const from = xfer.state === XferState.WAITING_ACK ? XferState.WAITING_ACK : XferState.READING;
     try {
       const agent = this.#ensureRegistered(ack.agentMetadata, ack.memDescriptor);
       const notif = Buffer.from(`${this.sessionId}:${xfer.mmHash}`);
@@ -441,11 +532,16 @@ export class ConsumerSession {
     } catch (err) {
       // EC-CONTRACT 6.3: an exception from postRead (or registering the peer) tombstones the xfer.
       this.#log.warn({ err: (err as Error).message, mmHash: xfer.mmHash }, "posting the read failed");
-      xfer.transition([XferState.WAITING_ACK], XferState.READ_FAILED, "post_failed");
+      xfer.transition([from], XferState.READ_FAILED, "post_failed");
       this.#xfers.delete(xfer.mmHash);
       this.#results.tombstoned.push(blocksOf(xfer));
       return;
     }
+    if (from === XferState.READING) return; // the fallback keeps the first post's deadline
+    this.#reading(xfer, ack, now);
+  }
+
+  #reading(xfer: ConsumerXfer, ack: XferAck, now: number): void {
     this.#m.reads.inc();
     xfer.ack = ack;
     xfer.postedAt = now;
@@ -510,6 +606,18 @@ export class ConsumerSession {
       return;
     }
     const why = this.#safeError(h);
+    if (xfer.readAhead) {
+      // docs/ec-protocol.md 3.2: a refused or broken read-ahead falls back to the READ, once.
+      xfer.readAhead = false;
+      this.#m.readAheadFallbacks.inc();
+      this.#log.info({ mmHash: xfer.mmHash, why }, "read-ahead failed; reading after the ack");
+      if (!this.#release(xfer)) {
+        this.#fail(xfer, `read_error: ${why}`, false);
+        return;
+      }
+      this.#postClassic(xfer, xfer.ack!, now);
+      return;
+    }
     this.#log.warn({ mmHash: xfer.mmHash, state, why }, "read failed");
     this.#fail(xfer, `read_error: ${why}`, this.#release(xfer));
   }

@@ -92,7 +92,10 @@ export interface EcDirectoryOptions {
   /** Where the producers come from (e.g. a discovery registry); exclusive with `producers`. */
   source?: DirectorySource;
   /** EC-CONTRACT 9.4: this subscriber's key pair and the producers' public key (or one per control endpoint). */
-  curve?: CurveKeyPair & { serverKey: string | ((producer: string) => string) };
+  curve?: CurveKeyPair & {
+    /** Z85 public key of the producers, or one per control endpoint. */
+    serverKey: string | ((producer: string) => string);
+  };
   /** Timer period of the re-ask and gone checks (default 100 ms). */
   tickMs?: number;
   /** Clock in ms (default `performance.now`). */

@@ -114,6 +114,10 @@ export interface ConsumerMetrics {
   readBytes: Counter;
   readSeconds: Histogram;
   readFailures: Counter;
+  /** READ_AHEADs posted with an XferReq (docs/ec-protocol.md 3.2). */
+  readAheads: Counter;
+  /** READ_AHEADs that failed and were replaced by a READ after the ack. */
+  readAheadFallbacks: Counter;
   checksumFailures: Counter;
   quarantines: Counter;
   settles: Counter;
@@ -147,6 +151,14 @@ export function consumerMetrics(r: Registry): ConsumerMetrics {
       buckets: BUCKETS.EC_TRANSFER_SECONDS,
     }),
     readFailures: r.counter("consumer_read_failures", "reads ending READ_FAILED"),
+    readAheads: r.counter(
+      "consumer_read_aheads",
+      "reads opened with the XferReq, before the ack (docs/ec-protocol.md 3.2)",
+    ),
+    readAheadFallbacks: r.counter(
+      "consumer_read_ahead_fallbacks",
+      "read-aheads that failed and were replaced by a read after the ack",
+    ),
     checksumFailures: r.counter("consumer_checksum_failures", "reads whose CRC-32 differed from the ack's"),
     quarantines: r.counter("consumer_quarantines", "reads quarantined (PROC past deadline or peer down)"),
     settles: r.counter("consumer_settles", "quarantined reads that left PROC (blocks freed)"),
@@ -179,12 +191,24 @@ export interface DataMetrics {
   idleClosed: Counter;
   allocFailures: Counter;
   tlsRefused: Counter;
+  /** READ_AHEADs that waited for their grant (docs/ec-protocol.md 3.2). */
+  readAheadParked: Counter;
+  /** READ_AHEADs served (docs/ec-protocol.md 3.2). */
+  readAheadServed: Counter;
 }
 
 /** Registers (idempotently) and returns the data-plane metrics. */
 export function dataMetrics(r: Registry): DataMetrics {
   return {
     served: r.counter("data_reads_served", "data-plane reads served (EC-CONTRACT 5.3)"),
+    readAheadParked: r.counter(
+      "data_read_ahead_waited",
+      "READ_AHEADs that arrived before their grant and waited for it (docs/ec-protocol.md 3.2)",
+    ),
+    readAheadServed: r.counter(
+      "data_read_ahead_served",
+      "READ_AHEADs served under their grant (docs/ec-protocol.md 3.2)",
+    ),
     refused: r.counter("data_reads_refused", "data-plane reads refused: no grant, wrong blocks, expired"),
     bytesSent: r.counter("data_sent_bytes", "block bytes streamed by the data server"),
     malformed: r.counter("data_malformed_frames", "data-plane frames dropped as malformed"),

@@ -224,6 +224,8 @@ export class ProducerSession {
       compatibilityHash: str(m, "compatibility_hash", "XferReq"),
       sessionId: str(m, "session_id", "XferReq"),
       connectorVersion: int(m, "connector_version", "XferReq", Number.MIN_SAFE_INTEGER),
+      // docs/ec-protocol.md 3.2: the optional capability key (only the integer 1 means yes).
+      ...(m["read_ahead"] === 1 ? { readAhead: true } : {}),
     };
     this.#m.requests.inc();
     let ack = this.#grantOrNack(req, Buffer.from(msg.identity).toString("hex"), now);
@@ -314,7 +316,7 @@ export class ProducerSession {
       at: now,
     };
     try {
-      this.#data.grant(key, grant.blocks, grant.deadline);
+      this.#data.grant(key, grant.blocks, grant.deadline, entry.nbytes);
     } catch (err) {
       this.#cache.unpin(h);
       this.#log.warn({ err, mmHash: h }, "data-plane grant failed");
@@ -332,6 +334,8 @@ export class ProducerSession {
       memDescriptor: this.#data.getMemDescriptor(),
       nbytes: entry.nbytes,
       crc32: entry.crc32 ?? 0,
+      // docs/ec-protocol.md 3.2: offered only to a consumer that asked (a 1.1 one never sees it).
+      ...(req.readAhead === true && this.#data.readAhead === true ? { readAhead: true } : {}),
     };
   }
 

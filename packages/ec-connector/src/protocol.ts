@@ -85,10 +85,20 @@ export interface XferReq {
   sessionId: string;
   /** `connector_version` (`EC_CONNECTOR_VERSION`). */
   connectorVersion: number;
+  /**
+   * Optional key `read_ahead` = 1 (tapwire 1.2 capability, docs/ec-protocol.md 3.2): the consumer
+   * can open its read before the ack. Sent only when true; a 1.1 producer ignores it.
+   */
+  readAhead?: boolean;
 }
 
 /** EC-CONTRACT 3: a transfer answer (producer → consumer). On a NACK only mmHash and status mean anything. */
 export interface XferAck {
+  /**
+   * Optional key `read_ahead` = 1 (docs/ec-protocol.md 3.2): the producer's data server accepts
+   * READ_AHEAD. Sent only on an OK ack to an XferReq that carried `read_ahead` = 1.
+   */
+  readAhead?: boolean;
   /** `mm_hash` of the request. */
   mmHash: string;
   /** `status`: OK or a NACK. */
@@ -180,6 +190,7 @@ export function encodeXferReq(req: XferReq): Uint8Array {
     compatibility_hash: req.compatibilityHash,
     session_id: req.sessionId,
     connector_version: req.connectorVersion,
+    ...(req.readAhead === true ? { read_ahead: 1 } : {}),
   });
 }
 
@@ -194,6 +205,7 @@ export function encodeXferAck(ack: XferAck): Uint8Array {
     mem_descriptor: ack.memDescriptor,
     nbytes: ack.nbytes,
     crc32: ack.crc32,
+    ...(ack.readAhead === true ? { read_ahead: 1 } : {}),
   });
 }
 
@@ -205,7 +217,13 @@ export function decodeXferReq(bytes: Uint8Array): XferReq {
     compatibilityHash: str(m, "compatibility_hash", "XferReq"),
     sessionId: str(m, "session_id", "XferReq"),
     connectorVersion: int(m, "connector_version", "XferReq", Number.MIN_SAFE_INTEGER),
+    ...(optionalFlag(m, "read_ahead") ? { readAhead: true } : {}),
   };
+}
+
+/** An optional capability key: absent or any value but the integer 1 means "no" (never malformed). */
+function optionalFlag(m: Record<string, unknown>, key: string): boolean {
+  return Object.hasOwn(m, key) && m[key] === 1;
 }
 
 /**
@@ -242,6 +260,7 @@ export function decodeXferAck(bytes: Uint8Array, maxBlocks: number): XferAck {
   if (has("mem_descriptor")) ack.memDescriptor = bin(m, "mem_descriptor", "XferAck");
   if (has("nbytes")) ack.nbytes = int(m, "nbytes", "XferAck", 0);
   if (has("crc32")) ack.crc32 = int(m, "crc32", "XferAck", 0, 0xffffffff);
+  if (need && optionalFlag(m, "read_ahead")) ack.readAhead = true;
   return ack;
 }
 

@@ -131,3 +131,40 @@ it("EC-CONTRACT 10.3: a restarted producer (new incarnation) replaces the set; a
   expect(d.holders("new")).toEqual([rec.control]);
   expect(d.holders("old")).toEqual([]);
 });
+
+it("EC-CONTRACT 10: bad events options are refused naming the option; a directory validates its records", async () => {
+  await expect(EcProducer.start({ events: "tcp://127.0.0.1:0" })).rejects.toThrow(/option replay/);
+  await expect(EcProducer.start({ eventsHeartbeatMs: 100 })).rejects.toThrow(/option eventsHeartbeatMs/);
+  await expect(
+    EcProducer.start({ events: "tcp://127.0.0.1:0", replay: "tcp://127.0.0.1:0", eventsRingMessages: 100 }),
+  ).rejects.toThrow(/option eventsRingMessages/);
+  await expect(EcProducer.start({ events: "nonsense", replay: "tcp://127.0.0.1:0" })).rejects.toThrow(
+    /bind nonsense/,
+  );
+  expect(() => new EcDirectory({ producers: [{ control: "", events: "x", replay: "y" }] })).toThrow(
+    /producers\[0\]\.control/,
+  );
+  expect(() => new EcDirectory({ producers: [], source: { watch: () => () => undefined } })).toThrow(
+    /option source/,
+  );
+  expect(() => new EcDirectory({ tickMs: 0 })).toThrow(/option tickMs/);
+});
+
+it("EC-CONTRACT 10.3: a source delivers records; a removed producer's set leaves holders()", async () => {
+  const p = await producer({ prepopulate: [["s1", 1000]] });
+  let push: (r: readonly ReturnType<typeof record>[]) => void = () => undefined;
+  const d = new EcDirectory({
+    source: {
+      watch(on) {
+        push = on;
+        on([record(p)]);
+        return () => undefined;
+      },
+    },
+  });
+  open.push(d);
+  await until(() => (d.holders("s1").length === 1 ? true : undefined), 20_000, "trusted from the source");
+  push([]);
+  expect(d.holders("s1")).toEqual([]);
+  expect(d.views()).toEqual([]);
+});

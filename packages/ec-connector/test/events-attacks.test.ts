@@ -2,7 +2,7 @@ import { connect } from "node:net";
 import { isAlive, rssOf, watchRss } from "@tapwire/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Dealer, Subscriber } from "zeromq";
-import { EcAdminClient, EcProducer, newCurveKeyPair } from "../src/index.js";
+import { EcAdminClient, EcDirectory, EcProducer, newCurveKeyPair } from "../src/index.js";
 import type { ProducerProc } from "./helpers/proc.js";
 import { spawnProducer, until } from "./helpers/proc.js";
 // @ts-expect-error: plain .mjs written from the contract (no types on purpose)
@@ -298,6 +298,21 @@ it("EC-CONTRACT 9.4: with CURVE keys both new sockets accept only allowed subscr
     expect(producer.registry.snapshot().counters["producer_curve_handshakes_refused"]).toBeGreaterThanOrEqual(
       2,
     );
+    // EcDirectory with the allowed key pair follows the producer; with another key it never trusts it
+    const rec = { control: producer.controlEndpoint, events: ev.eventsEndpoint, replay: ev.replayEndpoint };
+    const dir = new EcDirectory({ producers: [rec], curve: { ...allowed, serverKey: server.publicKey } });
+    const stranger = new EcDirectory({ producers: [rec], curve: { ...other, serverKey: server.publicKey } });
+    try {
+      await until(
+        () => (dir.holders("img").length === 1 ? true : undefined),
+        10_000,
+        "curve directory trusted",
+      );
+      expect(stranger.view(rec.control)?.trusted).toBe(false);
+    } finally {
+      dir.close();
+      stranger.close();
+    }
   } finally {
     for (const s of [good, goodSub, bad, badSub, plain]) s.close();
     await producer.close();

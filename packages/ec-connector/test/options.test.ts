@@ -73,6 +73,7 @@ describe("options are validated naming the bad one", () => {
       [{ readTimeoutMs: -1 }, "readTimeoutMs"],
       [{ quarantineTimeoutMs: Number.NaN }, "quarantineTimeoutMs"],
       [{ verifyChecksum: "yes" }, "verifyChecksum"],
+      [{ readAhead: "yes" }, "readAhead"],
       [{ sessionId: "a:b" }, "sessionId"],
     ];
     for (const [o, name] of cases) {

@@ -9,11 +9,16 @@ export { advertiseEndpoint, isWildcardHost, parseAdvertise } from "./advertise.j
 export { StatsError, StatsErrorCode } from "./errors.js";
 export type { MetricsListen } from "./listen.js";
 export { DEFAULT_METRICS_LISTEN, parseMetricsListen } from "./listen.js";
+export { registryPage } from "./live-page.js";
 export type { Logger, LoggerOptions, LogLevel } from "./log.js";
 export { createLogger, flushAndExit, flushLogger, LOG_LEVELS, parseLogLevel } from "./log.js";
 export type { Counter, Gauge, Histogram, HistogramOptions, HistogramUnit, InfoValue } from "./metrics.js";
 export { BUCKETS, exponentialBuckets, MAX_BUCKETS } from "./metrics.js";
+export type { ParentWatch, WatchParentOptions } from "./parent.js";
+export { watchParent } from "./parent.js";
 export type { HistogramSnapshot, RegistryOptions, StatsSnapshot } from "./registry.js";
 export { Registry } from "./registry.js";
-export type { MetricsServer, ServeMetricsOptions } from "./serve.js";
-export { serveMetrics } from "./serve.js";
+export type { MetricsServer, ServeMetricsOptions, SseRoute, SseRouteOptions } from "./serve.js";
+export { pageRoute, serveMetrics, sseRoute } from "./serve.js";
+export type { BarChartOptions, LineChartOptions, LineSeries } from "./svg.js";
+export { barChartSvg, lineChartSvg } from "./svg.js";

@@ -1,3 +1,4 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { StatsError, StatsErrorCode } from "./errors.js";
@@ -26,6 +27,12 @@ export interface ServeMetricsOptions {
    * exposition re-served by a supervisor). Its families must not repeat the registries' names.
    */
   extra?: () => string | Promise<string>;
+  /**
+   * More GET paths served by the same server (issue 24: a live page and its Server-Sent Events,
+   * see {@link sseRoute} and {@link pageRoute}). Keys are paths (`"/"`, `"/events"`); they may not
+   * replace `/metrics`, `/healthz` or `/readyz`.
+   */
+  routes?: Readonly<Record<string, (req: IncomingMessage, res: ServerResponse) => void>>;
 }
 
 /**
@@ -70,10 +77,35 @@ export function serveMetrics(
       return Promise.reject(new StatsError(StatsErrorCode.BAD_OPTION, `option ${key} must be a function`));
     }
   }
+  const routes = options.routes ?? {};
+  if (typeof routes !== "object" || routes === null) {
+    return Promise.reject(new StatsError(StatsErrorCode.BAD_OPTION, "option routes must be an object"));
+  }
+  for (const [k, f] of Object.entries(routes)) {
+    if (
+      !k.startsWith("/") ||
+      k === "/metrics" ||
+      k === "/healthz" ||
+      k === "/readyz" ||
+      typeof f !== "function"
+    ) {
+      return Promise.reject(
+        new StatsError(
+          StatsErrorCode.BAD_OPTION,
+          `option routes: ${JSON.stringify(k)} is not a new path with a handler`,
+        ),
+      );
+    }
+  }
   const { ready, extra } = options;
   const server = createServer((req, res) => {
-    const path = (req.url ?? "/").split("?", 1)[0];
-    if (path !== "/metrics" && path !== "/healthz" && path !== "/readyz") {
+    const path = (req.url ?? "/").split("?", 1)[0] ?? "/";
+    const route = Object.hasOwn(routes, path) ? routes[path] : undefined;
+    if (route !== undefined && (req.method === "GET" || req.method === "HEAD")) {
+      route(req, res);
+      return;
+    }
+    if (path !== "/metrics" && path !== "/healthz" && path !== "/readyz" && route === undefined) {
       res.writeHead(404, { "content-type": "text/plain" }).end("not found\n");
       return;
     }
@@ -125,4 +157,112 @@ export function serveMetrics(
       });
     });
   });
+}
+
+/** Options of {@link sseRoute}. */
+export interface SseRouteOptions {
+  /** Milliseconds between events (default 500; at least 50). */
+  intervalMs?: number;
+  /** Clients at once (default 16); more are answered 503. */
+  maxClients?: number;
+}
+
+/** A route of {@link ServeMetricsOptions.routes} streaming Server-Sent Events, with a way to end them. */
+export interface SseRoute {
+  /** The request handler. */
+  (req: IncomingMessage, res: ServerResponse): void;
+  /** Clients connected now. */
+  readonly clients: number;
+  /** Sends `event: name` with `data` (JSON) to every client now. */
+  send(name: string, data: unknown): void;
+  /** Stops the timer and ends every stream. */
+  close(): void;
+}
+
+/**
+ * A Server-Sent Events route: every `intervalMs` each client gets `data: JSON.stringify(state())`
+ * (a first one at once). A throwing `state` sends an `event: error` line instead. Timers are
+ * unref'd; `close()` ends every stream.
+ */
+export function sseRoute(state: () => unknown, options: SseRouteOptions = {}): SseRoute {
+  const every = options.intervalMs ?? 500;
+  const max = options.maxClients ?? 16;
+  if (!Number.isInteger(every) || every < 50)
+    throw new StatsError(StatsErrorCode.BAD_OPTION, `option intervalMs ${every} is not an integer >= 50`);
+  if (!Number.isInteger(max) || max < 1)
+    throw new StatsError(StatsErrorCode.BAD_OPTION, `option maxClients ${max} is not an integer >= 1`);
+  const clients = new Set<ServerResponse>();
+  const frame = (name: string | null, data: unknown): string => {
+    let json: string;
+    try {
+      json = JSON.stringify(data);
+    } catch (e) {
+      return `event: error\ndata: ${JSON.stringify(String(e))}\n\n`;
+    }
+    return `${name !== null ? `event: ${name}\n` : ""}data: ${json}\n\n`;
+  };
+  const tick = (): string => {
+    try {
+      return frame(null, state());
+    } catch (e) {
+      return `event: error\ndata: ${JSON.stringify(e instanceof Error ? e.message : String(e))}\n\n`;
+    }
+  };
+  let timer: ReturnType<typeof setInterval> | null = null;
+  const start = (): void => {
+    if (timer !== null) return;
+    timer = setInterval(() => {
+      if (clients.size === 0) return;
+      const f = tick();
+      for (const c of clients) c.write(f);
+    }, every);
+    timer.unref?.();
+  };
+  const handler = ((req: IncomingMessage, res: ServerResponse) => {
+    if (clients.size >= max) {
+      res.writeHead(503, { "content-type": "text/plain" }).end("too many event streams\n");
+      return;
+    }
+    res.writeHead(200, {
+      "content-type": "text/event-stream; charset=utf-8",
+      "cache-control": "no-store",
+      connection: "keep-alive",
+    });
+    if (req.method === "HEAD") {
+      res.end();
+      return;
+    }
+    clients.add(res);
+    res.write(`retry: ${every}\n\n${tick()}`);
+    const drop = (): void => {
+      clients.delete(res);
+    };
+    req.once("close", drop);
+    res.once("close", drop);
+    start();
+  }) as SseRoute;
+  Object.defineProperty(handler, "clients", { get: () => clients.size });
+  handler.send = (name, data) => {
+    const f = frame(name, data);
+    for (const c of clients) c.write(f);
+  };
+  handler.close = () => {
+    if (timer !== null) clearInterval(timer);
+    timer = null;
+    for (const c of clients) c.end();
+    clients.clear();
+  };
+  return handler;
+}
+
+/** A route answering `body` (an HTML page by default) to GET and HEAD. */
+export function pageRoute(
+  body: string,
+  type = "text/html; charset=utf-8",
+): (req: IncomingMessage, res: ServerResponse) => void {
+  const buf = Buffer.from(body, "utf8");
+  return (req, res) => {
+    res.writeHead(200, { "content-type": type, "content-length": buf.length, "cache-control": "no-store" });
+    res.end(req.method === "HEAD" ? undefined : buf);
+  };
 }

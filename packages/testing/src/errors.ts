@@ -14,6 +14,12 @@ export const TestingErrorCode = {
   NO_PROCESS: "TESTING_NO_PROCESS",
   /** The `promtool` CLI (Debian package `prometheus`) is missing or could not run. */
   PROMTOOL: "TESTING_PROMTOOL",
+  /** Network namespaces, veths and tc need root (uid 0); the message says what asked for them. */
+  NOT_ROOT: "TESTING_NOT_ROOT",
+  /** An `ip` or `tc` command failed; the message gives the command and its stderr. */
+  NETNS: "TESTING_NETNS",
+  /** A relay child did not answer a command, or answered with an error. */
+  RELAY: "TESTING_RELAY",
 } as const;
 
 /** One of the {@link TestingErrorCode} values. */

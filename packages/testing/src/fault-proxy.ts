@@ -1,6 +1,7 @@
 import type { AddressInfo, Server, Socket } from "node:net";
 import { connect, createServer } from "node:net";
 import { TestingError, TestingErrorCode } from "./errors.js";
+import type { LinkSpec } from "./link-spec.js";
 
 /**
  * Direction of a byte stream through the proxy: `up` is client → target, `down` is target →
@@ -32,12 +33,27 @@ export type Fault =
 /** Where the proxy forwards to: a TCP host/port or a unix socket path. */
 export type ProxyTarget = { host: string; port: number } | { path: string };
 
+/**
+ * The part of a {@link LinkSpec} a proxy applies to every chunk, in both directions, on top of
+ * any {@link Fault}: one-way delay, jitter, stalls (rates are the kernel's: tbf on the veths).
+ */
+export type LinkImpairment = Pick<LinkSpec, "delayMs" | "jitterMs" | "stallProbability" | "stallMs" | "seed">;
+
 /** Options of {@link startFaultProxy}. */
 export interface FaultProxyOptions {
   /** Fault active from the start (default none). */
   fault?: Fault | null;
-  /** Listen port (default 0: any free port). The proxy always listens on 127.0.0.1. */
+  /** Listen port (default 0: any free port). */
   port?: number;
+  /**
+   * Listen address (default `127.0.0.1`). Anything else is for a relay inside a network namespace
+   * a test created ({@link startRelay}): only such addresses are ever targets.
+   */
+  host?: string;
+  /** Source address of the connections to the target (default: the kernel's choice). */
+  localAddress?: string;
+  /** Delay, jitter and stalls applied to every chunk (default none). */
+  impairment?: LinkImpairment | null;
 }
 
 /** Counters of a {@link FaultProxy}. */
@@ -52,13 +68,17 @@ export interface FaultProxyStats {
   bytesDown: number;
   /** Faults applied, per kind: delayed chunks, held chunks, dropped connections, flipped bytes, refused connections. */
   faults: { latency: number; stall: number; drop_after: number; corrupt: number; refuse: number };
+  /** Link impairment applied: chunks delayed by `delay`/`jitter`, stalls started. */
+  link: { delayed: number; stalls: number };
 }
 
 /** A running fault-injecting TCP proxy. */
 export interface FaultProxy {
-  /** The port the proxy listens on (127.0.0.1). */
+  /** The port the proxy listens on. */
   readonly port: number;
-  /** `tcp://127.0.0.1:<port>`. */
+  /** The address the proxy listens on (`127.0.0.1` unless `host` was given). */
+  readonly host: string;
+  /** `tcp://<host>:<port>`. */
   readonly endpoint: string;
   /** The active fault, or null. */
   readonly fault: Fault | null;
@@ -120,6 +140,7 @@ class Pipe {
   private readonly queue: QueueItem[] = [];
   private lastDue = 0;
   private timer: NodeJS.Timeout | null = null;
+  private immediate: NodeJS.Immediate | null = null;
   private dropping = false;
   private waitingDrain = false;
 
@@ -169,11 +190,15 @@ class Pipe {
 
   private enqueue(buf: Buffer, f: Fault | null): void {
     let due = 0;
+    let extra = this.proxy.linkDelay();
     if (f !== null && f.kind === "latency" && appliesTo(f, this.dir)) {
-      // Never before an earlier chunk: latency must not reorder the stream.
-      due = Math.max(performance.now() + f.ms, this.lastDue);
-      this.lastDue = due;
+      extra += f.ms;
       this.proxy.stats.faults.latency++;
+    }
+    if (extra > 0) {
+      // Never before an earlier chunk: latency and jitter must not reorder the stream.
+      due = Math.max(performance.now() + extra, this.lastDue);
+      this.lastDue = due;
     }
     this.queue.push({ buf, due });
   }
@@ -183,6 +208,10 @@ class Pipe {
     if (this.timer !== null) {
       clearTimeout(this.timer);
       this.timer = null;
+    }
+    if (this.immediate !== null) {
+      clearImmediate(this.immediate);
+      this.immediate = null;
     }
     const f = this.proxy.fault;
     while (this.queue.length > 0 && !this.conn.closed) {
@@ -202,10 +231,19 @@ class Pipe {
       }
       const wait = head.due - performance.now();
       if (wait > 0) {
-        this.timer = setTimeout(() => {
-          this.timer = null;
-          this.pump();
-        }, Math.ceil(wait));
+        // Timers have a 1 ms granularity: whole milliseconds on a timer, the rest polled on the
+        // event loop, so a 0.25 ms link delay is 0.25 ms and not 1 ms (never earlier than due).
+        if (wait >= 1) {
+          this.timer = setTimeout(() => {
+            this.timer = null;
+            this.pump();
+          }, Math.floor(wait));
+        } else {
+          this.immediate = setImmediate(() => {
+            this.immediate = null;
+            this.pump();
+          });
+        }
         return;
       }
       this.queue.shift();
@@ -226,6 +264,8 @@ class Pipe {
   stop(): void {
     if (this.timer !== null) clearTimeout(this.timer);
     this.timer = null;
+    if (this.immediate !== null) clearImmediate(this.immediate);
+    this.immediate = null;
     this.queue.length = 0;
   }
 }
@@ -286,7 +326,10 @@ class FaultProxyImpl implements FaultProxy {
     bytesUp: 0,
     bytesDown: 0,
     faults: { latency: 0, stall: 0, drop_after: 0, corrupt: 0, refuse: 0 },
+    link: { delayed: 0, stalls: 0 },
   };
+  host = "127.0.0.1";
+  private rng: () => number;
   private readonly conns = new Set<Conn>();
   /** Sockets flushing the bytes before a drop point (see Conn.drop). */
   readonly draining = new Set<Socket>();
@@ -296,13 +339,30 @@ class FaultProxyImpl implements FaultProxy {
   constructor(
     private readonly target: ProxyTarget,
     fault: Fault | null,
+    private readonly link: LinkImpairment | null,
+    private readonly localAddress: string | undefined,
   ) {
     this.fault = fault;
+    this.rng = mulberry32(link?.seed ?? 1);
     this.server = createServer({ allowHalfOpen: true, noDelay: true }, (client) => this.accept(client));
   }
 
   get endpoint(): string {
-    return `tcp://127.0.0.1:${this.port}`;
+    return `tcp://${this.host.includes(":") ? `[${this.host}]` : this.host}:${this.port}`;
+  }
+
+  /** This chunk's link delay, ms: `delay ± jitter`, plus a stall with its probability. */
+  linkDelay(): number {
+    const l = this.link;
+    if (l === null) return 0;
+    let d = l.delayMs;
+    if (l.jitterMs > 0) d += l.jitterMs * (2 * this.rng() - 1);
+    if (l.stallProbability > 0 && this.rng() < l.stallProbability) {
+      d += l.stallMs;
+      this.stats.link.stalls++;
+    }
+    if (d > 0) this.stats.link.delayed++;
+    return d;
   }
 
   private accept(client: Socket): void {
@@ -320,7 +380,13 @@ class FaultProxyImpl implements FaultProxy {
     const target =
       "path" in this.target
         ? connect({ path: this.target.path, allowHalfOpen: true })
-        : connect({ host: this.target.host, port: this.target.port, allowHalfOpen: true, noDelay: true });
+        : connect({
+            host: this.target.host,
+            port: this.target.port,
+            allowHalfOpen: true,
+            noDelay: true,
+            ...(this.localAddress === undefined ? {} : { localAddress: this.localAddress }),
+          });
     client.setNoDelay(true);
     this.stats.active++;
     this.conns.add(new Conn(this, client, target));
@@ -359,11 +425,38 @@ class FaultProxyImpl implements FaultProxy {
   }
 }
 
+/** A small seeded PRNG (mulberry32): repeatable jitter and stall draws. */
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function checkImpairment(l: LinkImpairment | null): void {
+  if (l === null) return;
+  const bad = (why: string) => new TestingError(TestingErrorCode.BAD_OPTION, `option impairment: ${why}`);
+  if (typeof l !== "object") throw bad("not an object");
+  for (const k of ["delayMs", "jitterMs", "stallMs"] as const) {
+    if (!(Number.isFinite(l[k]) && l[k] >= 0)) throw bad(`${k} ${l[k]} must be a finite number >= 0`);
+  }
+  if (l.jitterMs > l.delayMs) throw bad(`jitterMs ${l.jitterMs} is above delayMs ${l.delayMs}`);
+  if (!(l.stallProbability >= 0 && l.stallProbability <= 1)) {
+    throw bad(`stallProbability ${l.stallProbability} is not in [0, 1]`);
+  }
+  if (!Number.isSafeInteger(l.seed)) throw bad(`seed ${l.seed} is not an integer`);
+}
+
 /**
- * Starts a real TCP proxy on 127.0.0.1 (port 0 by default) that forwards bytes both ways to
- * `target` (TCP or unix socket) and injects {@link Fault}s switchable at runtime. Latency uses
- * timers that are cleared when connections close; after `close()` nothing is left running.
- * The proxy is transparent to TLS (bytes pass through).
+ * Starts a real TCP proxy on 127.0.0.1 (port 0 by default; `host` for a relay inside a test's
+ * network namespace) that forwards bytes both ways to `target` (TCP or unix socket), injects
+ * {@link Fault}s switchable at runtime, and applies a link's delay, jitter and stalls
+ * (`impairment`) to every chunk. Latency uses timers that are cleared when connections close;
+ * after `close()` nothing is left running. The proxy is transparent to TLS (bytes pass through).
  */
 export async function startFaultProxy(
   target: ProxyTarget,
@@ -385,10 +478,23 @@ export async function startFaultProxy(
   if (!(Number.isInteger(port) && port >= 0 && port <= 65535)) {
     throw new TestingError(TestingErrorCode.BAD_OPTION, `option port ${port} is not in [0, 65535]`);
   }
-  const proxy = new FaultProxyImpl(target, fault);
+  const host = opts.host ?? "127.0.0.1";
+  if (typeof host !== "string" || host === "") {
+    throw new TestingError(TestingErrorCode.BAD_OPTION, "option host must be a non-empty string");
+  }
+  if (
+    opts.localAddress !== undefined &&
+    (typeof opts.localAddress !== "string" || opts.localAddress === "")
+  ) {
+    throw new TestingError(TestingErrorCode.BAD_OPTION, "option localAddress must be a non-empty string");
+  }
+  const impairment = opts.impairment ?? null;
+  checkImpairment(impairment);
+  const proxy = new FaultProxyImpl(target, fault, impairment, opts.localAddress);
+  proxy.host = host;
   await new Promise<void>((resolve, reject) => {
     proxy.server.once("error", reject);
-    proxy.server.listen(port, "127.0.0.1", () => {
+    proxy.server.listen(port, host, () => {
       proxy.server.off("error", reject);
       resolve();
     });

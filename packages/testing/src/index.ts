@@ -17,6 +17,8 @@ export {
 export type { EchoServer } from "./echo.js";
 export { startEchoServer } from "./echo.js";
 export { TestingError, TestingErrorCode } from "./errors.js";
+export type { EtcdChild, StartEtcdOptions } from "./etcd.js";
+export { ETCD_BIN, startEtcd } from "./etcd.js";
 export type { FakeTimer } from "./fake-clock.js";
 export { FakeClock } from "./fake-clock.js";
 export type {
@@ -25,9 +27,35 @@ export type {
   FaultProxy,
   FaultProxyOptions,
   FaultProxyStats,
+  LinkImpairment,
   ProxyTarget,
 } from "./fault-proxy.js";
 export { startFaultProxy } from "./fault-proxy.js";
+export type { LinkSpec } from "./link-spec.js";
+export {
+  DEFAULT_STALL_MS,
+  formatLinkSpec,
+  LINK_NONE,
+  LINK_SPEC_KEYS,
+  linkNeedsRelay,
+  parseLinkSpec,
+  tbfBurstBytes,
+} from "./link-spec.js";
+export type { DevCounters, Namespace, VethEnd } from "./netns.js";
+export {
+  addVethPair,
+  createNamespace,
+  devCounters,
+  listNamespaces,
+  NETNS_PREFIX,
+  netnsCommand,
+  removeNamespace,
+  removeStaleNamespaces,
+  requireRoot,
+  runNetCommand,
+  shapeEgress,
+  TEST_NET,
+} from "./netns.js";
 export type { TransportScheme } from "./paths.js";
 export {
   endpointFor,
@@ -41,7 +69,13 @@ export type { ProcessMemory, RssWatch, WaitUntilOptions } from "./proc.js";
 export { fdCountOf, isAlive, memoryOf, rssOf, waitUntil, watchRss } from "./proc.js";
 export type { PromFamily, PromSample, PromtoolResult } from "./prom.js";
 export { parsePrometheus, promtoolCheck, sampleValue, scrape } from "./prom.js";
+export type { Relay, RelayForwardStats, RelayOptions } from "./relay.js";
+export { relayLeafPort, startRelay } from "./relay.js";
 export type { ChildHandle, ExitInfo, OutputLine, ProcessLimits, SpawnBinOptions } from "./spawn.js";
 export { killAllChildren, spawnBin, withFdLimit } from "./spawn.js";
+export type { SupervisedChild, SupervisedSpec, Supervisor } from "./supervisor.js";
+export { startSupervisor } from "./supervisor.js";
 export type { TlsCredentials } from "./tls.js";
 export { makeTlsCredentials, testTlsCredentials } from "./tls.js";
+export type { StarLeaf, StarTopology, StarTopologyOptions, StarTopologyPlan } from "./topology.js";
+export { createStarTopology, planLeaf } from "./topology.js";

@@ -29,6 +29,16 @@ export interface SpawnBinOptions {
   stdin?: string | Uint8Array;
   /** Resource limits set before node starts (see {@link ProcessLimits}). */
   limits?: ProcessLimits;
+  /**
+   * Run inside this network namespace (`ip netns exec <netns> …`, which keeps the pid; root only):
+   * a namespace made by `createNamespace` or `createStarTopology`.
+   */
+  netns?: string;
+  /**
+   * Keep stdin open as a pipe (`handle.child.stdin`) instead of ignoring it; the child sees EOF
+   * when this process dies, whatever killed it. Not with `stdin`.
+   */
+  openStdin?: boolean;
 }
 
 /**
@@ -238,13 +248,22 @@ export async function spawnBin(
   if (!(Number.isFinite(timeoutMs) && timeoutMs > 0)) {
     throw new TestingError(TestingErrorCode.BAD_OPTION, `option timeoutMs ${timeoutMs} must be > 0`);
   }
+  if (opts.openStdin === true && opts.stdin !== undefined) {
+    throw new TestingError(TestingErrorCode.BAD_OPTION, "options stdin and openStdin exclude each other");
+  }
+  if (opts.netns !== undefined && (typeof opts.netns !== "string" || !/^[\w.-]+$/.test(opts.netns))) {
+    throw new TestingError(
+      TestingErrorCode.BAD_OPTION,
+      `option netns ${JSON.stringify(opts.netns)} is not a namespace name`,
+    );
+  }
   installExitHook();
-  const [cmd, argv] = limitedCommand(
-    [process.execPath, ...(opts.nodeArgs ?? []), binPath, ...args],
-    opts.limits ?? {},
-  );
+  const node = [process.execPath, ...(opts.nodeArgs ?? []), binPath, ...args];
+  const [cmd0, argv0] = limitedCommand(node, opts.limits ?? {});
+  const [cmd, argv] =
+    opts.netns === undefined ? [cmd0, argv0] : ["ip", ["netns", "exec", opts.netns, cmd0, ...argv0]];
   const child = spawn(cmd, argv, {
-    stdio: [opts.stdin === undefined ? "ignore" : "pipe", "pipe", "pipe"],
+    stdio: [opts.stdin === undefined && opts.openStdin !== true ? "ignore" : "pipe", "pipe", "pipe"],
     env: { ...process.env, ...opts.env },
     ...(opts.cwd === undefined ? {} : { cwd: opts.cwd }),
   });

@@ -182,6 +182,21 @@ export class WorkerCore {
   }
 
   /**
+   * Compaction between STEPs (docs/worker.md "Compaction between STEPs"): moves, ahead of time,
+   * the rows the next append of each slot keeps when that append would reach its buffer's end,
+   * so that the next STEP does not copy them. Changes no window; call it in idle time, after a
+   * reply was written (the server does). Returns the rows copied.
+   */
+  prepareWindows(): number {
+    if (this.#tail !== null) return 0;
+    if (this.#table === null) return this.#store.prepareAppends();
+    // CONTRACT 12.1: a shared worker prepares every held session's windows.
+    let rows = 0;
+    for (const id of this.#table.ids()) rows += this.#table.find(id)?.store.prepareAppends() ?? 0;
+    return rows;
+  }
+
+  /**
    * Receive placement hook (the transport's `receiveInto`, see docs/worker.md "Rows received in
    * place"): given the first bytes `head` of a request of `length` bytes on `conn`, returns where
    * its rows should be received, a number of head bytes to wait for first, or null (receive it

@@ -19,6 +19,15 @@
  * the old one to the placement's reads (never to the reuse pool), so late placed bytes can never
  * land in a live window; the stale placement is then found invalid at apply time.
  *
+ * Compaction off the critical path ({@link WindowStore.prepareAppends}, called by the server once a
+ * reply is written, in the gap before the next STEP): a slot whose next append of as many rows
+ * as its last one would reach the buffer end gets a *shadow*: the rows that will survive that
+ * append (the window's last `W - n`) are copied to the front of the buffer ahead of time, while
+ * the window itself stays where it is. The next append (copied or placed) then goes right after
+ * the shadow and the window moves there without copying. A shadow is valid only while the slot
+ * keeps the version it was made at (any change of the slot discards it), and it never overlaps
+ * the window or the room a placement writes into (docs/worker.md "Compaction between STEPs").
+ *
  * Private members here are TypeScript `private`, not `#` as elsewhere in the package: this is
  * the per-entry hot path, and with `#` fields the placed-STEP benchmark ran about 6 % slower on
  * Node 20 (3 µs per STEP at 64 slots, interleaved runs; docs/benchmarks/worker.md).
@@ -98,6 +107,13 @@ export class WindowStore {
   private readonly staggerRows: number;
   /** 1 once the slot's current buffer was compacted (its phase is set; it now uses every row). */
   private readonly phased: Uint8Array;
+  /** Per slot: rows of the shadow at the buffer front (see the module comment). */
+  private readonly shadowRows: Uint32Array;
+  /** Per slot: the version the shadow was made at (valid while the slot still has it). */
+  private readonly shadowVersion: Float64Array;
+  /** Per slot: rows of its last append (the size {@link prepareAppends} prepares for). */
+  private readonly lastRows: Uint32Array;
+  private shadowed = 0;
 
   /**
    * @param bufferWindows a slot's buffer holds up to this many windows of rows (2..16, default
@@ -128,6 +144,56 @@ export class WindowStore {
     this.buffers = new Array<Uint8Array | null>(maxSlots).fill(null);
     this.version = new Float64Array(maxSlots);
     this.pending = new Uint8Array(maxSlots);
+    this.shadowRows = new Uint32Array(maxSlots);
+    this.shadowVersion = new Float64Array(maxSlots).fill(-1);
+    this.lastRows = new Uint32Array(maxSlots);
+  }
+
+  /** Appends that found their survivors already moved by {@link prepareAppends} (no copy on the STEP). */
+  get shadowedAppends(): number {
+    return this.shadowed;
+  }
+
+  /**
+   * Compaction between STEPs (see the module comment): for every slot whose next append of as
+   * many rows as its last would need a compaction, copies the rows that append keeps to the
+   * buffer front now, so that the STEP does not. The logical windows do not change. Returns the
+   * rows copied. Slots with a placement outstanding are skipped.
+   */
+  prepareAppends(): number {
+    const rb = this.rowBytes;
+    const W = this.window;
+    const full = this.maxBufferRows * rb;
+    let copied = 0;
+    for (let slot = 0; slot < this.maxSlots; slot++) {
+      const count = this.count[slot]!;
+      if (count === 0 || this.pending[slot] === 1) continue;
+      if (this.shadowVersion[slot] === this.version[slot]) continue;
+      const buf = this.buffers[slot];
+      if (buf === null || buf === undefined || buf.byteLength !== full) continue;
+      const n = this.lastRows[slot]!;
+      if (n === 0 || n >= W) continue;
+      const start = this.start[slot]!;
+      const end = start + count;
+      if ((end + n) * rb <= this.usableBytes(slot, buf)) continue;
+      const k = Math.min(count, W - n);
+      // The shadow [0, k) and the room after it [k, k + n) must lie before the window.
+      if (k + n > start) continue;
+      buf.copyWithin(0, (end - k) * rb, end * rb);
+      this.shadowRows[slot] = k;
+      this.shadowVersion[slot] = this.version[slot]!;
+      this.compacted++;
+      this.phased[slot] = 1;
+      copied += k;
+    }
+    return copied;
+  }
+
+  /** Rows of a valid shadow usable by an append of `nRows` that keeps `keep` rows, else -1. */
+  private shadowFor(slot: number, keep: number, nRows: number): number {
+    if (this.shadowVersion[slot] !== this.version[slot]) return -1;
+    const k = this.shadowRows[slot]!;
+    return k >= keep && k + nRows <= this.start[slot]! ? k : -1;
   }
 
   /** Slots whose window holds at least one row (`windows_kept` of CONTRACT 6.1). */
@@ -193,14 +259,20 @@ export class WindowStore {
     resync: boolean,
   ): void {
     if (this.pending[slot] === 1) this.detach(slot);
-    this.bump(slot);
     const count = this.count[slot]!;
     const connects = count === 0 ? rowStart === 0 : this.firstPos[slot]! + count === rowStart;
+    // Before the bump: a shadow is valid only at the version it was made at.
+    const shadow =
+      nRows > 0 && nRows < this.window
+        ? this.shadowFor(slot, Math.min(count, this.window - nRows), nRows)
+        : -1;
+    this.bump(slot);
+    if (nRows > 0) this.lastRows[slot] = nRows;
     if (resync || !connects || count === 0) {
       // An empty window takes the rows as they come: appending to nothing is replacing.
       this.replace(slot, rowStart, nRows, src, srcOffset);
     } else if (nRows > 0) {
-      this.append(slot, nRows, src, srcOffset);
+      this.append(slot, nRows, src, srcOffset, shadow);
     }
   }
 
@@ -220,14 +292,23 @@ export class WindowStore {
     const count = this.count[slot]!;
     let start = this.start[slot]!;
     let buf = this.buffers[slot] ?? null;
+    let row = start + count;
     if (buf === null || (start + count + nRows) * rb > this.usableBytes(slot, buf)) {
-      buf = this.ensureCapacity(slot, count + nRows, count);
-      start = 0;
-      this.start[slot] = 0;
+      // A valid shadow holds the rows this append keeps: place after it, the window untouched
+      // (commitPlaced moves the window there; a cancelled placement leaves it as it was).
+      const shadow = buf === null ? -1 : this.shadowFor(slot, Math.min(count, this.window - nRows), nRows);
+      if (shadow >= 0) {
+        row = shadow;
+      } else {
+        buf = this.ensureCapacity(slot, count + nRows, count);
+        start = 0;
+        this.start[slot] = 0;
+        row = count;
+      }
     }
+    buf = buf!;
     this.bump(slot);
     this.pending[slot] = 1;
-    const row = start + count;
     return { row, version: this.version[slot]!, view: buf.subarray(row * rb, (row + nRows) * rb) };
   }
 
@@ -249,6 +330,7 @@ export class WindowStore {
   commitPlaced(slot: number, rowStart: number, nRows: number, row: number, resync: boolean): void {
     this.pending[slot] = 0;
     this.bump(slot);
+    if (nRows > 0) this.lastRows[slot] = nRows;
     const count = this.count[slot]!;
     const connects = count === 0 ? rowStart === 0 : this.firstPos[slot]! + count === rowStart;
     if (resync || !connects || count === 0) {
@@ -260,10 +342,18 @@ export class WindowStore {
       this.nonEmpty++;
       return;
     }
-    // Appended: the rows sit right after the window (nothing moved since the placement).
     const total = count + nRows;
     const keep = Math.min(total, this.window);
     const dropped = total - keep;
+    if (row !== this.start[slot]! + count) {
+      // Placed after a shadow (placeAfterWindow): the kept rows sit right before `row`.
+      this.shadowed++;
+      this.start[slot] = row - (keep - nRows);
+      this.count[slot] = keep;
+      this.firstPos[slot] = this.firstPos[slot]! + dropped;
+      return;
+    }
+    // Appended: the rows sit right after the window (nothing moved since the placement).
     this.start[slot] = this.start[slot]! + dropped;
     this.count[slot] = keep;
     this.firstPos[slot] = this.firstPos[slot]! + dropped;
@@ -394,7 +484,7 @@ export class WindowStore {
     this.nonEmpty++;
   }
 
-  private append(slot: number, nRows: number, src: Uint8Array, srcOffset: number): void {
+  private append(slot: number, nRows: number, src: Uint8Array, srcOffset: number, shadow: number): void {
     const W = this.window;
     const rb = this.rowBytes;
     if (nRows >= W) {
@@ -413,8 +503,14 @@ export class WindowStore {
     this.start[slot] = start;
     let buf = this.buffers[slot]!;
     if ((start + count + nRows) * rb > this.usableBytes(slot, buf)) {
-      buf = this.ensureCapacity(slot, count + nRows, count);
-      start = 0;
+      if (shadow >= 0) {
+        // prepareAppends already moved the kept rows to [shadow - count, shadow).
+        this.shadowed++;
+        start = shadow - count;
+      } else {
+        buf = this.ensureCapacity(slot, count + nRows, count);
+        start = 0;
+      }
     }
     buf.set(src.subarray(srcOffset, srcOffset + nRows * rb), (start + count) * rb);
     this.start[slot] = start;

@@ -1,4 +1,5 @@
 import type { Registry } from "@tapwire/stats";
+import type { LinkTap } from "@tapwire/trace";
 import type { ConnInfo, RpcServer, ServerOptions, ServerTlsOptions } from "@tapwire/transport";
 import { listen } from "@tapwire/transport";
 import type { FrameConn, WorkerCoreOptions } from "./core.js";
@@ -52,6 +53,12 @@ export interface WorkerOptions extends WorkerCoreOptions {
   maxBufferedBytes?: number;
   /** Close a connection that has not said HELLO and completed no message this long (ms). Default 10 000; 0 = never. */
   unboundIdleMs?: number;
+  /**
+   * Link capture (issue 24, docs/trace.md): every request and its reply are handed to this tap
+   * (a `TraceWriter` of `@tapwire/trace`). Rows are then never received in place, so that the
+   * tap sees whole frames.
+   */
+  frameTap?: LinkTap;
 }
 
 /** A running worker. */
@@ -117,14 +124,37 @@ export async function createWorker(options: WorkerOptions): Promise<Worker> {
     throw new WorkerError("WORKER_BAD_OPTION", "option listen must be a non-empty array of endpoint strings");
   }
   const log = options.logger ?? null;
-  const inPlace = options.receiveInPlace ?? true;
+  const tap = options.frameTap;
+  if (
+    tap !== undefined &&
+    (tap === null || typeof tap.request !== "function" || typeof tap.reply !== "function")
+  ) {
+    throw new WorkerError(
+      "WORKER_BAD_OPTION",
+      "option frameTap must be a LinkTap (request and reply functions)",
+    );
+  }
+  const inPlace = tap === undefined && (options.receiveInPlace ?? true);
   if (typeof inPlace !== "boolean") {
     throw new WorkerError("WORKER_BAD_OPTION", `option receiveInPlace ${String(inPlace)} is not a boolean`);
   }
   const limits = connectionLimits(options, core.maxMessageBytes);
   const conns = new WeakMap<ConnInfo, FrameConn>();
-  const handler = (req: Uint8Array, conn: ConnInfo, placed?: unknown) =>
-    core.handle(req, frameConnOf(conns, conn), placed);
+  // Compaction between STEPs: once per event-loop turn that answered a frame, after the reply
+  // was written (setImmediate runs after this turn's I/O callbacks).
+  let prepareQueued = false;
+  const prepare = () => {
+    prepareQueued = false;
+    core.prepareWindows();
+  };
+  const plain = (req: Uint8Array, conn: ConnInfo, placed?: unknown) => {
+    if (!prepareQueued) {
+      prepareQueued = true;
+      setImmediate(prepare);
+    }
+    return core.handle(req, frameConnOf(conns, conn), placed);
+  };
+  const handler = tap === undefined ? plain : tapped(plain, tap);
   // Inferred, not annotated: the limit hooks are of @tapwire/transport's CONTRACT 11 options.
   const serverOptions = {
     maxMessageBytes: core.maxMessageBytes,
@@ -180,6 +210,26 @@ export async function createWorker(options: WorkerOptions): Promise<Worker> {
       }
       return closing;
     },
+  };
+}
+
+/** `handler` with every request and reply handed to `tap` (issue 24); the reply's aux is the handling time. */
+function tapped(
+  handler: (req: Uint8Array, conn: ConnInfo, placed?: unknown) => Uint8Array | Promise<Uint8Array>,
+  tap: LinkTap,
+): (req: Uint8Array, conn: ConnInfo, placed?: unknown) => Uint8Array | Promise<Uint8Array> {
+  return (req, conn, placed) => {
+    const t0 = performance.now();
+    tap.request(req, req.length);
+    const r = handler(req, conn, placed);
+    if (r instanceof Promise) {
+      return r.then((rep) => {
+        tap.reply(rep, rep.length, (performance.now() - t0) * 1000);
+        return rep;
+      });
+    }
+    tap.reply(r, r.length, (performance.now() - t0) * 1000);
+    return r;
   };
 }
 

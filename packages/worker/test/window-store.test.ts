@@ -360,3 +360,110 @@ describe("WindowStore receive placement (docs/worker.md: rows received in place)
     expect(() => s.placeAfterWindow(0, 0)).toThrow(/outside/);
   });
 });
+
+describe("WindowStore compaction between STEPs (docs/worker.md: Compaction between STEPs)", () => {
+  test("property: prepareAppends between operations changes no window, copied or placed, cancelled or not", () => {
+    const W = 6;
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.record({
+            kind: fc.constantFrom(
+              "append",
+              "append",
+              "append",
+              "append",
+              "gap",
+              "resync",
+              "reset",
+              "release",
+            ),
+            n: fc.integer({ min: 1, max: W }),
+            gap: fc.integer({ min: 1, max: 9 }),
+            slot: fc.nat(2),
+            placed: fc.boolean(),
+            cancel: fc.boolean(),
+            prepare: fc.boolean(),
+          }),
+          { minLength: 1, maxLength: 80 },
+        ),
+        fc.integer({ min: 2, max: 4 }),
+        (ops, bw) => {
+          const plain = new WindowStore(3, W, RB, bw);
+          const prepared = new WindowStore(3, W, RB, bw);
+          const gen = [1, 1, 1];
+          for (const s of [plain, prepared]) for (let k = 0; k < 3; k++) s.checkGeneration(k, 1);
+          for (const o of ops) {
+            const k = o.slot;
+            if (o.prepare) prepared.prepareAppends();
+            for (let j = 0; j < 3; j++) expect(prepared.debugWindow(j)).toEqual(plain.debugWindow(j));
+            if (o.kind === "release") {
+              plain.release(k);
+              prepared.release(k);
+              continue;
+            }
+            const before = prepared.debugWindow(k);
+            const end = before.nRows > 0 ? before.firstPos + before.nRows : 0;
+            const start = o.kind === "append" ? end : o.kind === "gap" ? end + o.gap : o.gap;
+            const rows = rowsFor(start, o.n);
+            const resync = o.kind === "resync";
+            if (o.kind === "reset") {
+              gen[k]!++;
+              plain.checkGeneration(k, gen[k]!);
+              prepared.checkGeneration(k, gen[k]!);
+            }
+            if (o.placed) {
+              const p = prepared.placeAfterWindow(k, o.n);
+              // The placement (after a shadow or after the window) leaves the window as it was.
+              expect(prepared.debugWindow(k)).toEqual(plain.debugWindow(k));
+              p.view.set(rows);
+              if (o.cancel) {
+                prepared.cancelPlacement(k, p.version);
+                expect(prepared.debugWindow(k)).toEqual(plain.debugWindow(k));
+                continue;
+              }
+              prepared.commitPlaced(k, start, o.n, p.row, resync);
+            } else {
+              prepared.applyRows(k, start, o.n, rows, 0, resync);
+            }
+            plain.applyRows(k, start, o.n, rows, 0, resync);
+            expect(prepared.debugWindow(k)).toEqual(plain.debugWindow(k));
+            expect(prepared.windowsHeld).toBe(plain.windowsHeld);
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  test("lockstep multi-row appends compact only between STEPs once prepared (copied and placed)", () => {
+    const W = 16;
+    for (const placedPath of [false, true]) {
+      const s = new WindowStore(4, W, RB, 4);
+      for (let k = 0; k < 4; k++) s.checkGeneration(k, 1);
+      const pos = [0, 0, 0, 0];
+      let onStep = 0;
+      for (let step = 0; step < 60; step++) {
+        const before = s.compactions;
+        for (let k = 0; k < 4; k++) {
+          const rows = rowsFor(pos[k]!, 8);
+          if (placedPath) {
+            const p = s.placeAfterWindow(k, 8);
+            p.view.set(rows);
+            s.commitPlaced(k, pos[k]!, 8, p.row, false);
+          } else {
+            s.applyRows(k, pos[k]!, 8, rows, 0, false);
+          }
+          pos[k]! += 8;
+          const w = s.debugWindow(k);
+          expect(positionsOf(w.rows)).toEqual(range(pos[k]! - Math.min(W, pos[k]!), pos[k]!));
+        }
+        // After the first cycle every compaction happens in prepareAppends, none on the STEP.
+        if (step > 8) onStep += s.compactions - before;
+        s.prepareAppends();
+      }
+      expect(onStep).toBe(0);
+      expect(s.shadowedAppends).toBeGreaterThan(0);
+    }
+  });
+});

@@ -8,7 +8,11 @@
 import { writeFileSync } from "node:fs";
 import { checkJsonPath, helpText, parseArgs } from "../cli/cli.js";
 import { HarnessError, HarnessErrorCode } from "../errors.js";
+import { formatMultiReport } from "../multi/multi-report.js";
+import { isMulti, runMulti } from "../multi/run-multi.js";
 import { stopAllChildren } from "../procs/procs.js";
+import { forwardSignal, isNetnsRun, superviseNetns } from "../procs/topology-netns.js";
+import { reportPictures, writePictures } from "../report/pictures.js";
 import { formatReport } from "../report/report.js";
 import { runHarness } from "../run.js";
 
@@ -29,9 +33,35 @@ async function main(): Promise<number> {
     return 0;
   }
   const cfg = parsed.config;
+  if (isMulti(cfg)) {
+    // --engines / --workers / --discovery (issue 21): src/multi/
+    const m = await runMulti(cfg, (l) => process.stderr.write(`[harness] ${l}\n`));
+    process.stdout.write(formatMultiReport(m.report));
+    if (cfg.json !== null) writeFileSync(cfg.json, `${JSON.stringify(m.report, null, 2)}\n`);
+    return m.exitCode;
+  }
+  if (cfg.topology === "netns" && !isNetnsRun()) {
+    // builds the namespaces and runs this bin again inside the engine's (procs/topology-netns.ts)
+    try {
+      return await superviseNetns(cfg, process.argv[1]!, process.argv.slice(2), (m) =>
+        process.stderr.write(`[harness] ${m}\n`),
+      );
+    } catch (e) {
+      if (e instanceof HarnessError && e.code === HarnessErrorCode.USAGE) {
+        process.stderr.write(`tapwire-harness: ${e.message}\n`);
+        return 2;
+      }
+      throw e;
+    }
+  }
   const { report, exitCode } = await runHarness(cfg);
   process.stdout.write(formatReport(report));
   if (cfg.json !== null) writeFileSync(cfg.json, `${JSON.stringify(report, null, 2)}\n`);
+  if (cfg.svg !== null) {
+    for (const p of writePictures(cfg.svg, reportPictures(report, report.stepRttHistogram ?? null))) {
+      process.stderr.write(`tapwire-harness: wrote ${p}\n`);
+    }
+  }
   return exitCode;
 }
 
@@ -40,6 +70,8 @@ const SIGNAL_EXIT = { SIGINT: 130, SIGTERM: 143 } as const;
 let stopping = false;
 for (const sig of ["SIGINT", "SIGTERM"] as const) {
   process.on(sig, () => {
+    // a netns supervisor: the run process stops its children; the namespaces go when it exits
+    if (forwardSignal(sig)) return;
     if (stopping) {
       // a second signal: no more grace for the children
       void stopAllChildren(0).finally(() => process.exit(SIGNAL_EXIT[sig]));

@@ -4,6 +4,7 @@
  */
 import { closeSync, existsSync, openSync, statSync, unlinkSync } from "node:fs";
 import { parseMetricsListen, StatsError } from "@tapwire/stats";
+import { parseLinkSpec, TestingError } from "@tapwire/testing";
 import { parseDepthPolicy } from "../depth/depth-sim.js";
 import { HarnessError, HarnessErrorCode } from "../errors.js";
 import { DEFAULTS, FAULT_DEFAULTS, type HarnessConfig, type LoadPoint, SAMPLE_DEFAULTS } from "./config.js";
@@ -152,6 +153,25 @@ export function parseArgs(argv: readonly string[]): ParseResult {
 
 /** Cross-flag checks (each flag alone is checked while parsing). */
 export function validate(cfg: HarnessConfig): void {
+  // a multi-instance run (src/multi/): tcp links, local media (see docs/harness.md)
+  if (cfg.discovery === "none" && (cfg.engines > 1 || cfg.workers > 1)) {
+    throw usage("--engines / --workers above 1 need --discovery static or etcd");
+  }
+  if (cfg.discovery !== "none" && cfg.draftTransport !== "tcp") {
+    throw usage("--discovery: multi-instance runs use --draft-transport tcp");
+  }
+  if (cfg.discovery !== "none" && cfg.topology !== "local") {
+    throw usage("--discovery: multi-instance runs use the local topology");
+  }
+  if (cfg.discovery !== "none" && cfg.encoders > 0 && cfg.encoders !== cfg.engines) {
+    throw usage(`--encoders: ${cfg.encoders}: 0 or one per engine (${cfg.engines}) in a multi-instance run`);
+  }
+  if (cfg.discovery === "none" && cfg.encoders === 0) {
+    throw usage("--encoders: 0 (local media) only in a multi-instance run; a classic run has 1 or more");
+  }
+  if (cfg.encoders > 1 && cfg.topology !== "local") {
+    throw usage("--encoders: 2 or more (residency events) run in the local topology");
+  }
   if (cfg.topK > cfg.vocab) throw usage(`--top-k: ${cfg.topK} above --vocab ${cfg.vocab}`);
   if (cfg.sample && cfg.vocab < 32)
     throw usage("--vocab: sampled sessions need at least 32 tokens (CONTRACT 6.1)");
@@ -163,11 +183,59 @@ export function validate(cfg: HarnessConfig): void {
   }
   if (cfg.embeddingBytes % 2 !== 0)
     throw usage(`--embedding-bytes: ${cfg.embeddingBytes} is not a whole number of bf16 values`);
+  traceRowsOf(cfg.traceRows);
+  if (!/^[a-zA-Z_:][a-zA-Z0-9_:]*$/.test(cfg.metricsEnginePrefix)) {
+    throw usage(`--metrics-engine-prefix: "${cfg.metricsEnginePrefix}" is not a Prometheus name prefix`);
+  }
+  if (cfg.uiListen !== null) {
+    uiListenOf(cfg.uiListen);
+    cfg.ui = true;
+  }
+  validateTopology(cfg);
   const rowBytes = cfg.numTaps * cfg.hidden * 2;
   if (rowBytes * cfg.window * cfg.slots > 2 ** 30) {
     throw usage(
       `--slots x --window x row bytes = ${rowBytes * cfg.window * cfg.slots} exceeds 1 GiB of rings`,
     );
+  }
+}
+
+/** `--trace-rows` as the TraceWriter option (all, none, or 1..65535). */
+export function traceRowsOf(raw: string): "all" | "none" | number {
+  if (raw === "all" || raw === "none") return raw;
+  if (/^\d{1,5}$/.test(raw) && Number(raw) >= 1 && Number(raw) <= 65535) return Number(raw);
+  throw usage(`--trace-rows: "${raw}" is not all, none or an integer 1..65535`);
+}
+
+/** `--ui-listen HOST:PORT` (or `tcp://HOST:PORT`) as host and port. */
+export function uiListenOf(raw: string): { host: string; port: number } {
+  try {
+    return parseMetricsListen(raw.startsWith("tcp://") ? raw : `tcp://${raw}`);
+  } catch (e) {
+    if (e instanceof StatsError) throw usage(`--ui-listen: ${e.message}`);
+    throw e;
+  }
+}
+
+/** `--topology` and `--link` against each other and the transports (a namespace has no shared unix sockets). */
+function validateTopology(cfg: HarnessConfig): void {
+  try {
+    parseLinkSpec(cfg.link);
+  } catch (e) {
+    if (e instanceof TestingError) throw usage(`--link: ${e.message}`);
+    throw e;
+  }
+  if (cfg.topology !== "netns") {
+    if (cfg.link.trim() !== "none" && cfg.link.trim() !== "") {
+      throw usage(`--link "${cfg.link}" needs --topology netns (links are veth pairs between namespaces)`);
+    }
+    return;
+  }
+  if (cfg.draftTransport === "unix") {
+    throw usage("--draft-transport unix: a unix socket does not cross network namespaces (--topology netns)");
+  }
+  if (cfg.ecData === "unix" && cfg.mmShare > 0) {
+    throw usage("--ec-data unix: a unix socket does not cross network namespaces (--topology netns)");
   }
 }
 

@@ -11,6 +11,9 @@ export type DrafterKind = (typeof DRAFTERS)[number];
 /** Data planes of the encoder-cache transfer (EC-CONTRACT 5.4). */
 export const EC_DATA_PLANES = ["tcp", "unix"] as const;
 export type EcDataPlane = (typeof EC_DATA_PLANES)[number];
+/** Where the processes run: all on this host's loopback, or each in its own network namespace (docs/harness.md). */
+export const TOPOLOGIES = ["local", "netns"] as const;
+export type TopologyKind = (typeof TOPOLOGIES)[number];
 /** How progress is shown while the run goes. */
 export const PROGRESS_MODES = ["auto", "bar", "lines", "off"] as const;
 export type ProgressMode = (typeof PROGRESS_MODES)[number];
@@ -45,6 +48,12 @@ export interface HarnessConfig {
   /** How the worker drafts with the head: `reference` (JavaScript) or `onnx` (ONNX Runtime). */
   drafter: DrafterKind;
   ecData: EcDataPlane;
+  /**
+   * Encoder processes. -1 (default): one, or one per engine in a multi-instance run. In a classic
+   * run 2 or more place transfers through their residency events (EC-CONTRACT 10); in a
+   * multi-instance run 0 (local media) or one per engine.
+   */
+  encoders: number;
   /** Requests in the run. */
   requests: number;
   /** Mean arrival rate (requests per second, Poisson arrivals); 0 = all arrive at once. */
@@ -86,9 +95,39 @@ export interface HarnessConfig {
   stepTimeoutMs: number;
   /** Deadline of one embedding transfer (retries included), milliseconds. */
   ecDeadlineMs: number;
+  /**
+   * `local`: every process on 127.0.0.1. `netns` (root only): the engine, the worker and the
+   * encoder each in a network namespace, joined through a router namespace by veth pairs.
+   */
+  topology: TopologyKind;
+  /** The link of every veth with `--topology netns` (`delay=1ms jitter=0.2ms rate=1gbit stall=0.1%`, or `none`). */
+  link: string;
   progress: ProgressMode;
   /** Log child processes' stderr and the engine's debug lines. */
   verbose: boolean;
+  // many instances (issue 21, CONTRACT 12.2): src/multi/
+  /** Engines, each with its own WorkerPool (in this process, one session each). */
+  engines: number;
+  /** Drafter worker processes, shared (`--max-sessions` = engines). */
+  workers: number;
+  /** Where the pools find the workers: `none` (one engine, one worker: the classic run), `static` or `etcd`. */
+  discovery: "none" | "static" | "etcd";
+  /** How long `--faults` keeps etcd stopped in a multi-instance run, ms. */
+  etcdDownMs: number;
+  /** Write a link trace of the engine's client to this file (null: off; docs/trace.md). */
+  trace: string | null;
+  /** Which STEPs keep their rows in the trace: `all`, `none` or `N` (one STEP in N). */
+  traceRows: string;
+  /** Serve the live view while the run goes (docs/harness.md "Live view"). */
+  ui: boolean;
+  /** Where the live view listens, `HOST:PORT` or `tcp://HOST:PORT` (default 127.0.0.1:0). */
+  uiListen: string | null;
+  /** With `ui`: keep the page up after the run until its viewers close it, at most this long (ms). */
+  uiLingerMs: number;
+  /** Write the report's pictures (SVG) into this folder (null: off). */
+  svg: string | null;
+  /** Prefix of the vLLM-named series on /metrics (vLLM's engine prefix). */
+  metricsEnginePrefix: string;
 }
 
 /** Defaults of the normal (greedy) scenario: `pnpm start` runs exactly this. */
@@ -105,6 +144,7 @@ export const DEFAULTS: Readonly<HarnessConfig> = Object.freeze({
   draftTransport: "tcp",
   drafter: "reference",
   ecData: "tcp",
+  encoders: -1,
   requests: 48,
   rate: 40,
   maxNewTokens: 64,
@@ -131,8 +171,21 @@ export const DEFAULTS: Readonly<HarnessConfig> = Object.freeze({
   ],
   stepTimeoutMs: 1000,
   ecDeadlineMs: 5000,
+  topology: "local",
+  link: "none",
   progress: "auto",
   verbose: false,
+  engines: 1,
+  workers: 1,
+  discovery: "none",
+  etcdDownMs: 10_000,
+  trace: null,
+  traceRows: "all",
+  ui: false,
+  uiListen: null,
+  uiLingerMs: 0,
+  svg: null,
+  metricsEnginePrefix: "vllm:",
 } satisfies HarnessConfig);
 
 /** Defaults that change with `--sample` unless given: many short requests for the statistical test. */

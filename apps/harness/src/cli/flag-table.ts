@@ -11,6 +11,7 @@ import {
   type HarnessConfig,
   PROGRESS_MODES,
   SAMPLE_DEFAULTS,
+  TOPOLOGIES,
 } from "./config.js";
 
 /** How a flag's value is parsed and checked. */
@@ -87,6 +88,13 @@ export const FLAGS: Record<string, FlagSpec> = {
     "worker drafter: reference (JavaScript head) | onnx (the head exported to ONNX, @tapwire/drafter-onnx)",
   ),
   "--ec-data": oneOf("ecData", EC_DATA_PLANES, "T", "embedding data plane: tcp | unix"),
+  "--encoders": int(
+    "encoders",
+    -1,
+    16,
+    "N",
+    "encoder processes (-1: one, or one per engine with --engines); N >= 2 places transfers through their residency events (EC-CONTRACT 10); multi-instance: 0 (local media) or one per engine",
+  ),
   "--requests": int("requests", 1, 1_000_000, "N", "requests in the run"),
   "--rate": num("rate", 0, 1e6, "R", "arrivals per second (Poisson); 0 = all at once"),
   "--max-new-tokens": int("maxNewTokens", 1, 100_000, "N", "longest generation (lengths drawn in [N/2, N])"),
@@ -106,8 +114,20 @@ export const FLAGS: Record<string, FlagSpec> = {
     "tcp://H:P",
     "serve /metrics (harness + worker), /healthz, /readyz while running, e.g. tcp://127.0.0.1:9464",
   ),
+  "--metrics-engine-prefix": valued(
+    "metricsEnginePrefix",
+    "str",
+    "P",
+    "prefix of the spec-decode series under vLLM's names (docs/dashboards)",
+  ),
   "--metrics-port": valued("metricsPort", "port", "P", "same as --metrics-listen tcp://127.0.0.1:P"),
   "--json": valued("json", "str", "FILE", "also write the report as JSON to FILE"),
+  "--svg": valued(
+    "svg",
+    "str",
+    "DIR",
+    "also write the report's pictures (acceptance, RTT, goodput vs depth) as SVG into DIR",
+  ),
   "--depth-policy": valued(
     "depthPolicy",
     "str",
@@ -134,8 +154,63 @@ export const FLAGS: Record<string, FlagSpec> = {
     "MS",
     "deadline of one embedding load before local fallback",
   ),
+  "--topology": oneOf(
+    "topology",
+    TOPOLOGIES,
+    "T",
+    "local (all on 127.0.0.1) | netns (root: engine, worker, encoder in their own network namespaces)",
+  ),
+  "--link": valued(
+    "link",
+    "str",
+    "SPEC",
+    'link of every veth with --topology netns, e.g. "delay=0.5ms jitter=0.1ms rate=10gbit stall=0.1%"',
+  ),
   "--progress": oneOf("progress", PROGRESS_MODES, "M", "auto | bar | lines | off"),
   "--verbose": bool("verbose", "pass child process logs through to stderr"),
+  "--engines": int(
+    "engines",
+    1,
+    16,
+    "E",
+    "engines, each with its own worker pool (multi-instance run, docs/harness.md)",
+  ),
+  "--workers": int(
+    "workers",
+    1,
+    16,
+    "K",
+    "drafter worker processes shared by the engines (multi-instance run)",
+  ),
+  "--discovery": oneOf(
+    "discovery",
+    ["none", "static", "etcd"],
+    "D",
+    "how pools find workers: static list or etcd (starts an etcd child)",
+  ),
+  "--etcd-down-ms": int(
+    "etcdDownMs",
+    0,
+    600_000,
+    "MS",
+    "with --faults --discovery etcd: how long etcd stays stopped",
+  ),
+  "--trace": valued(
+    "trace",
+    "str",
+    "FILE",
+    "write a link trace of every HELLO and STEP to FILE (docs/trace.md)",
+  ),
+  "--trace-rows": valued("traceRows", "str", "R", "rows kept in the trace: all | none | N (one STEP in N)"),
+  "--ui": bool("ui", "serve the live view (SSE) while the run goes; its URL is printed"),
+  "--ui-listen": valued("uiListen", "str", "H:P", "where the live view listens (implies --ui) [127.0.0.1:0]"),
+  "--ui-linger-ms": int(
+    "uiLingerMs",
+    0,
+    3_600_000,
+    "MS",
+    "keep the live view up after the run until closed, at most MS",
+  ),
   "--help": bool("help", "print this help and exit"),
 };
 

@@ -8,6 +8,7 @@ import { type EcGeometry, ecGeometry, type RunScope, startEncoder } from "../pro
 import type { ChildService } from "../procs/procs.js";
 import type { RunHooks } from "../run.js";
 import { EcMedia, type EcMediaMetrics } from "./media.js";
+import { Placement } from "./placement.js";
 
 /**
  * Test-only: with this environment variable set to 1 the engine flips one bit of the first
@@ -23,12 +24,15 @@ export interface EcSide {
   adminEndpoint: string;
   media: EcMedia;
   fallbacks: string[];
+  /** `--encoders N` (N >= 2): the encoders, their events and the directory placing transfers (EC-CONTRACT 10). */
+  placement: Placement | null;
 }
 
 async function connectConsumer(
   scope: RunScope,
   geo: EcGeometry,
   ecRegistry: Registry,
+  placement: Placement | null,
 ): Promise<ConsumerConnector> {
   const ecLogger = createLogger({
     name: "tapwire-ec",
@@ -47,6 +51,7 @@ async function connectConsumer(
     heartbeat: geo.hb,
     registry: ecRegistry,
     logger: ecLogger,
+    ...(placement === null ? {} : { placement: placement.directory }),
   });
   scope.cleanups.push(() => connector.close());
   return connector;
@@ -61,12 +66,23 @@ export async function startEc(
 ): Promise<EcSide> {
   const { cfg } = scope;
   const geo = ecGeometry(cfg);
-  const { encoder, producerEndpoint, listening: el } = await startEncoder(scope, geo);
+  const placement = cfg.encoders > 1 ? await Placement.start(scope, geo, cfg.encoders, ecRegistry) : null;
+  const {
+    encoder,
+    producerEndpoint,
+    listening: el,
+  } = placement === null
+    ? await startEncoder(scope, geo)
+    : {
+        encoder: placement.encoders[0] as ChildService,
+        producerEndpoint: placement.producers[0] as string,
+        listening: (placement.encoders[0] as ChildService).listening ?? {},
+      };
   if (scope.urls.encoder !== null) {
     scope.note(`encoder metrics on ${scope.urls.encoder} (also /healthz, /readyz)`);
     await hooks.onEncoderMetrics?.(scope.urls.encoder);
   }
-  const connector = await connectConsumer(scope, geo, ecRegistry);
+  const connector = await connectConsumer(scope, geo, ecRegistry, placement);
   // EC-CONTRACT 9: admin has its own loopback socket when the producer reports one
   const adminEndpoint = typeof el["admin"] === "string" ? el["admin"] : producerEndpoint;
   const fallbacks: string[] = [];
@@ -77,6 +93,7 @@ export async function startEc(
     deadlineMs: cfg.ecDeadlineMs,
     metrics: ecMetrics,
     corruptFirstLoad: process.env[CORRUPT_ENV] === "1",
+    ...(placement === null ? {} : { placement }),
     onFallback: (h, why) => {
       if (fallbacks.length < 20) fallbacks.push(`${h.slice(0, 12)}: ${why}`);
     },
@@ -88,6 +105,7 @@ export async function startEc(
     adminEndpoint,
     media,
     fallbacks,
+    placement,
   };
   scope.cleanups.push(() => ec.admin.close());
   return ec;

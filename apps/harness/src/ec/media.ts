@@ -103,6 +103,19 @@ export interface EcMediaOptions {
   /** Called for each local fallback (mm_hash, reason). */
   onFallback?: (mmHash: string, reason: string) => void;
   /**
+   * EC-CONTRACT 10.4 (`--encoders N`): place each transfer on a trusted holder instead of asking
+   * `producer`; "waiting" leaves the item missing (retried every poll), "fallback" encodes it locally.
+   */
+  placement?: {
+    place(
+      connector: ConsumerConnector,
+      mmHash: string,
+      nbytes: number,
+      deadlineMs: number,
+      now: number,
+    ): "ready" | "pending" | "waiting" | "fallback";
+  };
+  /**
    * Test hook: flip one bit of the first embedding the engine reads (transferred, or encoded
    * locally after a failed transfer), as if memory had been corrupted after the CRC check, to
    * prove the lossless check catches it.
@@ -184,7 +197,13 @@ export class EcMedia implements MediaSource {
     const { connector, metrics } = this.o;
     let r: "ready" | "pending";
     try {
-      r = connector.request(h, this.o.producer, this.o.nbytes, now + this.o.deadlineMs, now);
+      const placed = this.o.placement?.place(connector, h, this.o.nbytes, this.o.deadlineMs, now);
+      if (placed === "waiting") return; // no trusted holder yet: poll asks again
+      if (placed === "fallback") {
+        this.fallback(h, "no trusted encoder held it by its deadline");
+        return;
+      }
+      r = placed ?? connector.request(h, this.o.producer, this.o.nbytes, now + this.o.deadlineMs, now);
     } catch (e) {
       this.fallback(h, `request refused: ${e instanceof Error ? e.message : String(e)}`);
       return;

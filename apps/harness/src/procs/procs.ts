@@ -12,7 +12,8 @@ import { HarnessError, HarnessErrorCode } from "../errors.js";
 
 const require = createRequire(import.meta.url);
 
-// Children never outlive the harness, whatever ends it (except SIGKILL of the harness itself).
+// Children never outlive the harness, whatever ends it: on exit they are killed here; on SIGKILL
+// of the harness they see their stdin pipe end (`exitWithParent`, issue 19) and exit themselves.
 const live = new Set<ChildProcess>();
 process.once("exit", () => {
   for (const c of live) c.kill("SIGKILL");
@@ -94,6 +95,16 @@ export interface ChildOptions {
   readyTimeoutMs?: number;
   /** Where the child's stderr and non-JSON stdout go (default: dropped). */
   log?: (line: string) => void;
+  /**
+   * Start it with `--exit-with-parent` and stdin a pipe this process holds (issue 19): the child
+   * exits when the harness dies, whatever signal killed it (SIGKILL included). Only for bins
+   * whose `--help` lists the flag.
+   */
+  exitWithParent?: boolean;
+  /** Environment added to the harness's own (e.g. `TAPWIRE_DRAFTER_ONNX`). */
+  env?: Record<string, string>;
+  /** Run inside this network namespace (`ip netns exec`, same pid; `--topology netns`). */
+  netns?: string;
 }
 
 /** A parsed pino line: every JSON object the child prints on stdout. */
@@ -154,7 +165,18 @@ export class ChildService {
     if (this.child)
       return Promise.reject(new HarnessError(HarnessErrorCode.PROCESS, `${this.opts.name} already running`));
     const { name, script, args } = this.opts;
-    const child = spawn(process.execPath, [script, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    const parentPipe = this.opts.exitWithParent === true;
+    const argv = [process.execPath, script, ...args, ...(parentPipe ? ["--exit-with-parent"] : [])];
+    const [cmd, ...rest] =
+      this.opts.netns === undefined ? argv : ["ip", "netns", "exec", this.opts.netns, ...argv];
+    const child = spawn(cmd!, rest, {
+      // the stdin pipe is never written nor closed: its end is the harness's death (issue 19);
+      // `ip netns exec` execs the bin, which keeps the pipe as its stdin
+      stdio: [parentPipe ? "pipe" : "ignore", "pipe", "pipe"],
+      ...(this.opts.env !== undefined ? { env: { ...process.env, ...this.opts.env } } : {}),
+    });
+    // an EPIPE on a pipe nobody writes is not the harness's concern
+    child.stdin?.on("error", () => {});
     this.child = child;
     live.add(child);
     this.expectedExit = false;

@@ -2,7 +2,10 @@
  * The run report: one JSON object (`--json FILE`) and the same numbers as a table on stdout.
  * docs/harness.md explains every field.
  */
+import type { SpecDecodeSnapshot } from "@tapwire/client";
 import type { DepthPolicyReport } from "../depth/depth-sim.js";
+import type { PlacementReport } from "../ec/placement.js";
+import type { TopologyReport } from "../procs/topology.js";
 
 /** Percentiles of a latency, milliseconds. */
 export interface LatencySummary {
@@ -97,6 +100,10 @@ export interface Report {
   };
   /** The depth policy (`--depth-policy`): simulated goodput, chosen depths, ECE (docs/depth-policy.md). */
   depthPolicy?: DepthPolicyReport;
+  /** The spec-decode counters under vLLM's names, with acceptance per position (issue 24, docs/dashboards). */
+  specDecode?: SpecDecodeSnapshot;
+  /** STEP RTT as counts per bin (edges in ms), for the pictures (`--svg`, issue 24). */
+  stepRttHistogram?: { edgesMs: number[]; counts: number[] };
   latency: { stepRtt: LatencySummary; round: LatencySummary };
   roundTime: {
     draftLinkMs: number;
@@ -138,6 +145,8 @@ export interface Report {
   };
   worker: Record<string, unknown>;
   faults: { enabled: boolean; injected: FaultRecord[] };
+  /** `--encoders N` (N >= 2): placement through residency events (EC-CONTRACT 10). */
+  placement?: PlacementReport;
   /** Things worth knowing about the run: local fallbacks and why, faults skipped or not injected. */
   notes: string[];
   /** The child processes: every pid each service ran as, and deaths nobody asked for. */
@@ -160,6 +169,8 @@ export interface Report {
     producerGrants: number | null;
     notes: string[];
   };
+  /** Where the processes ran (`--topology`, `--link`) and what the relay forwarded (docs/harness.md). */
+  topology: TopologyReport;
 }
 
 const num = (v: number, d = 2) => (Number.isFinite(v) ? v.toFixed(d) : "-");
@@ -250,6 +261,13 @@ function decodingRows(r: Report, { sec, row }: Rows): void {
 /** Latencies, where the round time went, throughput. */
 function timeRows(r: Report, { sec, row }: Rows): void {
   sec("time");
+  if (r.topology.kind === "netns") {
+    const relayed = r.topology.relay?.reduce((a, f) => a + f.bytesUp + f.bytesDown, 0);
+    row(
+      "  topology",
+      `netns, link ${r.topology.link}${relayed === undefined ? " (routed, no relay)" : ` (relay forwarded ${bytes(relayed)})`}`,
+    );
+  }
   row(
     "  STEP RTT p50 / p99",
     `${num(r.latency.stepRtt.p50, 3)} / ${num(r.latency.stepRtt.p99, 3)} ms (${int(r.latency.stepRtt.count)} STEPs)`,
@@ -278,6 +296,37 @@ function ecRows(r: Report, { sec, row }: Rows): void {
   row("  cache hits / joined in flight", `${int(r.ec.cacheHits)} / ${int(r.ec.joined)}`);
   row("  retries / local fallbacks", `${int(r.ec.retries)} / ${int(r.ec.fallbacks)}`);
   row("  EC statuses", counts(r.ec.statusCounts));
+}
+
+/** Placement over the encoders (EC-CONTRACT 10.4), when there were two or more. */
+function placementRows(r: Report, { sec, row }: Rows): void {
+  const p = r.placement;
+  if (p === undefined) return;
+  sec("");
+  sec(`placement (${p.encoders} encoders, residency events)`);
+  row(
+    "  placed on a trusted holder",
+    `${int(p.placed)} (NACK_MISSING avoided vs round robin: ${int(p.nackMissingAvoided)})`,
+  );
+  row(
+    "  not resident / encodes asked",
+    `${int(p.notResident)} / ${int(p.encodesAsked)} (timed out: ${int(p.timedOut)})`,
+  );
+  row(
+    "  sent without a trusted holder",
+    `${int(p.sentWithoutHolder)} (NACK_MISSING received: ${int(p.nackMissingReceived)})`,
+  );
+  row(
+    "  gaps / snapshots",
+    `${int(p.gaps)} / ${int(p.snapshots)}; trust again after ${num(p.trustAfterGapMs.mean, 1)} ms mean, ${num(p.trustAfterGapMs.max, 1)} ms max (${int(p.trustAfterGapMs.count)})`,
+  );
+  if (p.droppedEvents > 0) row("  events dropped by the lossy relay", int(p.droppedEvents));
+  if (p.late !== null) {
+    row(
+      "  late subscriber",
+      `${int(p.late.snapshots)} snapshots, ${int(p.late.differences)} differences over ${int(p.late.trusted)} trusted views`,
+    );
+  }
 }
 
 /** The drafter link, and the faults injected. */
@@ -354,6 +403,7 @@ export function formatReport(r: Report): string {
   timeRows(r, table);
   sec("");
   ecRows(r, table);
+  placementRows(r, table);
   sec("");
   linkRows(r, table);
   sec("");

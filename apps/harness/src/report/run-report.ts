@@ -10,6 +10,7 @@ import type { EngineMetrics, EngineResult } from "../engine/engine.js";
 import type { RequestSpec } from "../engine/workload.js";
 import type { FaultDriver } from "../faults/faults.js";
 import type { ChildExit, ChildService } from "../procs/procs.js";
+import type { TopologyReport } from "../procs/topology.js";
 import { type EndState, ecStatusCounts } from "./leak-check.js";
 import type { ChildDeath, LatencySummary, LosslessResult, Report } from "./report.js";
 
@@ -58,6 +59,8 @@ export interface ReportInputs {
   deaths: ChildExit[];
   decodeStartEpoch: number;
   leaks: EndState;
+  /** Where the processes ran (`--topology`) and what the relay forwarded. */
+  topology: TopologyReport;
 }
 
 function speculation(m: EngineMetrics, generated: number): Report["speculation"] {
@@ -173,6 +176,7 @@ export function buildReport(x: ReportInputs): Report {
       unexpectedExits: x.deaths.map((d) => toDeath(d, x.decodeStartEpoch)),
     },
     leaks: leaksSection(x.leaks),
+    topology: x.topology,
   };
   if (faults) {
     for (const k of faults.notInjected) report.notes.push(`fault ${k} not injected: the run ended first`);

@@ -8,7 +8,7 @@ import { parseArgs } from "node:util";
 import type { CaseInfo, Mode } from "../cases.js";
 import { listCases as allCases } from "../cases.js";
 import { runClientSuite } from "../client/suite.js";
-import { runEcConsumerSuite, runEcProducerSuite } from "../ec/suite.js";
+import { runEcConsumerSuite, runEcEventsSuite, runEcProducerSuite } from "../ec/suite.js";
 import { ConformanceError } from "../errors.js";
 import type { RunReport } from "../report.js";
 import { formatJunit, formatText } from "../report.js";
@@ -55,6 +55,10 @@ EC producer options (flag names as tapwire-ec-producer's)
   --mm-hash H               an entry the producer holds ready (the grant cases)
   --num-blocks N            its cache size (the quota cases)
   --pin-lease-ms MS         its pin lease (the lease case waits it out)
+  --events URL              run the residency cases instead (EC-CONTRACT 10.1, 10.2, 10.5): its
+                            events PUB endpoint; with --replay URL (its replay ROUTER) and
+                            --admin URL (its admin socket: drives encode / evict); the endpoint
+                            argument (control) is optional then
 
 EC consumer options
   --listen URL              the scripted producer's control ROUTER (tcp://host:port, tcp://127.0.0.1:* for any port)
@@ -127,6 +131,9 @@ const OPTIONS = {
   "pin-lease-ms": str,
   "ack-timeout-ms": str,
   "block-bytes": str,
+  events: str,
+  replay: str,
+  admin: str,
   list: { type: "boolean" },
   cases: str,
   json: str,
@@ -252,6 +259,7 @@ function client(v: Values, positionals: readonly string[], c: Common): Promise<R
 }
 
 function ecProducer(v: Values, positionals: readonly string[], c: Common): Promise<RunReport> {
+  if (v.events !== undefined) return ecEvents(v, positionals, c);
   const endpoint = positionals[1];
   if (endpoint === undefined) throw new UsageError("ec-producer needs an endpoint");
   return runEcProducerSuite(
@@ -267,6 +275,24 @@ function ecProducer(v: Values, positionals: readonly string[], c: Common): Promi
       pinLeaseMs: int("pin-lease-ms", v["pin-lease-ms"], 0, 2 ** 31 - 1),
       timeoutMs: c.timeoutMs,
       seed: c.seed,
+    }),
+    c.run,
+  );
+}
+
+function ecEvents(v: Values, positionals: readonly string[], c: Common): Promise<RunReport> {
+  if (v.replay === undefined) throw new UsageError("ec-producer --events needs --replay <endpoint>");
+  return runEcEventsSuite(
+    defined({
+      events: v.events!,
+      replay: v.replay,
+      admin: v.admin,
+      control: positionals[1],
+      compatibilityHash: v["compatibility-hash"],
+      mmHash: v["mm-hash"],
+      numBlocks: int("num-blocks", v["num-blocks"], 1, 2 ** 31 - 1),
+      blockBytes: int("block-bytes", v["block-bytes"], 1, 2 ** 31 - 1),
+      timeoutMs: c.timeoutMs,
     }),
     c.run,
   );
@@ -305,7 +331,7 @@ async function main(): Promise<number> {
   const defs =
     mode === "worker" && v.shared === true
       ? SHARED_CASES.map((d) => ({ id: d.id, title: d.title, cite: d.cite }))
-      : allCases(mode as Mode);
+      : allCases(mode === "ec-producer" && v.events !== undefined ? "ec-producer-events" : (mode as Mode));
   if (v.list === true) {
     process.stdout.write(`${listCases(defs, v.cases)}\n`);
     return 0;

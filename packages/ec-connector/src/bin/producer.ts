@@ -8,6 +8,7 @@ import {
   parseLogLevel,
   parseMetricsListen,
   serveMetrics,
+  watchParent,
 } from "@tapwire/stats";
 import { crc32Info } from "../crc.js";
 import { checkCurveServer, newCurveKeyPair } from "../curve.js";
@@ -19,6 +20,7 @@ import { EC_PRODUCER_DEFAULTS, EcProducer } from "../producer.js";
 import { PRODUCER_DEFAULTS } from "../producer-session.js";
 import { HEARTBEAT_DEFAULTS } from "../zmq.js";
 import { checkTlsFiles, EXIT, flagNames, isBindFailure } from "./exit.js";
+import { REGISTER_FLAGS, startRegistration } from "./register.js";
 
 const NAME = "tapwire-ec-producer";
 
@@ -166,6 +168,11 @@ const FLAGS = {
     arg: "<ms>",
     help: 'log a "stats" line this often (0: off)',
     def: 0,
+  },
+  ...REGISTER_FLAGS,
+  "exit-with-parent": {
+    kind: "boolean",
+    help: "exit (as on SIGTERM) when stdin reaches end-of-file: a supervisor holds stdin open as a pipe, so the producer ends with it whatever signal killed it",
   },
   "log-level": { kind: "string", arg: "<level>", help: "pino level", def: "info" },
   help: { kind: "boolean", help: "this text" },
@@ -465,6 +472,7 @@ async function main(argv: string[]): Promise<void> {
     },
     "listening",
   );
+  const unregister = await startRegistration(v, p, log); // --register (issue 21)
   const statsTimer =
     statsEvery > 0 ? setInterval(() => log.info({ stats: p.stats() }, "stats"), statsEvery) : null;
   const stop = (signal: string) => {
@@ -472,8 +480,8 @@ async function main(argv: string[]): Promise<void> {
     stopping = true;
     if (statsTimer !== null) clearInterval(statsTimer);
     always.info({ signal }, "closing");
-    void p
-      .close()
+    void (unregister?.() ?? Promise.resolve())
+      .then(() => p.close())
       .then(async () => {
         await metrics?.close();
         always.info({ signal, stats: p.stats() }, "closed");
@@ -486,6 +494,13 @@ async function main(argv: string[]): Promise<void> {
   };
   process.on("SIGINT", () => stop("SIGINT"));
   process.on("SIGTERM", () => stop("SIGTERM"));
+  if (v["exit-with-parent"] === true) {
+    // Orphaned: nobody will SIGKILL a hanging close, so it is bounded (issue 19).
+    watchParent(() => {
+      setTimeout(() => process.exit(1), 10_000).unref();
+      stop("parent-exit");
+    });
+  }
 }
 
 /** A failure while starting, its message naming the flag (`cause`: the original error). */

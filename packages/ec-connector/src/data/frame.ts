@@ -29,6 +29,19 @@ export interface ReadFrame {
   readonly reader: string;
   readonly instance: string;
 }
+/**
+ * READ_AHEAD (reader → server, tapwire 1.2 capability, docs/ec-protocol.md 3.2): stream the blocks
+ * of the grant `key` as soon as it exists (waiting up to `waitMs`), `nbytes` being the grant's byte
+ * count; sent only to a producer whose XferAck carried `read_ahead` = 1.
+ */
+export interface ReadAheadFrame {
+  readonly op: "read_ahead";
+  readonly key: Uint8Array;
+  readonly nbytes: number;
+  readonly waitMs: number;
+  readonly reader: string;
+  readonly instance: string;
+}
 /** NOTIF (reader → server): the read of `msg` (the grant key) is complete. */
 export interface NotifFrame {
   readonly op: "notif";
@@ -46,12 +59,15 @@ export interface ErrorFrame {
   readonly message: string;
 }
 /** Frames a data server receives. */
-export type ToServer = ReadFrame | NotifFrame;
+export type ToServer = ReadFrame | NotifFrame | ReadAheadFrame;
 /** Frames a reader receives. */
 export type ToReader = DataFrame | ErrorFrame;
 
 /** Frame op codes (the first body byte; docs/ec-protocol.md "Data plane wire format"). */
-export const DATA_OPS = { read: 0x01, data: 0x02, error: 0x03, notif: 0x04 } as const;
+export const DATA_OPS = { read: 0x01, data: 0x02, error: 0x03, notif: 0x04, read_ahead: 0x05 } as const;
+
+/** Longest wait a READ_AHEAD may ask for, ms (docs/ec-protocol.md 3.2). */
+export const MAX_READ_AHEAD_WAIT_MS = 60_000;
 
 /** Fixed part of each frame body, bytes (the variable fields follow it). */
 const READ_FIXED = 20;
@@ -77,6 +93,8 @@ const CODE_NAMES = Object.fromEntries(Object.entries(REFUSAL_CODES).map(([k, v])
 >;
 const UTF8 = new TextEncoder();
 const UTF8_FATAL = new TextDecoder("utf-8", { fatal: true });
+/** For `instance`: invalid bytes become U+FFFD, which no (hex) instance id contains. */
+const UTF8_LOOSE = new TextDecoder("utf-8");
 
 /** Reads a frame's length prefix (u32 little-endian) at `off`. */
 export function frameLength(buf: Buffer, off = 0): number {
@@ -136,6 +154,26 @@ export function encodeFrame(f: ToServer | ToReader): Buffer {
       }
       return b;
     }
+    case "read_ahead": {
+      const reader = UTF8.encode(f.reader);
+      const instance = UTF8.encode(f.instance);
+      const body = READ_FIXED + f.key.length + reader.length + instance.length;
+      const b = Buffer.alloc(LEN_BYTES + body);
+      b.writeUInt32LE(body, 0);
+      b[4] = DATA_OPS.read_ahead;
+      b.writeUInt16LE(f.key.length, 6);
+      b.writeUInt16LE(reader.length, 8);
+      b.writeUInt16LE(instance.length, 10);
+      b.writeUInt32LE(f.waitMs, 12);
+      writeU64(b, f.nbytes, 16);
+      let off = LEN_BYTES + READ_FIXED;
+      b.set(f.key, off);
+      off += f.key.length;
+      b.set(reader, off);
+      off += reader.length;
+      b.set(instance, off);
+      return b;
+    }
     case "data": {
       const b = Buffer.alloc(LEN_BYTES + DATA_FIXED);
       b.writeUInt32LE(DATA_FIXED, 0);
@@ -188,6 +226,7 @@ export function decodeToServer(body: Uint8Array, numBlocks: number): ToServer {
     if (b.length !== NOTIF_FIXED + keyLen) malformed("NOTIF body_len does not match key_len");
     return { op: "notif", msg: b.subarray(NOTIF_FIXED) };
   }
+  if (op === DATA_OPS.read_ahead) return decodeReadAhead(b);
   if (op !== DATA_OPS.read) malformed(`unknown op ${op}`);
   if (b.length < READ_FIXED) malformed("READ shorter than its fixed part");
   if (b[1] !== 0) malformed("READ reserved byte is not 0");
@@ -204,18 +243,50 @@ export function decodeToServer(body: Uint8Array, numBlocks: number): ToServer {
   if (b.length !== READ_FIXED + keyLen + readerLen + instanceLen + 4 * count) {
     malformed("READ body_len does not match its field lengths");
   }
+  // nbytes 0 is not malformed: it fails rule 5 (bad_nbytes), answered with an ERROR (3.1).
   const nbytes = readU64(b, 12);
-  if (nbytes < 1) malformed("READ nbytes is 0");
   let off = READ_FIXED;
   const key = b.subarray(off, off + keyLen);
   off += keyLen;
   const reader = utf8(b, off, readerLen, "READ reader");
   off += readerLen;
-  const instance = utf8(b, off, instanceLen, "READ instance");
+  // Not UTF-8 (e.g. the 8 raw bytes instead of their 16 hex characters) cannot be this server's
+  // instance: ERROR 1 instance_mismatch, not a silent close (3.1).
+  const instance = UTF8_LOOSE.decode(b.subarray(off, off + instanceLen));
   off += instanceLen;
   const blocks = new Array<number>(count);
   for (let i = 0; i < count; i++) blocks[i] = b.readUInt32LE(off + 4 * i);
   return { op: "read", key, blocks, nbytes, reader, instance };
+}
+
+function decodeReadAhead(b: Buffer): ReadAheadFrame {
+  if (b.length < READ_FIXED) malformed("READ_AHEAD shorter than its fixed part");
+  if (b[1] !== 0) malformed("READ_AHEAD reserved byte is not 0");
+  const keyLen = b.readUInt16LE(2);
+  const readerLen = b.readUInt16LE(4);
+  const instanceLen = b.readUInt16LE(6);
+  const waitMs = b.readUInt32LE(8);
+  if (keyLen < 1 || keyLen > MAX_KEY_BYTES)
+    malformed(`READ_AHEAD key_len ${keyLen} outside [1, ${MAX_KEY_BYTES}]`);
+  if (readerLen > MAX_READER_BYTES) malformed(`READ_AHEAD reader_len ${readerLen} over ${MAX_READER_BYTES}`);
+  if (instanceLen < 1 || instanceLen > MAX_INSTANCE_BYTES) {
+    malformed(`READ_AHEAD instance_len ${instanceLen} outside [1, ${MAX_INSTANCE_BYTES}]`);
+  }
+  if (waitMs < 1 || waitMs > MAX_READ_AHEAD_WAIT_MS) {
+    malformed(`READ_AHEAD wait_ms ${waitMs} outside [1, ${MAX_READ_AHEAD_WAIT_MS}]`);
+  }
+  if (b.length !== READ_FIXED + keyLen + readerLen + instanceLen) {
+    malformed("READ_AHEAD body_len does not match its field lengths");
+  }
+  const nbytes = readU64(b, 12);
+  let off = READ_FIXED;
+  const key = b.subarray(off, off + keyLen);
+  off += keyLen;
+  const reader = utf8(b, off, readerLen, "READ_AHEAD reader");
+  off += readerLen;
+  // Not UTF-8 cannot be this server's (hex) instance: answered ERROR 1, not closed (3.1).
+  const instance = UTF8_LOOSE.decode(b.subarray(off, off + instanceLen));
+  return { op: "read_ahead", key, nbytes, waitMs, reader, instance };
 }
 
 /** Decodes a frame body received by a reader (DATA or ERROR); throws `EC_MALFORMED`. */

@@ -2,7 +2,7 @@ import type * as net from "node:net";
 import type { Logger } from "pino";
 import type { Crc32Impl } from "../crc.js";
 import { crc32 } from "../crc.js";
-import { EcError } from "../errors.js";
+import { EcError, isIntInRange } from "../errors.js";
 import type { DataMetrics } from "../metrics.js";
 import { ChecksumThread } from "./checksum.js";
 import type { DataConnect } from "./connect.js";
@@ -12,6 +12,7 @@ import {
   frameLength,
   LEN_BYTES,
   MAX_KEY_BYTES,
+  MAX_READ_AHEAD_WAIT_MS,
   MAX_READER_FRAME_BYTES,
   segments,
 } from "./frame.js";
@@ -181,6 +182,26 @@ export class DataReader {
       this.#bb,
       options.nbytes,
     );
+    return this.#post(peer, localBlocks, nbytes, notifMsg, options.checksum === true, (notif) =>
+      encodeFrame({
+        op: "read",
+        key: notif,
+        blocks: remoteBlocks,
+        nbytes,
+        reader: this.#o.self,
+        instance: peer.meta.instance,
+      }),
+    );
+  }
+
+  #post(
+    peer: Peer,
+    localBlocks: readonly number[],
+    nbytes: number,
+    notifMsg: Uint8Array,
+    checksum: boolean,
+    frame: (notif: Uint8Array) => Buffer,
+  ): XferHandle {
     if (notifMsg.length > MAX_KEY_BYTES) throw new EcError("EC_BAD_ARGUMENT", "postRead: notifMsg too long");
     let conn = peer.idle.pop();
     while (conn !== undefined && (conn.dead || conn.socket.destroyed)) conn = peer.idle.pop();
@@ -197,7 +218,7 @@ export class DataReader {
       crcPending: false,
       nbytes,
       received: 0,
-      checksum: options.checksum === true,
+      checksum,
       crc: 0,
       state: "PROC",
       error: null,
@@ -209,17 +230,54 @@ export class DataReader {
     conn.read = read;
     conn.phase = "len";
     conn.filled = 0;
-    conn.socket.write(
+    conn.socket.write(frame(read.notif));
+    return read.handle;
+  }
+
+  /**
+   * Read-ahead (docs/ec-protocol.md 3.2): a READ_AHEAD for the grant `notifMsg` of `agentName`,
+   * before its ack; the bytes land in `localBlocks` exactly as a READ's.
+   */
+  postReadAhead(
+    localBlocks: readonly number[],
+    agentName: string,
+    notifMsg: Uint8Array,
+    options: ReadOptions & { nbytes: number; waitMs: number },
+  ): XferHandle {
+    const peer = this.#peers.get(agentName);
+    if (peer === undefined) throw new EcError("EC_BAD_ARGUMENT", `postReadAhead: unknown agent ${agentName}`);
+    const nb = options.nbytes;
+    const bb = this.#bb;
+    if (!isIntInRange(nb, 1) || nb > localBlocks.length * bb || nb <= (localBlocks.length - 1) * bb) {
+      throw new EcError(
+        "EC_BAD_ARGUMENT",
+        `postReadAhead: nbytes ${nb} does not fill the ${localBlocks.length} local blocks`,
+      );
+    }
+    if (!isIntInRange(options.waitMs, 1, MAX_READ_AHEAD_WAIT_MS)) {
+      throw new EcError(
+        "EC_BAD_ARGUMENT",
+        `postReadAhead: waitMs ${options.waitMs} outside [1, ${MAX_READ_AHEAD_WAIT_MS}]`,
+      );
+    }
+    for (const b of localBlocks) {
+      if (!isIntInRange(b, 0, this.#o.numBlocks - 1)) {
+        throw new EcError(
+          "EC_BAD_ARGUMENT",
+          `postReadAhead: local block ${b} outside [0, ${this.#o.numBlocks})`,
+        );
+      }
+    }
+    return this.#post(peer, localBlocks, nb, notifMsg, options.checksum === true, (notif) =>
       encodeFrame({
-        op: "read",
-        key: read.notif,
-        blocks: remoteBlocks,
-        nbytes,
+        op: "read_ahead",
+        key: notif,
+        nbytes: nb,
+        waitMs: options.waitMs,
         reader: this.#o.self,
         instance: peer.meta.instance,
       }),
     );
-    return read.handle;
   }
 
   checkXferState(handle: XferHandle): XferHandleState {

@@ -2,7 +2,7 @@ import type * as net from "node:net";
 import type { Logger } from "pino";
 import { EcError, isIntInRange } from "../errors.js";
 import type { DataMetrics } from "../metrics.js";
-import type { ReadFrame, RefusalCode } from "./frame.js";
+import type { ReadAheadFrame, ReadFrame, RefusalCode } from "./frame.js";
 import { decodeToServer, encodeFrame, frameLength, LEN_BYTES, maxReadFrameBytes, segments } from "./frame.js";
 import type { Notif } from "./transport.js";
 import { deliverNotifs } from "./transport.js";
@@ -13,6 +13,14 @@ const UTF8_FATAL = new TextDecoder("utf-8", { fatal: true });
 export interface DataGrant {
   readonly blocks: readonly number[];
   readonly deadline: number;
+  /** The entry's bytes (the ack's `nbytes`): a READ must ask for exactly these; -1 when unknown. */
+  readonly nbytes: number;
+}
+
+/** A READ_AHEAD waiting for its grant (docs/ec-protocol.md 3.2). */
+interface Parked {
+  readonly frame: ReadAheadFrame;
+  readonly timer: NodeJS.Timeout;
 }
 
 interface ServerConn {
@@ -25,6 +33,8 @@ interface ServerConn {
   keyStr: string;
   streaming: boolean;
   reader: string;
+  /** A READ_AHEAD waiting for its grant on this connection (no other frame is accepted meanwhile). */
+  parked: Parked | null;
 }
 
 /** Options of {@link DataServer}. */
@@ -64,6 +74,8 @@ export class DataServer {
   readonly #m: DataMetrics;
   readonly #grants = new Map<string, DataGrant>();
   readonly #streams = new Map<string, Set<ServerConn>>();
+  /** READ_AHEADs waiting for a grant, by key. */
+  readonly #parked = new Map<string, Set<ServerConn>>();
   readonly #conns = new Set<ServerConn>();
   /** Connections that have not had a READ served yet, oldest first. */
   readonly #unproven = new Set<ServerConn>();
@@ -83,13 +95,35 @@ export class DataServer {
     return this.#grants.size;
   }
 
-  grant(key: string, blocks: readonly number[], deadline: number): void {
+  /** READ_AHEADs currently waiting for their grant. */
+  get parkedCount(): number {
+    let n = 0;
+    for (const set of this.#parked.values()) n += set.size;
+    return n;
+  }
+
+  grant(key: string, blocks: readonly number[], deadline: number, nbytes = -1): void {
     for (const b of blocks) {
       if (!isIntInRange(b, 0, this.#o.numBlocks - 1)) {
         throw new EcError("EC_BAD_ARGUMENT", `grant ${key}: block ${b} outside [0, ${this.#o.numBlocks})`);
       }
     }
-    this.#grants.set(key, { blocks: [...blocks], deadline });
+    this.#grants.set(key, { blocks: [...blocks], deadline, nbytes });
+    // docs/ec-protocol.md 3.2: a READ_AHEAD that waited for this grant is served now, under it.
+    const waiting = this.#parked.get(key);
+    if (waiting === undefined) return;
+    this.#parked.delete(key);
+    // In a microtask: the producer's step that made the grant sends its ack first (the ack and
+    // the bytes then travel together), and the checks below see the grant as the step left it.
+    queueMicrotask(() => {
+      for (const c of waiting) {
+        const p = c.parked;
+        if (p === null) continue;
+        clearTimeout(p.timer);
+        c.parked = null;
+        if (!c.socket.destroyed && !this.#closed) this.#readAhead(c, p.frame, key, false);
+      }
+    });
   }
 
   revoke(key: string): void {
@@ -111,6 +145,8 @@ export class DataServer {
     this.#conns.clear();
     this.#grants.clear();
     this.#streams.clear();
+    for (const set of this.#parked.values()) for (const c of set) if (c.parked) clearTimeout(c.parked.timer);
+    this.#parked.clear();
   }
 
   /** Serves one accepted connection. */
@@ -128,6 +164,7 @@ export class DataServer {
       keyStr: "",
       streaming: false,
       reader: "",
+      parked: null,
     };
     // At most half the cap may be connections that never had a READ served: beyond, the oldest of
     // them goes, so an idle flood cannot keep readers with grants out until the idle timeout.
@@ -154,6 +191,7 @@ export class DataServer {
       this.#unproven.delete(c);
       this.#m.connections.set(this.#conns.size);
       if (c.key !== null) this.#streams.get(c.keyStr)?.delete(c);
+      this.#unpark(c);
     });
   }
 
@@ -176,8 +214,8 @@ export class DataServer {
       if (c.buf.length < LEN_BYTES + len) return;
       const body = c.buf.subarray(LEN_BYTES, LEN_BYTES + len);
       c.buf = c.buf.subarray(LEN_BYTES + len);
-      if (c.streaming) {
-        this.#badFrame(c, "frame while streaming");
+      if (c.streaming || c.parked !== null) {
+        this.#badFrame(c, c.streaming ? "frame while streaming" : "frame while a READ_AHEAD waits");
         return;
       }
       try {
@@ -212,19 +250,39 @@ export class DataServer {
     } catch {
       keyStr = "";
     }
+    if (f.op === "read_ahead") {
+      this.#readAhead(c, f, keyStr, true);
+      return;
+    }
     const g = this.#grants.get(keyStr);
     const refusal = this.#refusal(f, keyStr, g);
     if (refusal !== null) {
-      this.#m.refused.inc();
-      this.#o.logger.warn({ key: keyStr, code: refusal.code }, "data-plane read refused");
-      c.socket.end(encodeFrame({ op: "error", code: refusal.code, message: refusal.message }));
+      this.#refuse(c, keyStr, refusal);
       return;
     }
+    this.#serve(c, f.key, keyStr, g!, f.reader, f.blocks, f.nbytes);
+  }
+
+  #refuse(c: ServerConn, keyStr: string, refusal: Refusal): void {
+    this.#m.refused.inc();
+    this.#o.logger.warn({ key: keyStr, code: refusal.code }, "data-plane read refused");
+    c.socket.end(encodeFrame({ op: "error", code: refusal.code, message: refusal.message }));
+  }
+
+  #serve(
+    c: ServerConn,
+    key: Uint8Array,
+    keyStr: string,
+    g: DataGrant,
+    reader: string,
+    blocks: readonly number[],
+    nbytes: number,
+  ): void {
     this.#unproven.delete(c);
-    c.key = Uint8Array.from(f.key);
+    c.key = Uint8Array.from(key);
     c.keyStr = keyStr;
-    c.grant = g!;
-    c.reader = f.reader;
+    c.grant = g;
+    c.reader = reader;
     c.streaming = true;
     let set = this.#streams.get(keyStr);
     if (set === undefined) {
@@ -233,7 +291,74 @@ export class DataServer {
     }
     set.add(c);
     this.#m.served.inc();
-    void this.#stream(c, f.blocks, f.nbytes);
+    void this.#stream(c, blocks, nbytes);
+  }
+
+  /**
+   * docs/ec-protocol.md 3.2: a READ_AHEAD is checked like a READ whose blocks are the grant's
+   * (instance first, then the grant, its deadline and its byte count); without a grant yet it
+   * waits on the connection (at most `waitMs`, then ERROR 2) and is served when the grant is made.
+   * A waiting connection is still unproven (EC-CONTRACT 9.5: it counts against the idle cap).
+   */
+  #readAhead(c: ServerConn, f: ReadAheadFrame, keyStr: string, mayPark: boolean): void {
+    if (f.instance !== this.#o.instance) {
+      this.#refuse(c, keyStr, {
+        code: "instance_mismatch",
+        message: `this agent is instance ${this.#o.instance}`,
+      });
+      return;
+    }
+    const g = this.#grants.get(keyStr);
+    if (g === undefined) {
+      if (!mayPark || keyStr === "") {
+        this.#refuse(c, keyStr, { code: "no_grant", message: `no grant for key ${keyStr}` });
+        return;
+      }
+      const timer = setTimeout(() => {
+        if (c.parked === null) return;
+        this.#unpark(c);
+        this.#refuse(c, keyStr, {
+          code: "no_grant",
+          message: `no grant for key ${keyStr} within ${f.waitMs} ms`,
+        });
+      }, f.waitMs);
+      timer.unref();
+      c.parked = { frame: f, timer };
+      let set = this.#parked.get(keyStr);
+      if (set === undefined) {
+        set = new Set();
+        this.#parked.set(keyStr, set);
+      }
+      set.add(c);
+      this.#m.readAheadParked.inc();
+      return;
+    }
+    if (this.#o.now() > g.deadline) {
+      this.#refuse(c, keyStr, { code: "expired", message: `grant ${keyStr} expired` });
+      return;
+    }
+    const bb = this.#o.blockBytes;
+    const n = g.blocks.length;
+    const want = g.nbytes >= 0 ? g.nbytes : n * bb;
+    if (f.nbytes !== want || f.nbytes > n * bb || f.nbytes <= (n - 1) * bb) {
+      this.#refuse(c, keyStr, {
+        code: "bad_nbytes",
+        message: `nbytes ${f.nbytes} is not grant ${keyStr}'s ${want}`,
+      });
+      return;
+    }
+    this.#m.readAheadServed.inc();
+    this.#serve(c, f.key, keyStr, g, f.reader, g.blocks, f.nbytes);
+  }
+
+  #unpark(c: ServerConn): void {
+    const p = c.parked;
+    if (p === null) return;
+    clearTimeout(p.timer);
+    c.parked = null;
+    for (const [k, set] of this.#parked) {
+      if (set.delete(c) && set.size === 0) this.#parked.delete(k);
+    }
   }
 
   /** EC-CONTRACT 5.3: why a READ may not be served (`null`: serve it), first reason wins. */
@@ -252,6 +377,10 @@ export class DataServer {
         code: "bad_nbytes",
         message: `nbytes ${f.nbytes} does not fill exactly ${f.blocks.length} blocks`,
       };
+    }
+    // 3.1: nbytes is the ack's nbytes (the grant's), not the blocks' whole size.
+    if (g.nbytes >= 0 && f.nbytes !== g.nbytes) {
+      return { code: "bad_nbytes", message: `nbytes ${f.nbytes} is not grant ${keyStr}'s ${g.nbytes}` };
     }
     return null;
   }

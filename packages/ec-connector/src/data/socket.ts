@@ -330,8 +330,22 @@ export class SocketDataTransport implements DataTransport {
     return this.#server.getNewNotifs();
   }
 
-  grant(key: string, blocks: readonly number[], deadline: number): void {
-    this.#server.grant(key, blocks, deadline);
+  grant(key: string, blocks: readonly number[], deadline: number, nbytes?: number): void {
+    this.#server.grant(key, blocks, deadline, nbytes);
+  }
+
+  /** Read-ahead (docs/ec-protocol.md 3.2): this transport serves and posts READ_AHEAD. */
+  readonly readAhead = true;
+
+  /** Read-ahead (docs/ec-protocol.md 3.2): see {@link DataTransport.postReadAhead}. */
+  postReadAhead(
+    localBlocks: readonly number[],
+    agentName: string,
+    notifMsg: Uint8Array,
+    options: ReadOptions & { nbytes: number; waitMs: number },
+  ): XferHandle {
+    if (this.#closed) throw new EcError("EC_CLOSED", "data transport: closed");
+    return this.#reader.postReadAhead(localBlocks, agentName, notifMsg, options);
   }
 
   revoke(key: string): void {

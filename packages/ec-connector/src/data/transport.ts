@@ -59,8 +59,28 @@ export interface DataTransport {
   releaseXferHandle(handle: XferHandle): boolean;
   /** Drains completion notifications received so far, by remote agent name. */
   getNewNotifs(): Map<string, Uint8Array[]>;
-  /** Producer side, EC-CONTRACT 5.3: allows reads of exactly `blocks` under `key` until `deadline` (ms). */
-  grant(key: string, blocks: readonly number[], deadline: number): void;
+  /**
+   * Producer side, EC-CONTRACT 5.3: allows reads of exactly `blocks` under `key` until `deadline`
+   * (ms); `nbytes` (the ack's) is the byte count a read must ask for (omitted: any that needs
+   * exactly those blocks).
+   */
+  grant(key: string, blocks: readonly number[], deadline: number, nbytes?: number): void;
+  /**
+   * Read-ahead (docs/ec-protocol.md 3.2), optional: true when this transport's server accepts
+   * READ_AHEAD and its reader can post one ({@link DataTransport.postReadAhead}).
+   */
+  readonly readAhead?: boolean;
+  /**
+   * Read-ahead (docs/ec-protocol.md 3.2), optional: like `postRead`, before the ack: the remote
+   * serves its grant `notifMsg`'s blocks once it exists (waiting up to `waitMs`), `nbytes` being
+   * the byte count the consumer expects. Grant-scoped as a READ (EC-CONTRACT 5.3).
+   */
+  postReadAhead?(
+    localBlocks: readonly number[],
+    agentName: string,
+    notifMsg: Uint8Array,
+    options: ReadOptions & { nbytes: number; waitMs: number },
+  ): XferHandle;
   /** Producer side: withdraws a grant and stops reads of it that are still streaming. */
   revoke(key: string): void;
   /** Called (if set) whenever a notification arrives, so a driver can schedule a step. */

@@ -100,3 +100,63 @@ export function parseServerFrame(b: Buffer): HandFrame | undefined {
   }
   throw new Error(`unknown op ${op}`);
 }
+
+/**
+ * READ_AHEAD (op 0x05, docs/ec-protocol.md 3.2): the READ's fixed part with `wait_ms` (u32) where
+ * READ has `block_count`, and no block list.
+ */
+export function handReadAhead(f: {
+  key: string;
+  reader: string;
+  instance: string | Uint8Array;
+  nbytes: number;
+  waitMs: number;
+}): Buffer {
+  const key = te.encode(f.key);
+  const reader = te.encode(f.reader);
+  const instance = typeof f.instance === "string" ? te.encode(f.instance) : f.instance;
+  const body = new Uint8Array(20 + key.length + reader.length + instance.length);
+  const v = new DataView(body.buffer);
+  v.setUint8(0, 0x05);
+  v.setUint16(2, key.length, true);
+  v.setUint16(4, reader.length, true);
+  v.setUint16(6, instance.length, true);
+  v.setUint32(8, f.waitMs, true);
+  v.setBigUint64(12, BigInt(f.nbytes), true);
+  let off = 20;
+  for (const part of [key, reader, instance]) {
+    body.set(part, off);
+    off += part.length;
+  }
+  return frame(body);
+}
+
+/** READ with `instance` given as raw bytes (what a reader gets wrong when it skips the hex). */
+export function handReadRawInstance(f: {
+  key: string;
+  reader: string;
+  instance: Uint8Array;
+  blocks: readonly number[];
+  nbytes: number;
+}): Buffer {
+  const key = te.encode(f.key);
+  const reader = te.encode(f.reader);
+  const body = new Uint8Array(20 + key.length + reader.length + f.instance.length + 4 * f.blocks.length);
+  const v = new DataView(body.buffer);
+  v.setUint8(0, 0x01);
+  v.setUint16(2, key.length, true);
+  v.setUint16(4, reader.length, true);
+  v.setUint16(6, f.instance.length, true);
+  v.setUint32(8, f.blocks.length, true);
+  v.setBigUint64(12, BigInt(f.nbytes), true);
+  let off = 20;
+  for (const part of [key, reader, f.instance]) {
+    body.set(part, off);
+    off += part.length;
+  }
+  for (const b of f.blocks) {
+    v.setUint32(off, b, true);
+    off += 4;
+  }
+  return frame(body);
+}

@@ -6,6 +6,7 @@ import { DEFAULT_DRAFT_CONFIG, DEFAULT_TARGET_CONFIG } from "@tapwire/reference-
 import { DEFAULT_METRICS_LISTEN, LOG_LEVELS } from "@tapwire/stats";
 import { CORE_DEFAULTS } from "../options.js";
 import { DEFAULT_LISTEN, WORKER_DEFAULTS } from "../worker.js";
+import { REGISTER_FLAGS } from "./register-flags.js";
 
 /** A command-line mistake: the bin prints its one-line message and exits 2. */
 export class UsageError extends Error {
@@ -112,7 +113,7 @@ export const FLAGS = {
     arg: "FILE",
     kind: { t: "str" },
     note: "distilled in-process",
-    help: "reference: draft head safetensors",
+    help: "reference: draft head safetensors (DraftHead.save); its geometry is the file's (vocab, state-dim, num-taps and hidden, when given, must agree)",
   },
   seed: int("Drafter", "N", 0, U32, DEFAULT_TARGET_CONFIG.seed, "reference: target model seed"),
   vocab: int("Drafter", "N", 2, 0x7fffffff, DEFAULT_TARGET_CONFIG.vocabSize, "vocabulary size"),
@@ -265,6 +266,36 @@ export const FLAGS = {
     note: "yes, or env TAPWIRE_WORKER_RECEIVE_IN_PLACE",
     help: "receive large STEPs' rows straight into the slot windows (tcp, unix, tls)",
   },
+  ...REGISTER_FLAGS,
+  trace: {
+    section: "Capture (docs/trace.md)",
+    arg: "FILE",
+    kind: { t: "str" },
+    note: "off",
+    help: "write a link trace of every frame answered (turns receive-in-place off; replay it with tapwire-replay)",
+  },
+  "trace-rows": {
+    section: "Capture (docs/trace.md)",
+    arg: "ROWS",
+    kind: { t: "str" },
+    default: "all",
+    help: "which STEPs keep their rows in the trace: all, none, or N (one STEP in N)",
+  },
+  ui: {
+    section: "Capture (docs/trace.md)",
+    kind: { t: "bool" },
+    help: "serve a live page of the worker's own metrics at / of --metrics-listen (Server-Sent Events at /events)",
+  },
+  "exit-with-parent": {
+    section: "Other",
+    kind: { t: "bool" },
+    help: "exit (as on SIGTERM) when stdin reaches end-of-file: a supervisor starts the worker with stdin a pipe it holds open, so the worker ends with it whatever signal killed it (docs/operations.md)",
+  },
+  "print-identities": {
+    section: "Other",
+    kind: { t: "bool" },
+    help: "print the drafter's identities and geometry (from --weights, or the default head) as one JSON line, then exit; what an engine's client options need (docs/operations.md)",
+  },
   "log-level": {
     section: "Other",
     arg: "LEVEL",
@@ -279,10 +310,12 @@ export const FLAGS = {
 export type FlagName = keyof typeof FLAGS;
 
 /** Parsed flags: strings as given, `listen` as a list, `help` as a boolean. */
-export type ParsedFlags = Partial<Record<Exclude<FlagName, "listen" | "help">, string>> & {
+export type ParsedFlags = Partial<Record<Exclude<FlagName, "listen" | BoolFlag>, string>> & {
   listen?: string[];
-  help?: boolean;
-};
+} & Partial<Record<BoolFlag, boolean>>;
+
+/** The flags of {@link FLAGS} that take no value (kind `bool`). */
+type BoolFlag = { [K in FlagName]: (typeof FLAGS)[K]["kind"]["t"] extends "bool" ? K : never }[FlagName];
 
 function wrap(text: string, width: number, indent: string): string[] {
   const out: string[] = [];
