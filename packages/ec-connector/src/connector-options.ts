@@ -138,6 +138,7 @@ export function dealerFactory(
   hb: HeartbeatOptions | undefined,
   curve: CurveClientOptions | undefined,
   log: Logger,
+  holdMs?: number,
 ): (producer: string) => ControlClient {
   if (curve !== undefined) {
     if (curve === null || typeof curve !== "object")
@@ -149,6 +150,7 @@ export function dealerFactory(
   return (addr) =>
     new ZmqDealerClient(addr, {
       logger: log,
+      ...(holdMs === undefined ? {} : { holdMs }),
       ...(hb === undefined ? {} : { heartbeat: hb }),
       ...(curve === undefined
         ? {}

@@ -162,7 +162,9 @@ export class ConsumerConnector {
     }
     this.#log = options.logger ?? silentLogger();
     const hb = options.heartbeat;
-    this.#connect = options.connect ?? dealerFactory(hb, options.curve, this.#log);
+    // issue 19: a request waits for the first handshake at most one ack timeout
+    this.#connect =
+      options.connect ?? dealerFactory(hb, options.curve, this.#log, Math.ceil(this.#ackTimeout));
     if (hb !== undefined) validateHeartbeat(hb);
     this.registry = options.registry ?? defaultRegistry();
     this.#m = connectorMetrics(this.registry);

@@ -59,9 +59,17 @@ export type { EcErrorCode } from "./errors.js";
 export { EC_ERROR_CODES, EcError } from "./errors.js";
 export type { ProducerEventsOptions, ResidencyEventsOptions } from "./events.js";
 export { EVENTS_DEFAULTS, EVENTS_LIMITS, EventKind, ResidencyEvents } from "./events.js";
+export type { InboundDrop, InboundLimits } from "./inbound.js";
+export { INBOUND_DEFAULTS, InboundGate, inboundLimits } from "./inbound.js";
 export { EC_METRICS_PREFIX } from "./metrics.js";
 export type { EcProducerOptions, EncodeResult } from "./producer.js";
-export { DTYPE_BYTES, EC_PRODUCER_DEFAULTS, EcProducer, isLoopbackEndpoint } from "./producer.js";
+export {
+  DTYPE_BYTES,
+  EC_PRODUCER_DEFAULTS,
+  EcProducer,
+  isLoopbackEndpoint,
+  PRODUCER_HEARTBEAT,
+} from "./producer.js";
 export type {
   AdminHandler,
   ControlMessage,

@@ -10,13 +10,21 @@ import { SocketDataTransport } from "./data/socket.js";
 import { checkIntOption, checkNumberOption, EcError } from "./errors.js";
 import type { ProducerEventsOptions, ResidencyEvents } from "./events.js";
 import { startProducerEvents } from "./events.js";
+import type { InboundLimits } from "./inbound.js";
+import { InboundGate, inboundLimits } from "./inbound.js";
 import type { ProducerMetrics } from "./metrics.js";
 import { defaultRegistry, producerMetrics, silentLogger } from "./metrics.js";
 import { ProducerSession } from "./producer-session.js";
 import { compatibilityHash, int, MAX_STRING_BYTES, packMsg, str, unpackMap } from "./protocol.js";
 import { writeSyntheticEmbedding } from "./synthetic.js";
 import type { HeartbeatOptions } from "./zmq.js";
-import { ZmqRouterServer } from "./zmq.js";
+import { HEARTBEAT_DEFAULTS, ZmqRouterServer } from "./zmq.js";
+
+/**
+ * Heartbeats of the producer's control ROUTER (issue 19): no PINGs of its own (interval 0), see
+ * `EcProducerOptions.heartbeat`; the timeout and TTL stay EC-CONTRACT 7's.
+ */
+export const PRODUCER_HEARTBEAT = { ...HEARTBEAT_DEFAULTS, intervalMs: 0 } as const;
 
 /** Bytes per element of the dtypes the synthetic producer knows (for the default miss size). */
 export const DTYPE_BYTES: Readonly<Record<string, number>> = {
@@ -51,7 +59,7 @@ export interface EcProducerOptions extends ProducerEventsOptions {
   data?: string;
   /**
    * Issue 19: `HOST[:PORT]` peers reach this producer at. The data endpoint in every grant's agent
-   * metadata and {@link EcProducer.advertisedControl} carry HOST (the data endpoint PORT, when
+   * metadata and `EcProducer.advertised.control` carry HOST (the data endpoint PORT, when
    * given). Default by the rule of `@tapwire/stats` `advertiseEndpoint`: the bind address unless it
    * is a wildcard (`0.0.0.0`, `::`, `*`), then the first non-loopback interface that is up, else
    * `STATS_NO_ADVERTISE`.
@@ -81,8 +89,15 @@ export interface EcProducerOptions extends ProducerEventsOptions {
   prepopulate?: readonly (readonly [string, number])[];
   /** Data server pacing in bytes/s (demos and slow-read tests; default unlimited). */
   throttleBytesPerSec?: number;
-  /** ZeroMQ heartbeats of the ROUTER (default interval 2 s, timeout 4 s, TTL 8 s). */
+  /**
+   * ZeroMQ heartbeats of the ROUTER (default interval 0: the producer sends no PINGs and answers
+   * the consumers' PINGs, whose TTL of 8 s ends a silent peer; issue 19: libzmq 4.3.5 aborts
+   * with `!_io_error (stream_engine_base.cpp:310)` when a PING timer fires on a connection whose
+   * input was stopped at its receive high-water mark and then reset, i.e. when a flood ends).
+   */
   heartbeat?: HeartbeatOptions;
+  /** Issue 19: global bounds on the control ROUTER's inbound queues (see {@link INBOUND_DEFAULTS}). */
+  inbound?: InboundLimits;
   /** Period of the lease sweep when idle (default 50 ms). */
   stepIntervalMs?: number;
   /**
@@ -140,7 +155,12 @@ export class EcProducer {
   /** The data endpoint peers are told (in every grant's agent metadata): the advertised one. */
   readonly dataEndpoint: string;
   /** Issue 19: how the control and data endpoints were advertised (bound, advertised, source). */
-  readonly advertised: { control: Advertised; data: Advertised };
+  readonly advertised: {
+    /** The control endpoint: bound, advertised (HOST of `advertise`, the bound port). */
+    control: Advertised;
+    /** The data endpoint: bound, advertised (the one in every grant's agent metadata). */
+    data: Advertised;
+  };
   /** Bound admin endpoint (EC-CONTRACT 9.3). */
   readonly adminEndpoint: string;
   /** EC-CONTRACT 10: the residency events (PUB + replay ROUTER), `null` when not configured. */
@@ -249,11 +269,13 @@ export class EcProducer {
         );
       }
     }
+    const inbound = inboundLimits(options.inbound);
     const compat = compatibilityHash({ modelId, dtype, hiddenSize, blockBytes });
     // EC-CONTRACT 10.1: an LRU eviction is an "evicted" event (the events start after the cache).
     let events: ResidencyEvents | null = null;
     const cache = new EmbeddingCache({ numBlocks, blockBytes, onEvict: (h) => events?.evicted(h) });
     const pm = producerMetrics(registry);
+    const gate = new InboundGate(inbound, registry);
     if (options.advertise !== undefined) parseAdvertise(options.advertise);
     let dataBound = dataAt;
     const data = await SocketDataTransport.create({
@@ -281,12 +303,17 @@ export class EcProducer {
       routers.push(
         await ZmqRouterServer.bind(options.control ?? EC_PRODUCER_DEFAULTS.control, {
           logger: log,
+          receiveHighWaterMark: inbound.receiveHighWaterMark,
+          sendHighWaterMark: inbound.sendHighWaterMark,
+          admit: (id, queued) => gate.admit(id, queued),
+          maxQueuedReplies: inbound.maxQueued,
+          onReplyDropped: () => gate.replyDropped(),
           onDisconnect: () => pm.controlDisconnects.inc(),
           onAuthRefused: (why) => {
             pm.curveRefused.inc();
             log.warn({ why }, "CURVE handshake refused");
           },
-          ...(options.heartbeat === undefined ? {} : { heartbeat: options.heartbeat }),
+          heartbeat: { ...PRODUCER_HEARTBEAT, ...options.heartbeat },
           ...(options.curve === undefined ? {} : { curve: options.curve }),
         }),
       );

@@ -1,5 +1,5 @@
 import type { Logger } from "pino";
-import { Dealer, Router } from "zeromq";
+import { context, Dealer, Router } from "zeromq";
 import type { CurveKeyPair, CurveServerOptions } from "./curve.js";
 import { checkCurveKey, checkCurveServer, zap } from "./curve.js";
 import { checkIntOption, EcError } from "./errors.js";
@@ -42,6 +42,36 @@ function socketOptions(hb: HeartbeatOptions | undefined) {
   };
 }
 
+/** ZMQ_ZERO_COPY_RECV, a context option (libzmq 4.3 draft, bundled by zeromq.js). */
+const ZMQ_ZERO_COPY_RECV = 10;
+
+/**
+ * Issue 19: a ROUTER whose received messages are copied out of libzmq's 8 KiB decode buffers.
+ * With zero-copy receive (libzmq's default) every message over 128 bytes reaches JS as a Buffer
+ * over that shared buffer (zeromq.js) and keeps the whole buffer alive until V8 collects the
+ * Buffer, while V8 is told of only the message's own size: under a flood of 200-byte requests the
+ * producer held ~90 MiB of decode buffers waiting for a GC. The option is read when a socket is
+ * created, so it is switched off for this socket only and restored.
+ */
+function copyingRouter(make: () => Router): Router {
+  const ctx = context as unknown as {
+    getBoolOption(o: number): boolean;
+    setBoolOption(o: number, v: boolean): void;
+  };
+  let before: boolean;
+  try {
+    before = ctx.getBoolOption(ZMQ_ZERO_COPY_RECV);
+    ctx.setBoolOption(ZMQ_ZERO_COPY_RECV, false);
+  } catch {
+    return make(); // a libzmq without the draft option: zero-copy as before
+  }
+  try {
+    return make();
+  } finally {
+    ctx.setBoolOption(ZMQ_ZERO_COPY_RECV, before);
+  }
+}
+
 /** Options of {@link ZmqRouterServer.bind}. */
 export interface RouterOptions {
   /** ZeroMQ heartbeats (default 2/4/8 s). */
@@ -54,7 +84,20 @@ export interface RouterOptions {
   onDisconnect?: () => void;
   /** Called for each CURVE handshake the ZAP handler refuses. */
   onAuthRefused?: (why: string) => void;
+  /** Issue 19: ZMQ_RCVHWM, messages queued per peer (default libzmq's 1000). */
+  receiveHighWaterMark?: number;
+  /** Issue 19: ZMQ_SNDHWM, replies queued per peer; beyond it a ROUTER drops them (default 1000). */
+  sendHighWaterMark?: number;
+  /** Issue 19: called per received message with the number already queued; false drops it. */
+  admit?: (identity: Uint8Array, queued: number) => boolean;
+  /** Issue 19: replies waiting in JS for the socket at most; more are dropped (default unbounded). */
+  maxQueuedReplies?: number;
+  /** Called for each reply dropped at `maxQueuedReplies`. */
+  onReplyDropped?: () => void;
 }
+
+/** Default of `DealerOptions.holdMs`: the consumer's default ack timeout. */
+export const DEALER_HOLD_MS = 2_000;
 
 /** Options of {@link ZmqDealerClient}. */
 export interface DealerOptions {
@@ -62,6 +105,12 @@ export interface DealerOptions {
   heartbeat?: HeartbeatOptions;
   /** pino logger (default: silent). */
   logger?: Logger;
+  /**
+   * Issue 19 (docs/ec-protocol.md "A restarted producer"): how long a message waits for the first
+   * handshake before it is dropped (default 2000 ms, the consumer's ack timeout: by then the
+   * session has asked again).
+   */
+  holdMs?: number;
   /** EC-CONTRACT 9.4: authenticate with this key pair to the producer whose public key is `serverKey`. */
   curve?: CurveKeyPair & {
     /** Z85 public key of the producer. */
@@ -74,16 +123,27 @@ class SendQueue {
   readonly #sock: Router | Dealer;
   readonly #log: Logger;
   readonly #queue: Uint8Array[][] = [];
+  readonly #max: number;
+  readonly #onDrop: (() => void) | null;
   #busy = false;
   #closed = false;
+  /** When set: a send refused with EAGAIN is retried while this returns true. */
+  retryWhile: (() => boolean) | null = null;
 
-  constructor(sock: Router | Dealer, log: Logger) {
+  /** `max`: messages waiting in JS at most; more are dropped (`onDrop`). Default unbounded. */
+  constructor(sock: Router | Dealer, log: Logger, max = Number.POSITIVE_INFINITY, onDrop?: () => void) {
     this.#sock = sock;
     this.#log = log;
+    this.#max = max;
+    this.#onDrop = onDrop ?? null;
   }
 
   push(frames: Uint8Array[]): void {
     if (this.#closed) return;
+    if (this.#queue.length >= this.#max) {
+      this.#onDrop?.();
+      return;
+    }
     this.#queue.push(frames);
     if (!this.#busy) void this.#pump();
   }
@@ -93,6 +153,13 @@ class SendQueue {
     this.#queue.length = 0;
   }
 
+  /** Drops every message not yet handed to the socket; returns how many. */
+  clear(): number {
+    const n = this.#queue.length;
+    this.#queue.length = 0;
+    return n;
+  }
+
   async #pump(): Promise<void> {
     this.#busy = true;
     while (this.#queue.length > 0 && !this.#closed) {
@@ -100,6 +167,13 @@ class SendQueue {
       try {
         await this.#sock.send(frames);
       } catch (err) {
+        // Issue 19: a DEALER that never waits (sendTimeout 0) is full for a moment in a burst: try
+        // again while its connection is up (never once it went down: that is the successor's).
+        if ((err as { code?: unknown }).code === "EAGAIN" && this.retryWhile?.() === true) {
+          this.#queue.unshift(frames);
+          await new Promise((r) => setTimeout(r, 1));
+          continue;
+        }
         if (!this.#closed) this.#log.warn({ err: (err as Error).message }, "zmq send failed");
       }
     }
@@ -121,6 +195,7 @@ export class ZmqRouterServer implements ControlServer {
   readonly #out: SendQueue;
   readonly #log: Logger;
   readonly #zapDomain: string | null;
+  readonly #admit: ((identity: Uint8Array, queued: number) => boolean) | null;
   #closed = false;
 
   private constructor(
@@ -129,12 +204,15 @@ export class ZmqRouterServer implements ControlServer {
     log: Logger,
     zapDomain: string | null,
     onDisconnect?: () => void,
+    admit?: (identity: Uint8Array, queued: number) => boolean,
+    out?: { max?: number; onDrop?: () => void },
   ) {
     this.#sock = sock;
+    this.#admit = admit ?? null;
     this.endpoint = endpoint;
     this.#log = log;
     this.#zapDomain = zapDomain;
-    this.#out = new SendQueue(sock, log);
+    this.#out = new SendQueue(sock, log, out?.max, out?.onDrop);
     if (onDisconnect !== undefined) sock.events.on("disconnect", () => onDisconnect());
     void this.#loop();
   }
@@ -145,23 +223,34 @@ export class ZmqRouterServer implements ControlServer {
       throw new EcError("EC_BAD_ENDPOINT", "control endpoint: expected a ZeroMQ endpoint string");
     }
     const log = options.logger ?? silentLogger();
-    const base = socketOptions(options.heartbeat);
+    const base = {
+      ...socketOptions(options.heartbeat),
+      ...(options.receiveHighWaterMark === undefined
+        ? {}
+        : { receiveHighWaterMark: options.receiveHighWaterMark }),
+      ...(options.sendHighWaterMark === undefined ? {} : { sendHighWaterMark: options.sendHighWaterMark }),
+    };
     let zapDomain: string | null = null;
     let sock: Router;
-    if (options.curve !== undefined) {
-      checkCurveServer(options.curve);
+    const curve = options.curve;
+    if (curve !== undefined) {
+      checkCurveServer(curve);
       const refused = options.onAuthRefused ?? (() => undefined);
-      zapDomain = await zap.register(options.curve.allow, refused, log);
-      sock = new Router({
-        ...base,
-        curveServer: true,
-        curveSecretKey: options.curve.secretKey,
-        curvePublicKey: options.curve.publicKey,
-        zapDomain,
-        zapEnforceDomain: true,
-      });
+      zapDomain = await zap.register(curve.allow, refused, log);
+      const domain = zapDomain;
+      sock = copyingRouter(
+        () =>
+          new Router({
+            ...base,
+            curveServer: true,
+            curveSecretKey: curve.secretKey,
+            curvePublicKey: curve.publicKey,
+            zapDomain: domain,
+            zapEnforceDomain: true,
+          }),
+      );
     } else {
-      sock = new Router(base);
+      sock = copyingRouter(() => new Router(base));
     }
     try {
       await sock.bind(endpoint);
@@ -170,7 +259,18 @@ export class ZmqRouterServer implements ControlServer {
       if (zapDomain !== null) zap.release(zapDomain);
       throw new EcError("EC_BAD_ENDPOINT", `bind ${endpoint}: ${(err as Error).message}`, { cause: err });
     }
-    return new ZmqRouterServer(sock, sock.lastEndpoint ?? endpoint, log, zapDomain, options.onDisconnect);
+    return new ZmqRouterServer(
+      sock,
+      sock.lastEndpoint ?? endpoint,
+      log,
+      zapDomain,
+      options.onDisconnect,
+      options.admit,
+      {
+        ...(options.maxQueuedReplies === undefined ? {} : { max: options.maxQueuedReplies }),
+        ...(options.onReplyDropped === undefined ? {} : { onDrop: options.onReplyDropped }),
+      },
+    );
   }
 
   poll(): ControlMessage[] {
@@ -194,6 +294,7 @@ export class ZmqRouterServer implements ControlServer {
     try {
       for await (const [identity, ...frames] of this.#sock) {
         if (identity === undefined) continue;
+        if (this.#admit !== null && !this.#admit(identity, this.#inbox.length)) continue;
         this.#inbox.push({ identity, frames });
         this.onMessage?.();
       }
@@ -221,9 +322,15 @@ export class ZmqDealerClient {
   readonly #inbox: Uint8Array[] = [];
   readonly #out: SendQueue;
   readonly #log: Logger;
+  readonly #holdMs: number;
+  /** Messages sent before the first handshake, with when (performance.now) they were sent. */
+  readonly #held: { payload: Uint8Array; at: number }[] = [];
+  /** "connecting": before the first handshake; "up"; "down": after a disconnect. */
+  #link: "connecting" | "up" | "down" = "connecting";
   #up = false;
   #closed = false;
   #malformed = 0;
+  #dropped = 0;
 
   constructor(endpoint: string, options: DealerOptions = {}) {
     if (typeof endpoint !== "string" || endpoint.length === 0) {
@@ -237,20 +344,34 @@ export class ZmqDealerClient {
       checkCurveKey("curve.secretKey", c.secretKey);
       checkCurveKey("curve.serverKey", c.serverKey);
     }
+    this.#holdMs = checkIntOption("holdMs", options.holdMs ?? DEALER_HOLD_MS, 0);
     this.#sock = new Dealer({
       ...socketOptions(options.heartbeat),
+      // Issue 19: libzmq queues only on a completed connection and drops what it held when that
+      // connection goes, and a send never waits: nothing sent while the producer is down reaches
+      // its successor on the same address.
+      immediate: true,
+      sendTimeout: 0,
       ...(c === undefined
         ? {}
         : { curveServerKey: c.serverKey, curvePublicKey: c.publicKey, curveSecretKey: c.secretKey }),
     });
     this.#out = new SendQueue(this.#sock, this.#log);
+    this.#out.retryWhile = () => this.#link === "up" && !this.#closed;
     this.#sock.events.on("handshake", () => {
       this.#up = true;
+      this.#link = "up";
+      this.#flushHeld();
       this.onPeerUp?.();
     });
     this.#sock.events.on("disconnect", () => {
       const was = this.#up;
       this.#up = false;
+      // Issue 19: what waits for this peer was meant for it; its successor must never see it.
+      if (was) {
+        this.#link = "down";
+        this.#dropped += this.#out.clear();
+      }
       if (!this.#closed) this.onPeerDown?.(was ? "disconnect" : "disconnect before handshake");
     });
     try {
@@ -272,9 +393,28 @@ export class ZmqDealerClient {
     return this.#malformed;
   }
 
-  /** Queues one message; never blocks or throws. */
+  /**
+   * Queues one message; never blocks or throws. Issue 19 (docs/ec-protocol.md "A restarted
+   * producer"): before the first handshake a message waits up to `holdMs`; after the connection
+   * went down it is dropped (the session learns of the peer down and asks again elsewhere).
+   */
   send(payload: Uint8Array): void {
-    this.#out.push([payload]);
+    if (this.#link === "up") this.#out.push([payload]);
+    else if (this.#link === "connecting") this.#held.push({ payload, at: performance.now() });
+    else this.#dropped++;
+  }
+
+  /** Messages dropped unsent: held past `holdMs`, or queued when the connection went down. */
+  get droppedSends(): number {
+    return this.#dropped;
+  }
+
+  #flushHeld(): void {
+    const now = performance.now();
+    for (const h of this.#held.splice(0)) {
+      if (now - h.at > this.#holdMs) this.#dropped++;
+      else this.#out.push([h.payload]);
+    }
   }
 
   /** Drains received messages without blocking. */

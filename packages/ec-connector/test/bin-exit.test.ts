@@ -57,6 +57,12 @@ describe("tapwire-ec-producer exit codes and messages (issue 19)", () => {
     expect(r.stderr).toMatch(/--data/);
   });
 
+  it("a --data unix path that is not a socket can never be bound: exit 2, not 75", () => {
+    const r = run(["--data", `unix://${f("junk.txt")}`]);
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(/--data/);
+  });
+
   it("option values are named by their flags, never the internal option names", () => {
     const cases: [string[], RegExp][] = [
       [["--num-blocks", "0"], /--num-blocks: expected an integer/],

@@ -11,6 +11,7 @@ import {
   EcAdminClient,
   HEARTBEAT_DEFAULTS,
   PRODUCER_DEFAULTS,
+  PRODUCER_HEARTBEAT,
 } from "../src/index.js";
 import { Driver } from "./helpers/drive.js";
 import { PRODUCER_BIN, until } from "./helpers/proc.js";
@@ -67,7 +68,8 @@ it("tapwire-ec-producer --help states the defaults it runs with (one table for b
   expect(line("data-idle-timeout-ms")).toContain(`(default ${DATA_SERVER_DEFAULTS.idleTimeoutMs})`);
   expect(line("pin-lease-ms")).toContain(`(default ${PRODUCER_DEFAULTS.pinLeaseMs})`);
   expect(line("max-pinned-fraction")).toContain(`(default ${PRODUCER_DEFAULTS.maxPinnedFraction})`);
-  expect(line("heartbeat-ivl-ms")).toContain(`(default ${HEARTBEAT_DEFAULTS.intervalMs})`);
+  expect(line("heartbeat-ivl-ms")).toContain(`(default ${PRODUCER_HEARTBEAT.intervalMs})`);
+  expect(line("heartbeat-timeout-ms")).toContain(`(default ${HEARTBEAT_DEFAULTS.timeoutMs})`);
 });
 
 it("tapwire-ec-producer: usage errors exit 2 with one line on stderr", () => {

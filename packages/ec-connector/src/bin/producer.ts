@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { readFileSync } from "node:fs";
+import { lstatSync, readFileSync } from "node:fs";
 import type { Logger, MetricsServer } from "@tapwire/stats";
 import {
   createLogger,
@@ -14,9 +14,10 @@ import { crc32Info } from "../crc.js";
 import { checkCurveServer, newCurveKeyPair } from "../curve.js";
 import { DATA_SERVER_DEFAULTS } from "../data/socket.js";
 import { EcError } from "../errors.js";
+import { INBOUND_DEFAULTS } from "../inbound.js";
 import { defaultRegistry } from "../metrics.js";
 import type { EcProducerOptions } from "../producer.js";
-import { EC_PRODUCER_DEFAULTS, EcProducer } from "../producer.js";
+import { EC_PRODUCER_DEFAULTS, EcProducer, PRODUCER_HEARTBEAT } from "../producer.js";
 import { PRODUCER_DEFAULTS } from "../producer-session.js";
 import { HEARTBEAT_DEFAULTS } from "../zmq.js";
 import { checkTlsFiles, EXIT, flagNames, isBindFailure } from "./exit.js";
@@ -107,6 +108,18 @@ const FLAGS = {
     help: "share of the cache grants may pin (EC-CONTRACT 9.2)",
     def: PRODUCER_DEFAULTS.maxPinnedFraction,
   },
+  "max-control-peers": {
+    kind: "int",
+    arg: "<n>",
+    help: "control peers served at once; requests from more are dropped, counted (issue 19)",
+    def: INBOUND_DEFAULTS.maxPeers,
+  },
+  "control-hwm": {
+    kind: "int",
+    arg: "<n>",
+    help: "control messages queued per peer, each way (ZMQ_RCVHWM/SNDHWM; issue 19)",
+    def: INBOUND_DEFAULTS.receiveHighWaterMark,
+  },
   "max-data-connections": {
     kind: "int",
     arg: "<n>",
@@ -153,8 +166,8 @@ const FLAGS = {
   "heartbeat-ivl-ms": {
     kind: "int",
     arg: "<ms>",
-    help: "ZeroMQ heartbeat interval",
-    def: HEARTBEAT_DEFAULTS.intervalMs,
+    help: "PINGs of the control ROUTER (0: none; consumers' PINGs and their TTL keep liveness; issue 19)",
+    def: PRODUCER_HEARTBEAT.intervalMs,
   },
   "heartbeat-timeout-ms": {
     kind: "int",
@@ -317,6 +330,9 @@ const INNER_FLAGS: [string, Flag][] = [
   ["heartbeat.ttlMs", "heartbeat-ttl-ms"],
   ["maxConnections", "max-data-connections"],
   ["idleTimeoutMs", "data-idle-timeout-ms"],
+  ["inbound.maxPeers", "max-control-peers"],
+  ["inbound.receiveHighWaterMark", "control-hwm"],
+  ["inbound.sendHighWaterMark", "control-hwm"],
 ];
 
 function options(v: Partial<Record<Flag, string | number | boolean>>, log: Logger): EcProducerOptions {
@@ -336,6 +352,12 @@ function options(v: Partial<Record<Flag, string | number | boolean>>, log: Logge
     timeoutMs: v["heartbeat-timeout-ms"],
     ttlMs: v["heartbeat-ttl-ms"],
   };
+  const inbound = {
+    maxPeers: v["max-control-peers"],
+    receiveHighWaterMark: v["control-hwm"],
+    sendHighWaterMark: v["control-hwm"],
+  };
+  opts.inbound = Object.fromEntries(Object.entries(inbound).filter(([, x]) => x !== undefined));
   opts.heartbeat = Object.fromEntries(Object.entries(hb).filter(([, x]) => x !== undefined));
   if (v["curve-keys"] !== undefined) {
     const keysFile = String(v["curve-keys"]);
@@ -425,6 +447,7 @@ async function main(argv: string[]): Promise<void> {
       throw new BinError(`--metrics-listen ${String(v["metrics-listen"])}: ${(err as Error).message}`, err);
     }
   }
+  currentData = opts.data;
   try {
     producer = await EcProducer.start(opts);
   } catch (err) {
@@ -548,10 +571,23 @@ const USAGE_CODES = new Set([
   "STATS_NO_ADVERTISE",
 ]);
 
+/** The `--data` endpoint being started (a unix path that is not a socket is configuration). */
+let currentData: string | undefined;
+
+/** True for `unix://PATH` where PATH exists and is not a socket: binding can never succeed. */
+function notASocket(endpoint: string | undefined): boolean {
+  if (endpoint === undefined || !endpoint.startsWith("unix://")) return false;
+  try {
+    return !lstatSync(endpoint.slice("unix://".length)).isSocket();
+  } catch {
+    return false;
+  }
+}
+
 /** The exit-code policy (docs/operations.md "Exit codes"): 2 usage/config, 75 bind failure, 1 other. */
 function exitCode(err: unknown): number {
   if (err instanceof UsageError) return EXIT.USAGE;
-  if (isBindFailure(err)) return EXIT.TEMPFAIL;
+  if (isBindFailure(err)) return notASocket(currentData) ? EXIT.USAGE : EXIT.TEMPFAIL;
   const inner = err instanceof BinError ? err.cause : err;
   const code = (inner as { code?: unknown } | null)?.code;
   if (
