@@ -40,8 +40,8 @@ class ConnShm {
   readonly lens = new Float64Array(MAX_REGIONS);
   scratch: Buffer | null = null;
 
+  /** Unmaps once no handler runs: a handler still reading a request view keeps its pages. */
   free(): void {
-    this.range?.unmapFile();
     if (this.inFlight === 0) {
       this.range?.free();
       this.range = null;
