@@ -3,7 +3,7 @@
  * change), and what is derived from it.
  */
 /** Transports of the drafter link (CONTRACT 3). */
-export const DRAFT_TRANSPORTS = ["tcp", "unix", "zmq", "tls"] as const;
+export const DRAFT_TRANSPORTS = ["tcp", "unix", "zmq", "tls", "shm"] as const;
 export type DraftTransport = (typeof DRAFT_TRANSPORTS)[number];
 /** Drafters the worker serves the head with: the JavaScript head, or its ONNX export (@tapwire/drafter-onnx). */
 export const DRAFTERS = ["reference", "onnx"] as const;
