@@ -340,6 +340,31 @@ try {
           : `zeromq installed (${mib(zmq)}) though nothing depends on it`,
       needsZmq ? "a dependency needs it" : "not installed",
     );
+    // issue 23: koffi is transport's optional peer too; without it shm+unix:// falls back to the
+    // socket with TRANSPORT_SHM_UNAVAILABLE naming the install command, and requests still work
+    const koffi = duKiB(path.join(nm, "koffi"));
+    if (tap.has("@tapwire/transport") && koffi === 0) {
+      const sock = path.join(s, "shm.sock");
+      const probe =
+        'import("@tapwire/transport").then(async (t) => { const seen = []; const srv = await t.listen("shm+unix://' +
+        sock +
+        '", (r) => r); const c = t.makeClient(srv.endpoint, { onShmFallback: (e) => seen.push(e.code + " | " + e.message) });' +
+        ' await c.connect(2000); const b = Buffer.alloc(64); const n = await c.request(Buffer.from("hi"), b, 2000);' +
+        ' console.log(seen.join(";"), "|", b.subarray(0, n).toString()); c.close(); await srv.close(); })';
+      const pr = await run(process.execPath, ["--input-type=module", "-e", probe], {
+        cwd: s,
+        timeoutMs: 20_000,
+      });
+      const out = pr.stdout.trim();
+      record(
+        "shm+ endpoint without koffi",
+        p.pkg.name,
+        /^TRANSPORT_SHM_UNAVAILABLE \|.*(npm i|pnpm add) koffi.*\| hi$/.test(out)
+          ? null
+          : `got: ${tail(out || pr.stderr)}`,
+        "falls back to the socket",
+      );
+    }
 
     // README examples: every ts block compiled under --strict
     const blocks = codeBlocks(readme);

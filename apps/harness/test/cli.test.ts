@@ -91,7 +91,7 @@ describe("flags", () => {
     expect(usageError(["--num-spec", "33"])).toMatch(/--num-spec: 33 outside/);
     expect(usageError(["--window", "5000"])).toMatch(/--window/);
     expect(usageError(["--draft-transport", "udp"])).toMatch(
-      /--draft-transport: "udp" is not one of tcp, unix, zmq, tls/,
+      /--draft-transport: "udp" is not one of tcp, unix, zmq, tls, shm/,
     );
     expect(usageError(["--ec-data", "zmq"])).toMatch(/--ec-data/);
     expect(usageError(["--mm-share", "1.5"])).toMatch(/--mm-share: 1.5 outside/);

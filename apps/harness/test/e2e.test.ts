@@ -3,7 +3,7 @@
  * sockets, on short scenarios. Reads the `--json` report.
  */
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { isAlive } from "@tapwire/testing";
@@ -112,6 +112,18 @@ describe("tapwire-harness end to end", () => {
     expect(r.metricsText).toContain("tapwire_harness_rounds");
     expect(r.metricsText).toContain("tapwire_client_");
     expect(r.metricsText).toContain("tapwire_ec_");
+  });
+
+  test("--draft-transport shm (issue 23): rows through shared memory, lossless, no shm file left", async () => {
+    const r = await runBin("shm", [...SHORT, "--draft-transport", "shm"]);
+    const rep = expectClean(r);
+    expect(rep.client.outcomes["ok"]).toBeGreaterThan(0);
+    // no fallback warning: the link really went through the mapping
+    expect(r.stderr).not.toMatch(/TRANSPORT_SHM|falling back to the socket/);
+    expect(r.stdout).toContain("link shm");
+    // every session file was unlinked: none of a process that has exited is left
+    const left = readdirSync("/dev/shm").filter((n) => /^tapwire-\d+-/.test(n));
+    expect(left.filter((n) => !isAlive(Number(n.split("-")[1])))).toEqual([]);
   });
 
   test("--faults: worker killed, link stalled, encoder restarted, reply corrupted; still lossless and clean", async () => {

@@ -7,7 +7,7 @@ import type { Counter, Gauge, Histogram, InfoValue } from "@tapwire/stats";
 import { BUCKETS, Registry } from "@tapwire/stats";
 import type { LinkTap } from "@tapwire/trace";
 import type { RpcClient } from "@tapwire/transport";
-import { makeClient, TransportError } from "@tapwire/transport";
+import { createShmArena, makeClient, type ShmArena, TransportError } from "@tapwire/transport";
 import type { Hello, HelloReply, ReqEntry, SampleMeta, StepReplyViews } from "@tapwire/wire";
 import {
   APP_HEADER_SIZE,
@@ -132,6 +132,9 @@ export class RemoteDraftClient {
   readonly sendBuffer: Uint8Array;
 
   readonly #factory: TransportFactory;
+  /** shm+unix: the arena holding sendBuffer and the slot rings, and how much of it is handed out. */
+  readonly #arena: ShmArena | null;
+  #arenaUsed: number;
   readonly #transportOptions: Record<string, unknown>;
   readonly #clock: Clock;
   readonly #log: Logger;
@@ -239,8 +242,22 @@ export class RemoteDraftClient {
     const replySize =
       APP_HEADER_SIZE +
       stepReplyBodySize({ nReq: o.maxSlots, numSpec: o.numSpec, margin: o.wantMargin, sampled: o.sampled });
+    // shm+unix (issue 23): the send buffer and the slot rings live in one shared-memory arena that
+    // outlives connections, so staged rows and rowsTarget rows leave by offset, never copied here
+    const topts = { ...(options.transportOptions ?? {}) } as Record<string, unknown>;
+    let arena: ShmArena | null = null;
+    if (o.endpoint.startsWith("shm+unix://") && topts.shmArena === undefined) {
+      const want = sendSize + o.maxSlots * o.window * o.rowBytes;
+      arena = createShmArena(Math.max(64 * 1024, Math.ceil(want / 4096) * 4096));
+      if (arena !== null) topts.shmArena = arena;
+    }
+    this.#arena = arena;
+    this.#arenaUsed = Math.ceil(sendSize / 64) * 64;
     // a Buffer: written to the socket without a wrapper per write
-    this.sendBuffer = Buffer.alloc(sendSize);
+    this.sendBuffer =
+      arena !== null
+        ? Buffer.from(arena.bytes.buffer, arena.bytes.byteOffset, sendSize)
+        : Buffer.alloc(sendSize);
     this.#ctx = {
       stepId: 0,
       vocabSize: o.vocabSize,
@@ -251,7 +268,6 @@ export class RemoteDraftClient {
       sampleMeta: null,
     };
     this.#replyBuf = new Uint8Array(replySize);
-    const topts = { ...(options.transportOptions ?? {}) } as Record<string, unknown>;
     topts.connectTimeoutMs = o.connectTimeoutMs;
     if (topts.maxMessageBytes === undefined) {
       topts.maxMessageBytes = Math.max(64 * 1024 * 1024, sendSize, replySize);
@@ -339,6 +355,19 @@ export class RemoteDraftClient {
   /** Row size in bytes (`numTaps * hidden * 2`). */
   get rowBytes(): number {
     return this.options.rowBytes;
+  }
+
+  /**
+   * Memory for a RoundCore slot ring (issue 23): on `shm+unix://`, `bytes` of the shared-memory
+   * arena after {@link sendBuffer}, so rows written there leave by offset; null when there is no
+   * arena or it is full (the ring is then an ordinary buffer).
+   */
+  allocRows(bytes: number): Uint8Array | null {
+    const a = this.#arena;
+    if (a === null || !Number.isInteger(bytes) || bytes <= 0 || this.#arenaUsed + bytes > a.size) return null;
+    const v = a.bytes.subarray(this.#arenaUsed, this.#arenaUsed + bytes);
+    this.#arenaUsed += Math.ceil(bytes / 64) * 64;
+    return v;
   }
 
   /** Offset in {@link sendBuffer} where the rows of a STEP with `nEntries` entries start (`24 + rows_offset_for(n)`, CONTRACT 7.3). */

@@ -32,7 +32,7 @@ export const CLIENT_DEFAULTS = {
 
 /** Options of {@link RemoteDraftClient}. Every option is validated in the constructor. */
 export interface RemoteDraftClientOptions {
-  /** Worker endpoint URL (`tcp://`, `unix://`, `tls://`, `zmq+tcp://`, `zmq+ipc://`; CONTRACT 3). */
+  /** Worker endpoint URL (`tcp://`, `unix://`, `tls://`, `zmq+tcp://`, `zmq+ipc://`, `shm+unix://`; CONTRACT 3, issue 23). */
   endpoint: string;
   /** connect + HELLO timeout in ms (default 2000). */
   connectTimeoutMs?: number;
@@ -165,8 +165,8 @@ export function resolveOptions(options: RemoteDraftClientOptions): ResolvedClien
   }
   const o = options as unknown as Record<string, unknown>;
   const endpoint = o.endpoint;
-  if (typeof endpoint !== "string" || !/^(tcp|unix|tls|zmq\+tcp|zmq\+ipc):\/\/./.test(endpoint)) {
-    throw bad("endpoint", "a tcp://, unix://, tls://, zmq+tcp:// or zmq+ipc:// URL", endpoint);
+  if (typeof endpoint !== "string" || !/^(tcp|unix|tls|zmq\+tcp|zmq\+ipc|shm\+unix):\/\/./.test(endpoint)) {
+    throw bad("endpoint", "a tcp://, unix://, tls://, zmq+tcp://, zmq+ipc:// or shm+unix:// URL", endpoint);
   }
   const connectTimeoutMs = ms(o, "connectTimeoutMs", 1, CLIENT_DEFAULTS.connectTimeoutMs);
   const requestTimeoutMs = ms(o, "requestTimeoutMs", 1, CLIENT_DEFAULTS.requestTimeoutMs);

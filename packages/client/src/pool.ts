@@ -350,7 +350,7 @@ export class WorkerPool implements DraftLink {
     const seen = new Set<string>();
     for (const info of list) {
       const ep = info?.endpoint;
-      if (typeof ep !== "string" || !/^(tcp|unix|tls|zmq\+tcp|zmq\+ipc):\/\/./.test(ep)) continue;
+      if (typeof ep !== "string" || !/^(tcp|unix|tls|zmq\+tcp|zmq\+ipc|shm\+unix):\/\/./.test(ep)) continue;
       const inc = typeof info.incarnation === "string" ? info.incarnation : null;
       const problem = compatProblem(info.compat, this.#own);
       if (problem !== null) {

@@ -301,7 +301,7 @@ export class RoundCore {
     if (same && start !== s.ringEnd) {
       throw bad(`rowsTarget: slot ${slot}: rows from position ${start} but the ring ends at ${s.ringEnd}`);
     }
-    s.ring ??= Buffer.alloc(W * rb);
+    s.ring ??= this.#newRing(W * rb);
     if (same) {
       if (s.ringStart < start + n - W) s.ringStart = Math.min(s.ringEnd, start + n - W);
     } else {
@@ -314,6 +314,12 @@ export class RoundCore {
     const out = this.#targetOut;
     out.length = this.#ringViews(s, start, start + n, out, 0);
     return out;
+  }
+
+  // a slot's ring: in the transport's shared memory when it offers some (shm+unix: rows written
+  // there by rowsTarget leave by offset and reach the worker with its one copy), else a buffer
+  #newRing(bytes: number): Uint8Array {
+    return this.client.allocRows?.(bytes) ?? Buffer.alloc(bytes);
   }
 
   /** RESET on the worker (CONTRACT 10) and resync of every slot on the next round. */
@@ -365,7 +371,7 @@ export class RoundCore {
     const W = this.#W;
     const rb = this.#rowBytes;
     // a Buffer, so that ring views go to the socket without a Buffer wrapper per write
-    s.ring ??= Buffer.alloc(W * rb);
+    s.ring ??= this.#newRing(W * rb);
     const ring = s.ring;
     let skip = n > W ? n - W : 0;
     let p = start + skip;

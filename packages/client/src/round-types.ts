@@ -35,6 +35,11 @@ export interface DraftLink {
   readonly sendBuffer: Uint8Array;
   /** True once disabled (CONTRACT 9.3; a pool: no member can ever serve, 12.2). */
   readonly disabled: boolean;
+  /**
+   * Memory for a slot's ring of `bytes` bytes that a shared-memory transport sends by offset
+   * (issue 23, `shm+unix://`), or null (the ring is then an ordinary buffer). Optional.
+   */
+  allocRows?(bytes: number): Uint8Array | null;
   /** The ready connection's epoch (a pool: a number while any member is ready), or null. */
   connectionEpoch(): number | null;
   /**

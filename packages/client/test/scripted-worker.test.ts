@@ -46,7 +46,7 @@ interface Rig {
 }
 
 async function rig(
-  scheme: "tcp" | "unix" | "zmq+tcp",
+  scheme: (typeof SCHEMES)[number],
   extra: Partial<RemoteDraftClientOptions> = {},
   fake = false,
 ): Promise<Rig> {
@@ -122,7 +122,8 @@ function staged(
   };
 }
 
-const SCHEMES = ["tcp", "unix", "zmq+tcp"] as const;
+// issue 23: shm+unix too (unix doorbells, the send buffer and rings in shared memory)
+const SCHEMES = ["tcp", "unix", "zmq+tcp", "shm+unix"] as const;
 
 describe.each(SCHEMES)("scripted worker over %s", (scheme) => {
   test("ok: rows staged in the send buffer go out unchanged; drafts validated; parts mode too", async () => {

@@ -2,13 +2,21 @@
  * `@tapwire/discovery`: member discovery for tapwire pools (CONTRACT 12.2). {@link etcdMembers}
  * (an etcd watch of a prefix) and {@link staticMembers} are member sources for
  * `@tapwire/client`'s `WorkerPool`; {@link register} keeps a server's record under an etcd lease.
- * The record schema (version {@link RECORD_SCHEMA_VERSION}) is documented in the README.
+ * {@link etcdDirectorySource} feeds `@tapwire/ec-connector`'s `EcDirectory` with the encoders of a
+ * prefix (issue 22). The record schema (version {@link RECORD_SCHEMA_VERSION}) is documented in the README.
  * @packageDocumentation
  */
 
+export type {
+  EncoderDirectoryRecord,
+  EncoderDirectorySource,
+  EtcdDirectorySource,
+  EtcdDirectorySourceOptions,
+} from "./directory-source.js";
+export { directoryRecordOf, etcdDirectorySource } from "./directory-source.js";
 export type { DiscoveryErrorCode } from "./errors.js";
 export { DISCOVERY_ERROR_CODES, DiscoveryError } from "./errors.js";
-export type { MemberRecord, RecordInput, RecordKind } from "./record.js";
+export type { MemberRecord, RecordInput, RecordKind, ResidencyEndpoints } from "./record.js";
 export {
   compatHash,
   DEFAULT_PREFIX,

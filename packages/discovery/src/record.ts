@@ -21,6 +21,20 @@ export type RecordKind = (typeof RECORD_KINDS)[number];
 /** Largest record value accepted, bytes (a record is a few hundred). */
 export const MAX_RECORD_BYTES = 16 * 1024;
 
+/**
+ * Issue 22: where an encoder publishes its residency stream (EC-CONTRACT 10.1, 10.2), carried by
+ * an `encoder` record as the optional `residency` object. Absent when the producer runs without
+ * `--events-listen`.
+ */
+export interface ResidencyEndpoints {
+  /** The events PUB endpoint (EC-CONTRACT 10.1), advertised. */
+  readonly events: string;
+  /** The replay ROUTER endpoint (EC-CONTRACT 10.2), advertised. */
+  readonly replay: string;
+  /** The stream's incarnation (the `incarnation` of its messages, EC-CONTRACT 10.1), or "" when unknown. */
+  readonly incarnation: string;
+}
+
 /** What a server registers (the input of `register`, the output of {@link parseRecord}). */
 export interface MemberRecord {
   /** {@link RECORD_SCHEMA_VERSION}. */
@@ -45,6 +59,8 @@ export interface MemberRecord {
   readonly capacity: Readonly<Record<string, number>>;
   /** The registering process id (for operators). */
   readonly pid: number;
+  /** Issue 22, encoders only: the residency stream endpoints (absent when not configured). */
+  readonly residency?: ResidencyEndpoints;
 }
 
 /** Input of {@link makeRecord}: a record without the fields that are derived or defaulted. */
@@ -65,6 +81,15 @@ export interface RecordInput {
   incarnation?: string;
   /** Start time (default now). */
   startedAt?: Date;
+  /** Issue 22, encoders: events and replay endpoints and the stream incarnation (`incarnation` default ""). */
+  residency?: {
+    /** The events PUB endpoint (advertised). */
+    events: string;
+    /** The replay ROUTER endpoint (advertised). */
+    replay: string;
+    /** The stream incarnation (default ""). */
+    incarnation?: string;
+  };
 }
 
 /** A new random incarnation: 32 lower-case hex digits. */
@@ -119,6 +144,15 @@ export function makeRecord(input: RecordInput): MemberRecord {
     compat: compatHash(identities, geometry),
     capacity: { ...(input.capacity ?? {}) },
     pid: process.pid,
+    ...(input.residency === undefined
+      ? {}
+      : {
+          residency: {
+            events: input.residency.events,
+            replay: input.residency.replay,
+            incarnation: input.residency.incarnation ?? "",
+          },
+        }),
   };
   checkRecord(rec);
   return rec;
@@ -143,6 +177,8 @@ export function encodeRecord(rec: MemberRecord): string {
     compat: rec.compat,
     capacity: rec.capacity,
     pid: rec.pid,
+    // issue 22: optional, so schema-1 readers that do not know it are unaffected
+    ...(rec.residency === undefined ? {} : { residency: rec.residency }),
   });
 }
 
@@ -190,6 +226,21 @@ function checkRecord(r: MemberRecord): void {
   if (typeof r.compat !== "string" || !/^[0-9a-f]{64}$/.test(r.compat))
     throw bad("compat is not a SHA-256 hex");
   if (!Number.isInteger(r.pid) || r.pid < 0) throw bad("pid is not a non-negative integer");
+  if (r.residency !== undefined) checkResidency(r);
+}
+
+function checkResidency(r: MemberRecord): void {
+  const z = r.residency as unknown;
+  if (z === null || typeof z !== "object" || Array.isArray(z)) throw bad("residency must be an object");
+  if (r.kind !== "encoder") throw bad(`residency is for encoder records, not ${r.kind}`);
+  const o = z as Record<string, unknown>;
+  for (const k of ["events", "replay"] as const) {
+    const e = o[k];
+    if (typeof e !== "string" || e.length > 1024 || !ENDPOINT.test(e))
+      throw bad(`residency.${k} ${String(e)} is not a URL`);
+  }
+  if (typeof o.incarnation !== "string" || Buffer.byteLength(o.incarnation) > 256)
+    throw bad("residency.incarnation must be a string of at most 256 bytes");
 }
 
 /**
@@ -221,6 +272,19 @@ export function parseRecord(value: string | Uint8Array): MemberRecord {
     compat: j.compat,
     capacity: j.capacity ?? {},
     pid: j.pid ?? 0,
+    // a reader ignores residency on other kinds (a newer writer may add one)
+    ...(j.residency === undefined || j.kind !== "encoder"
+      ? {}
+      : {
+          residency:
+            j.residency !== null && typeof j.residency === "object" && !Array.isArray(j.residency)
+              ? {
+                  events: (j.residency as Record<string, unknown>).events,
+                  replay: (j.residency as Record<string, unknown>).replay,
+                  incarnation: (j.residency as Record<string, unknown>).incarnation ?? "",
+                }
+              : j.residency,
+        }),
   } as MemberRecord;
   checkRecord(rec);
   if (rec.compat !== compatHash(rec.identities, rec.geometry))

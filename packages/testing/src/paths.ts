@@ -53,7 +53,7 @@ export function freePort(): Promise<number> {
 }
 
 /** Every transport endpoint scheme (CONTRACT 3), in documentation order. */
-export const transportSchemes = ["tcp", "unix", "tls", "zmq+tcp", "zmq+ipc"] as const;
+export const transportSchemes = ["tcp", "unix", "tls", "zmq+tcp", "zmq+ipc", "shm+unix"] as const;
 
 /** One of {@link transportSchemes}. */
 export type TransportScheme = (typeof transportSchemes)[number];
@@ -61,7 +61,7 @@ export type TransportScheme = (typeof transportSchemes)[number];
 /**
  * A listen endpoint for `scheme` that cannot collide with another test: `tcp://127.0.0.1:0`,
  * `unix://<unique path>` (so `unix:///tmp/…`), `tls://127.0.0.1:0`, `zmq+tcp://127.0.0.1:0`,
- * `zmq+ipc://<unique path>`.
+ * `zmq+ipc://<unique path>`, `shm+unix://<unique path>` (issue 23).
  */
 export function endpointFor(scheme: TransportScheme, tag: string = scheme.replace("+", "")): string {
   switch (scheme) {
@@ -71,6 +71,7 @@ export function endpointFor(scheme: TransportScheme, tag: string = scheme.replac
       return `${scheme}://127.0.0.1:0`;
     case "unix":
     case "zmq+ipc":
+    case "shm+unix":
       return `${scheme}://${uniqueSocketPath(tag)}`;
     default:
       throw new TestingError(TestingErrorCode.BAD_OPTION, `unknown scheme ${JSON.stringify(scheme)}`);

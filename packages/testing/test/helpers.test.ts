@@ -41,7 +41,7 @@ describe("socket paths and endpoints", () => {
   });
 
   test("endpointFor gives port 0 for tcp-like schemes and fresh paths for unix-like ones", () => {
-    expect(transportSchemes).toEqual(["tcp", "unix", "tls", "zmq+tcp", "zmq+ipc"]);
+    expect(transportSchemes).toEqual(["tcp", "unix", "tls", "zmq+tcp", "zmq+ipc", "shm+unix"]);
     expect(endpointFor("tcp")).toBe("tcp://127.0.0.1:0");
     expect(endpointFor("tls")).toBe("tls://127.0.0.1:0");
     expect(endpointFor("zmq+tcp")).toBe("zmq+tcp://127.0.0.1:0");

@@ -11,6 +11,7 @@ import { join } from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import { listen, makeClient } from "../src/index.js";
 import { tlsCreds } from "../test/helpers/env.js";
+import { benchShm } from "./shm.js";
 
 const SIZES = [64, 96 * 1024, 768 * 1024, 4 * 1024 * 1024];
 const REPLY = 16 * 1024;
@@ -390,6 +391,8 @@ for (const name of Object.keys(CONTENDERS)) {
     });
   }
 }
+// issue 23: the STEP-shaped shm+unix vs unix rows (interleaved, same run)
+const shm = await benchShm(ROUNDS);
 process.stdout.write(
   `${JSON.stringify(
     {
@@ -400,6 +403,7 @@ process.stdout.write(
       node: process.version,
       seconds: Math.round((performance.now() - started) / 1000),
       results,
+      shm,
     },
     null,
     1,

@@ -7,6 +7,8 @@ export const Scheme = {
   TLS: "tls",
   ZMQ_TCP: "zmq+tcp",
   ZMQ_IPC: "zmq+ipc",
+  /** Same host only (issue 23): a unix socket doorbell, request bytes through shared memory. */
+  SHM_UNIX: "shm+unix",
 } as const;
 
 /** Union of the endpoint scheme strings. */
@@ -27,7 +29,7 @@ export type Endpoint =
     }
   | {
       /** A unix-like scheme: a Unix domain socket, or ZeroMQ over IPC. */
-      readonly scheme: "unix" | "zmq+ipc";
+      readonly scheme: "unix" | "zmq+ipc" | "shm+unix";
       /** Absolute socket path, percent-decoded, at most 107 bytes (sockaddr_un limit). */
       readonly path: string;
     };
@@ -42,7 +44,7 @@ function bad(endpoint: string, why: string): TransportError {
 
 /**
  * Parses `tcp://host:port`, `tls://host:port`, `zmq+tcp://host:port`, `unix:///abs/path` or
- * `zmq+ipc:///abs/path` (CONTRACT 3). IPv6 hosts go in brackets (`tcp://[::1]:5555`); port 0 asks
+ * `zmq+ipc:///abs/path` (CONTRACT 3), or `shm+unix:///abs/path` (issue 23, docs/transport.md "shm"). IPv6 hosts go in brackets (`tcp://[::1]:5555`); port 0 asks
  * the server for any free port.
  *
  * @throws {TransportError} `TRANSPORT_BAD_ENDPOINT` naming the first problem.
@@ -67,7 +69,8 @@ export function parseEndpoint(endpoint: string): Endpoint {
       return { scheme, host, port };
     }
     case "unix":
-    case "zmq+ipc": {
+    case "zmq+ipc":
+    case "shm+unix": {
       if (!rest.startsWith("/")) throw bad(endpoint, "expected an absolute path (unix:///abs/path)");
       let path: string;
       try {

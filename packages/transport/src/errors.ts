@@ -25,6 +25,10 @@ export const TransportErrorCode = {
   PROTOCOL: "TRANSPORT_PROTOCOL",
   /** A `zmq+` endpoint was used but the optional peer dependency `zeromq` is not installed (the message names the install command). */
   ZMQ_MISSING: "TRANSPORT_ZMQ_MISSING",
+  /** shm (issue 23): shared memory could not be mapped (no `koffi`, mmap refused); the client falls back to the socket. */
+  SHM_UNAVAILABLE: "TRANSPORT_SHM_UNAVAILABLE",
+  /** shm (issue 23): the shm directory (/dev/shm) has less room than a session mapping needs; the message names both sizes. */
+  SHM_SPACE: "TRANSPORT_SHM_SPACE",
 } as const;
 
 /** Union of the stable error code strings. */

@@ -4,6 +4,8 @@ import { parseEndpoint } from "./endpoint.js";
 import { TransportError } from "./errors.js";
 import { clientMetrics } from "./metrics.js";
 import type { ClientOptions, Handler, RpcClient, RpcServer, ServerOptions } from "./options.js";
+import { ShmClient, shmClientOptions } from "./shm-client.js";
+import { ShmServer } from "./shm-server.js";
 import { StreamClient } from "./stream-client.js";
 import { StreamServer } from "./stream-server.js";
 import { ZmqClient } from "./zmq-client.js";
@@ -26,6 +28,8 @@ export function makeClient(endpoint: string, options: ClientOptions = {}): RpcCl
     case "zmq+tcp":
     case "zmq+ipc":
       return new ZmqClient(endpoint, ep, cfg, metrics);
+    case "shm+unix":
+      return new ShmClient(endpoint, ep.path, cfg, metrics, shmClientOptions(options));
   }
 }
 
@@ -43,6 +47,11 @@ export async function listen(
   const ep = parseEndpoint(endpoint);
   if (typeof handler !== "function")
     throw new TransportError("TRANSPORT_BAD_OPTION", "handler: not a function");
+  if (ep.scheme === "shm+unix") {
+    const shm = new ShmServer(ep.path, handler, options);
+    await shm.start();
+    return shm;
+  }
   const cfg = serverConfig(ep, options);
   const s =
     ep.scheme === "zmq+tcp" || ep.scheme === "zmq+ipc"

@@ -27,3 +27,4 @@ export {
   OVERSIZE_HEAD_WAIT_MS,
   TlsFailureReason,
 } from "./options.js";
+export { createShmArena, ShmArena } from "./shm.js";

@@ -1,5 +1,6 @@
 import type { ConnectionOptions, SecureContextOptions } from "node:tls";
 import type { Registry } from "@tapwire/stats";
+import type { ShmArena } from "./shm.js";
 
 /** Default `maxMessageBytes`: 64 MiB (CONTRACT 3). */
 export const DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
@@ -36,6 +37,27 @@ export interface ClientOptions {
   connectTimeoutMs?: number;
   /** Where to count requests, bytes, errors (`transport_client_*`). Default: a private registry. */
   registry?: Registry;
+  /**
+   * `shm+unix://` only (issue 23): bytes of each of a session's two shared areas (the stage area
+   * a caller may write requests into, and the copy area for other large parts), so a session maps
+   * twice this in `shmDir`. A multiple of 4096 in [64 KiB, 1 GiB]. Default 8 MiB.
+   */
+  shmBytes?: number;
+  /**
+   * `shm+unix://` only: shared memory that outlives the client's connections (see
+   * {@link ShmArena}); its size replaces `shmBytes`. Requests written into `shmArena.bytes` leave
+   * by offset. Default: the client maps its own.
+   */
+  shmArena?: ShmArena;
+  /** `shm+unix://` only: where session files are created; the server must look in the same place. Default `/dev/shm`. */
+  shmDir?: string;
+  /**
+   * `shm+unix://` only: called when a connection cannot use shared memory (no `koffi`, mmap
+   * refused, `shmDir` too small: a `TRANSPORT_SHM_SPACE` error naming the size needed and the
+   * size available, the server refused the mapping); the connection then sends every byte on the
+   * socket. Default: one process warning.
+   */
+  onShmFallback?(err: Error & { readonly code: string }): void;
 }
 
 /** TLS material for servers (PEM strings or buffers). */
@@ -132,6 +154,8 @@ export interface ServerOptions {
    * `transport_server_tls_failures_<reason>`.
    */
   onTlsError?(reason: TlsFailureReason, remote: string, error: Error): void;
+  /** `shm+unix://` only (issue 23): where the clients' session files are looked up. Default `/dev/shm`. */
+  shmDir?: string;
 }
 
 /** How long an unbound connection with an oversize prefix has to send its 24-byte frame header. */

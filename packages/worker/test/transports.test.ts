@@ -18,6 +18,8 @@ const CASES: { scheme: string; listen: string; client: ClientOptions; stream: bo
   { scheme: "tls", listen: "tls://127.0.0.1:0", client: { tls: { ca: creds.ca } }, stream: true },
   { scheme: "zmq+tcp", listen: "zmq+tcp://127.0.0.1:0", client: {}, stream: false },
   { scheme: "zmq+ipc", listen: `zmq+ipc://${uniqueSocketPath("wz")}`, client: {}, stream: false },
+  // issue 23: doorbells on a unix socket, request bytes through a /dev/shm mapping
+  { scheme: "shm+unix", listen: `shm+unix://${uniqueSocketPath("wm")}`, client: {}, stream: true },
 ];
 
 const drafter = nullDrafter();

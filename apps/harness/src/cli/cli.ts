@@ -169,6 +169,9 @@ export function validate(cfg: HarnessConfig): void {
   if (cfg.discovery === "none" && cfg.encoders === 0) {
     throw usage("--encoders: 0 (local media) only in a multi-instance run; a classic run has 1 or more");
   }
+  if (cfg.placementDiscovery === "etcd" && (cfg.encoders < 2 || cfg.discovery !== "none")) {
+    throw usage("--placement-discovery: etcd needs --encoders 2 or more in a classic run (no --discovery)");
+  }
   if (cfg.encoders > 1 && cfg.topology !== "local") {
     throw usage("--encoders: 2 or more (residency events) run in the local topology");
   }

@@ -3,7 +3,7 @@
  * change), and what is derived from it.
  */
 /** Transports of the drafter link (CONTRACT 3). */
-export const DRAFT_TRANSPORTS = ["tcp", "unix", "zmq", "tls"] as const;
+export const DRAFT_TRANSPORTS = ["tcp", "unix", "zmq", "tls", "shm"] as const;
 export type DraftTransport = (typeof DRAFT_TRANSPORTS)[number];
 /** Drafters the worker serves the head with: the JavaScript head, or its ONNX export (@tapwire/drafter-onnx). */
 export const DRAFTERS = ["reference", "onnx"] as const;
@@ -112,6 +112,8 @@ export interface HarnessConfig {
   workers: number;
   /** Where the pools find the workers: `none` (one engine, one worker: the classic run), `static` or `etcd`. */
   discovery: "none" | "static" | "etcd";
+  /** Issue 22: where the `--encoders N` (N >= 2) placement directory finds the encoders: `static` or `etcd`. */
+  placementDiscovery: "static" | "etcd";
   /** How long `--faults` keeps etcd stopped in a multi-instance run, ms. */
   etcdDownMs: number;
   /** Write a link trace of the engine's client to this file (null: off; docs/trace.md). */
@@ -178,6 +180,7 @@ export const DEFAULTS: Readonly<HarnessConfig> = Object.freeze({
   engines: 1,
   workers: 1,
   discovery: "none",
+  placementDiscovery: "static",
   etcdDownMs: 10_000,
   trace: null,
   traceRows: "all",

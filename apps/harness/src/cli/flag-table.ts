@@ -75,7 +75,12 @@ export const FLAGS: Record<string, FlagSpec> = {
   "--state-dim": int("stateDim", 4, 512, "D", "reference target state size"),
   "--draft-noise": num("draftNoise", 0, 10, "X", "draft head distillation noise"),
   "--draft-rank": int("draftRank", 1, 512, "R", "draft head backbone rank"),
-  "--draft-transport": oneOf("draftTransport", DRAFT_TRANSPORTS, "T", "drafter link: tcp | unix | zmq | tls"),
+  "--draft-transport": oneOf(
+    "draftTransport",
+    DRAFT_TRANSPORTS,
+    "T",
+    "drafter link: tcp | unix | zmq | tls | shm (same host, shared memory)",
+  ),
   "--drafter": oneOf(
     "drafter",
     DRAFTERS,
@@ -182,6 +187,12 @@ export const FLAGS: Record<string, FlagSpec> = {
     ["none", "static", "etcd"],
     "D",
     "how pools find workers: static list or etcd (starts an etcd child)",
+  ),
+  "--placement-discovery": oneOf(
+    "placementDiscovery",
+    ["static", "etcd"],
+    "D",
+    "with --encoders 2 or more: the directory finds the encoders by a static list or by their etcd records (starts an etcd child; issue 22)",
   ),
   "--etcd-down-ms": int(
     "etcdDownMs",

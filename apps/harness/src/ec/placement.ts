@@ -10,9 +10,11 @@
 import type { ConsumerConnector, DirectoryChange, ProducerRecord } from "@tapwire/ec-connector";
 import { EcAdminClient, EcDirectory } from "@tapwire/ec-connector";
 import type { Registry } from "@tapwire/stats";
+import { HarnessError, HarnessErrorCode } from "../errors.js";
 import { type LossyZmtp, startLossyZmtp } from "../faults/lossy-zmtp.js";
 import { type EcGeometry, type RunScope, startEncoder } from "../procs/children.js";
 import type { ChildService } from "../procs/procs.js";
+import { type PlacementEtcd, startPlacementEtcd } from "./placement-etcd.js";
 
 /** Share of PUB messages the `--faults` relay drops. */
 export const EVENTS_LOSS = 0.05;
@@ -22,6 +24,10 @@ export const EVENTS_HEARTBEAT_MS = 250;
 /** What placement did in a run (the report's "placement" section). */
 export interface PlacementReport {
   encoders: number;
+  /** Where the directory learnt the encoders (`--placement-discovery`): `static` or `etcd` (their records). */
+  discovery: "static" | "etcd";
+  /** With etcd: encoder records the directory's watch held at the end. */
+  etcdRecords: number;
   /** Transfers sent to a trusted holder. */
   placed: number;
   /** Placed transfers whose round-robin guess (one encoder after another) lacked the item: a NACK_MISSING round trip avoided. */
@@ -54,6 +60,8 @@ export class Placement {
   readonly records: ProducerRecord[] = [];
   directory!: EcDirectory;
   late: EcDirectory | null = null;
+  /** With `--placement-discovery etcd`: the etcd child and the watch of the encoders' records. */
+  etcd: PlacementEtcd | null = null;
   readonly relays: LossyZmtp[] = [];
   readonly asked = new Map<string, number>();
   readonly stats = {
@@ -72,6 +80,8 @@ export class Placement {
   static async start(scope: RunScope, geo: EcGeometry, n: number, ecRegistry: Registry): Promise<Placement> {
     const p = new Placement();
     const random = seeded(scope.cfg.seed);
+    if (scope.cfg.placementDiscovery === "etcd") p.etcd = await startPlacementEtcd(scope);
+    const relayOf = new Map<string, string>();
     for (let i = 0; i < n; i++) {
       const started = await startEncoder(scope, geo, {
         ...(i === 0 ? {} : { name: `encoder${i + 1}` }),
@@ -82,6 +92,7 @@ export class Placement {
           "tcp://127.0.0.1:0",
           "--events-heartbeat-ms",
           String(EVENTS_HEARTBEAT_MS),
+          ...(p.etcd?.registerArgs ?? []),
         ],
       });
       const el = started.listening;
@@ -93,6 +104,7 @@ export class Placement {
         scope.cleanups.push(() => relay.close());
         p.relays.push(relay);
         sub = relay.endpoint;
+        relayOf.set(events, sub);
       }
       p.encoders.push(started.encoder);
       p.producers.push(started.producerEndpoint);
@@ -101,7 +113,25 @@ export class Placement {
       p.admins.push(admin);
       p.records.push({ control: started.producerEndpoint, events: sub, replay });
     }
-    p.directory = new EcDirectory({ producers: p.records, registry: ecRegistry });
+    const source = p.etcd?.relayed(relayOf);
+    p.directory = new EcDirectory({
+      ...(source === undefined ? { producers: p.records } : { source }),
+      registry: ecRegistry,
+    });
+    if (p.etcd !== null) {
+      // issue 22: the encoders found through their etcd records (the directory is the watcher)
+      const end = performance.now() + 30_000;
+      while (!p.producers.every((c) => p.directory.view(c) !== undefined)) {
+        if (performance.now() > end) {
+          p.directory.close();
+          throw new HarnessError(
+            HarnessErrorCode.PROCESS,
+            `--placement-discovery etcd: ${p.producers.length} encoders started, ${p.etcd.source.records().length} records in etcd after 30 s`,
+          );
+        }
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    }
     p.directory.onChange = (c) => p.onChange(c);
     scope.cleanups.push(() => {
       p.directory.close();
@@ -110,7 +140,7 @@ export class Placement {
     if (scope.cfg.faults) {
       // a subscriber that starts while the run is under way: its views come from snapshots
       const t = setTimeout(() => {
-        p.late = new EcDirectory({ producers: p.records });
+        p.late = new EcDirectory(source === undefined ? { producers: p.records } : { source });
       }, 1500);
       t.unref();
       scope.cleanups.push(() => clearTimeout(t));
@@ -225,6 +255,8 @@ export class Placement {
     }
     return {
       encoders: this.producers.length,
+      discovery: this.etcd === null ? "static" : "etcd",
+      etcdRecords: this.etcd?.source.records().length ?? 0,
       ...this.stats,
       nackMissingReceived: consumerCounters["consumer_nacks_missing"] ?? 0,
       gaps: views.reduce((n, v) => n + v.gaps, 0),

@@ -71,6 +71,9 @@ function endpointFor(transport: HarnessConfig["draftTransport"], dir: string, ho
       return `zmq+tcp://${host}:0`;
     case "unix":
       return `unix://${join(dir, "worker.sock")}`;
+    case "shm":
+      // issue 23: doorbells on a unix socket, rows through a /dev/shm mapping
+      return `shm+unix://${join(dir, "worker.sock")}`;
   }
 }
 

@@ -304,6 +304,8 @@ function placementRows(r: Report, { sec, row }: Rows): void {
   if (p === undefined) return;
   sec("");
   sec(`placement (${p.encoders} encoders, residency events)`);
+  if (p.discovery === "etcd")
+    row("  encoders found through", `etcd (${int(p.etcdRecords)} records at the end)`);
   row(
     "  placed on a trusted holder",
     `${int(p.placed)} (NACK_MISSING avoided vs round robin: ${int(p.nackMissingAvoided)})`,

@@ -7,6 +7,7 @@ import { createRequire } from "node:module";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import type { Logger } from "@tapwire/stats";
+import { advertiseControl } from "../advertise.js";
 import type { EcProducer } from "../producer.js";
 
 /** The discovery flags, spread into the bin's FLAGS table. */
@@ -38,6 +39,7 @@ interface DiscoveryModule {
       identities?: Record<string, string>;
       geometry?: Record<string, number | string | readonly string[]>;
       capacity?: Record<string, number>;
+      residency?: { events: string; replay: string; incarnation?: string };
     };
   }): { key: string; record: { incarnation: string }; close(): Promise<void> };
 }
@@ -61,7 +63,13 @@ async function importDiscovery(): Promise<DiscoveryModule> {
 
 /** Registers the producer when `--register` is given; returns the stop (revoke) function or null. */
 export async function startRegistration(
-  v: { register?: unknown; "register-prefix"?: unknown; "register-ttl"?: unknown; name?: unknown },
+  v: {
+    register?: unknown;
+    "register-prefix"?: unknown;
+    "register-ttl"?: unknown;
+    name?: unknown;
+    advertise?: unknown;
+  },
   p: EcProducer,
   log: Logger,
 ): Promise<(() => Promise<void>) | null> {
@@ -70,6 +78,16 @@ export async function startRegistration(
   const hex = /^[0-9a-f]+$/i.test(String(p.compatibilityHash))
     ? String(p.compatibilityHash).toLowerCase()
     : null;
+  const advertise = v.advertise === undefined ? undefined : String(v.advertise);
+  // issue 22: the residency stream, advertised like the control endpoint (HOST of --advertise, bound port)
+  const residency =
+    p.events === null
+      ? undefined
+      : {
+          events: advertiseControl(p.events.eventsEndpoint, advertise).endpoint,
+          replay: advertiseControl(p.events.replayEndpoint, advertise).endpoint,
+          incarnation: p.events.incarnation,
+        };
   const reg = d.register({
     etcd: String(v.register),
     prefix: String(v["register-prefix"] ?? REGISTER_FLAGS["register-prefix"].def),
@@ -78,11 +96,12 @@ export async function startRegistration(
     record: {
       kind: "encoder",
       // control ROUTER first (what consumers dial), then the data server
-      endpoints: [p.controlEndpoint, p.dataEndpoint],
+      endpoints: [p.advertised.control.endpoint, p.dataEndpoint],
       name: String(v.name ?? ""),
       identities: hex !== null ? { ec_compat: hex } : {},
       geometry: { data_kind: String(p.data.kind) },
       capacity: { num_blocks: p.cache.numBlocks, block_bytes: p.cache.blockBytes },
+      ...(residency === undefined ? {} : { residency }),
     },
   });
   return () => reg.close();

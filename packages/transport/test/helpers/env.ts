@@ -97,6 +97,14 @@ export function matrix(): Case[] {
       client: {},
       stream: false,
     },
+    // issue 23: a unix doorbell and shared memory; the client-side semantics are the stream ones
+    {
+      scheme: "shm+unix",
+      listen: () => `shm+unix://${uniqueSocketPath("m")}`,
+      server: {},
+      client: {},
+      stream: true,
+    },
   ];
 }
 

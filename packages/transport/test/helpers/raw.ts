@@ -38,6 +38,16 @@ export async function rawStreamServer(
         const len = acc.readUInt32LE(0);
         const body = acc.subarray(4, 4 + len);
         acc = acc.subarray(4 + len);
+        if (ep.scheme === "shm+unix") {
+          // issue 23: refuse the mapping (the client falls back to inline doorbells) and hand
+          // over the request a doorbell carries, so the raw behaviour under test is unchanged.
+          if (body.readUInt32LE(0) === 1) {
+            sock.write(Buffer.from([4, 0, 0, 0, 1, 0, 0, 0]));
+            continue;
+          }
+          onRequest({ body: body.subarray(16), sock });
+          continue;
+        }
         onRequest({ body, sock });
       }
     });

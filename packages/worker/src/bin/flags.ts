@@ -48,7 +48,7 @@ export const FLAGS = {
     arg: "URL",
     kind: { t: "list" },
     default: DEFAULT_LISTEN,
-    help: "endpoint, repeatable (loopback only by default): tcp://host:port, unix:///abs/path, tls://host:port, zmq+tcp://..., zmq+ipc://...",
+    help: "endpoint, repeatable (loopback only by default): tcp://host:port, unix:///abs/path, tls://host:port, zmq+tcp://..., zmq+ipc://..., shm+unix:///abs/path (same host, shared memory)",
   },
   "tls-cert": {
     section: "Listening",
