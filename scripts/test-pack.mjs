@@ -451,6 +451,22 @@ try {
       );
     }
   }
+  // An npm user with @tapwire/worker alone asks for --drafter onnx: exit 2 (a usage error,
+  // never retried by systemd) with the command that installs the drafter (issue 19).
+  const workerAlone = scratchPkgs.find((q) => q.installed && q.pkg.name === "@tapwire/worker");
+  if (workerAlone) {
+    const r = await run(
+      path.join(workerAlone.scratch, "node_modules/.bin/tapwire-worker"),
+      ["--drafter", "onnx", "--model", "head.onnx", "--listen", "tcp://127.0.0.1:0"],
+      { cwd: workerAlone.scratch, timeoutMs: 30_000 },
+    );
+    const ok = r.code === 2 && r.stderr.includes("npm install @tapwire/drafter-onnx");
+    record(
+      "bin usage",
+      "tapwire-worker --drafter onnx without @tapwire/drafter-onnx",
+      ok ? null : failure(r),
+    );
+  }
   // tapwire-make-certs ships in @tapwire/transport's tarball (issue 19): npm users make the
   // certificates of docs/operations.md without a clone of the repository.
   const transport = scratchPkgs.find((q) => q.installed && q.pkg.name === "@tapwire/transport");
