@@ -15,6 +15,7 @@ import { DepthRunStats, makeDepthPolicy, parseDepthPolicy } from "./depth/depth-
 import { startEc } from "./ec/ec-side.js";
 import { EcMediaMetrics, LocalMedia, localEmbedding } from "./ec/media.js";
 import { traceOption } from "./engine/capture.js";
+import { clientOptionsOf } from "./engine/client-options.js";
 import { Engine, EngineMetrics, type MediaSource } from "./engine/engine.js";
 import { RoundCoreLink } from "./engine/link.js";
 import { checkGreedy, checkSampled } from "./engine/lossless.js";
@@ -151,20 +152,7 @@ async function connectClient(
   });
   const client = new RemoteDraftClient({
     endpoint,
-    window: cfg.window,
-    numSpec: cfg.numSpec,
-    sampleMode: cfg.sample ? "top32" : "greedy",
-    numTaps: cfg.numTaps,
-    hidden: cfg.hidden,
-    vocabSize: cfg.vocab,
-    maxSlots: cfg.slots,
-    maxRowsPerStep: cfg.slots * Math.max(cfg.window, cfg.numSpec + 1),
-    drafterIdentity: head.drafterIdentity,
-    markovIdentity: head.markovIdentity,
-    requestTimeoutMs: cfg.stepTimeoutMs,
-    connectTimeoutMs: Math.max(500, cfg.stepTimeoutMs),
-    backoffMs: 25,
-    backoffMaxMs: 400,
+    ...clientOptionsOf(cfg, head),
     clientName: "tapwire-harness",
     logger,
     registry,

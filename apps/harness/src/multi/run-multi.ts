@@ -20,6 +20,7 @@ import { type EtcdChild, startEtcd } from "@tapwire/testing";
 import { budgetFromCurve, type HarnessConfig } from "../cli/cli.js";
 import { type EcSide, startEc } from "../ec/ec-side.js";
 import { EcMediaMetrics, LocalMedia, localEmbedding } from "../ec/media.js";
+import { clientOptionsOf } from "../engine/client-options.js";
 import { Engine, EngineMetrics } from "../engine/engine.js";
 import { RoundCoreLink } from "../engine/link.js";
 import { checkGreedy, checkSampled } from "../engine/lossless.js";
@@ -229,20 +230,7 @@ async function run(
         : null;
     const pool = new WorkerPool({
       members: source ?? workers.map((w) => w.endpoint),
-      window: cfg.window,
-      numSpec: cfg.numSpec,
-      sampleMode: cfg.sample ? "top32" : "greedy",
-      numTaps: cfg.numTaps,
-      hidden: cfg.hidden,
-      vocabSize: cfg.vocab,
-      maxSlots: cfg.slots,
-      maxRowsPerStep: cfg.slots * Math.max(cfg.window, cfg.numSpec + 1),
-      drafterIdentity: head.drafterIdentity,
-      markovIdentity: head.markovIdentity,
-      requestTimeoutMs: cfg.stepTimeoutMs,
-      connectTimeoutMs: Math.max(500, cfg.stepTimeoutMs),
-      backoffMs: 25,
-      backoffMaxMs: 400,
+      ...clientOptionsOf(cfg, head),
       clientName: `tapwire-harness-e${e}`,
     });
     cleanups.push(() => pool.close());
