@@ -69,25 +69,7 @@ export function loadLibc(): Promise<Libc> {
   if (loaded !== null) return Promise.resolve(loaded);
   if (loading === null) {
     loading = loader().then(
-      (m) => {
-        const k = (
-          (m as { load?: unknown }).load !== undefined ? m : (m as { default: unknown }).default
-        ) as KoffiLike;
-        const libc = k.load("libc.so.6");
-        const mmap = libc.func(
-          "void *mmap(void *addr, size_t len, int prot, int flags, int fd, int64_t off)",
-        );
-        const munmap = libc.func("int munmap(void *addr, size_t len)");
-        const fall = libc.func("int posix_fallocate(int fd, int64_t off, int64_t len)");
-        loaded = {
-          mmap: mmap as Libc["mmap"],
-          munmap: munmap as Libc["munmap"],
-          posixFallocate: fall as Libc["posixFallocate"],
-          address: (p) => k.address(p),
-          view: (p, len) => k.view(p, len),
-        };
-        return loaded;
-      },
+      (m) => bind(m),
       (e: unknown) => {
         loading = null;
         throw new TransportError("TRANSPORT_SHM_UNAVAILABLE", KOFFI_MISSING_MESSAGE, { cause: e });
