@@ -12,6 +12,8 @@
  * - `EC_BAD_ENDPOINT`: an endpoint string cannot be parsed.
  * - `EC_CLOSED`: the object was closed.
  * - `EC_DATA`: a data-plane operation failed (connection, refusal, protocol).
+ * - `EC_SHM_UNAVAILABLE`: the shm data plane cannot map here (no `koffi`, mmap refused); the socket is used.
+ * - `EC_SHM_SPACE`: the shm directory has less room than a data-plane ring (the message names both sizes).
  */
 export const EC_ERROR_CODES = [
   "EC_BAD_OPTION",
@@ -25,6 +27,8 @@ export const EC_ERROR_CODES = [
   "EC_BAD_ENDPOINT",
   "EC_CLOSED",
   "EC_DATA",
+  "EC_SHM_UNAVAILABLE",
+  "EC_SHM_SPACE",
 ] as const;
 
 /** One of {@link EC_ERROR_CODES}. */

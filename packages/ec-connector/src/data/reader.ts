@@ -16,6 +16,8 @@ import {
   MAX_READER_FRAME_BYTES,
   segments,
 } from "./frame.js";
+import { decodeShmToReader, isShmOp } from "./shm-frame.js";
+import type { ShmDataReader, ShmReaderConn } from "./shm-reader.js";
 import type { AgentMetadata, MemDescriptor, ReadOptions, XferHandle, XferHandleState } from "./transport.js";
 import {
   agentNameOf,
@@ -78,6 +80,8 @@ interface Read {
   notif: Uint8Array;
   conn: ReaderConn | null;
   fault: SocketFault | null;
+  /** Its bytes came through an shm ring (docs/ec-protocol.md 3.3; CRC'd inline there). */
+  shm: boolean;
 }
 
 type Phase = "len" | "hdr" | "body";
@@ -93,6 +97,8 @@ interface ReaderConn {
   dead: boolean;
   /** A finished read's notification not yet written (sent right after the completion is reported). */
   notif: Uint8Array | null;
+  /** The shm ring of this connection (docs/ec-protocol.md 3.3), null on the plain socket path. */
+  shm: ShmReaderConn | null;
 }
 
 /** Options of {@link DataReader}. */
@@ -109,6 +115,8 @@ export interface DataReaderOptions {
   logger: Logger;
   /** Called when a read leaves PROC. */
   onReadDone: () => void;
+  /** The shm data plane (docs/ec-protocol.md 3.3): used with producers whose metadata offers it. */
+  shm?: ShmDataReader;
 }
 
 /**
@@ -225,12 +233,14 @@ export class DataReader {
       notif: Uint8Array.from(notifMsg),
       conn,
       fault: this.#faults.shift() ?? null,
+      shm: false,
     };
     this.#reads.set(read.handle, read);
     conn.read = read;
     conn.phase = "len";
     conn.filled = 0;
-    conn.socket.write(frame(read.notif));
+    if (conn.shm !== null) this.#o.shm?.send(conn.shm, conn.socket, frame(read.notif));
+    else conn.socket.write(frame(read.notif));
     return read.handle;
   }
 
@@ -327,11 +337,13 @@ export class DataReader {
       read: null,
       dead: false,
       notif: null,
+      shm: null,
     } as unknown as ReaderConn;
     conn.socket = this.#o.connect(target, {
       buffer: () => this.#nextBuffer(conn),
       callback: (n: number, buf: Uint8Array) => this.#onBytes(conn, n, buf),
     });
+    if (this.#o.shm !== undefined && peer.meta.shm === true) conn.shm = this.#o.shm.begin(conn.socket);
     conn.socket.on("error", (err) => this.#connDown(conn, err.message));
     conn.socket.on("close", () => this.#connDown(conn, "connection closed"));
     peer.all.add(conn);
@@ -399,6 +411,7 @@ export class DataReader {
   }
 
   #onHeader(conn: ReaderConn, r: Read): boolean {
+    if (conn.shm !== null && isShmOp(conn.scratch[LEN_BYTES])) return this.#onShmFrame(conn, conn.shm, r);
     let f: ReturnType<typeof decodeToReader>;
     try {
       f = decodeToReader(conn.scratch.subarray(LEN_BYTES, LEN_BYTES + conn.hdrLen));
@@ -416,6 +429,11 @@ export class DataReader {
     }
     conn.phase = "body";
     conn.filled = 0;
+    // docs/ec-protocol.md 3.3: on an shm connection the bytes come as SHM_CHUNK frames.
+    if (conn.shm !== null && this.#o.shm?.bodyStarts(conn.shm) === true) {
+      conn.phase = "len";
+      r.shm = true;
+    }
     // Injected faults strike before the first body byte, so they hit reads of any size.
     if (r.fault?.kind === "abort") {
       this.#killConn(conn, "injected abort");
@@ -430,13 +448,36 @@ export class DataReader {
     return true;
   }
 
+  /** docs/ec-protocol.md 3.3: an SHM_OFFER or SHM_CHUNK on an shm connection. */
+  #onShmFrame(conn: ReaderConn, st: ShmReaderConn, r: Read): boolean {
+    const shm = this.#o.shm as ShmDataReader;
+    conn.phase = "len";
+    conn.filled = 0;
+    try {
+      const f = decodeShmToReader(conn.scratch.subarray(LEN_BYTES, LEN_BYTES + conn.hdrLen));
+      if (f.op === "offer") {
+        shm.onOffer(st, conn.socket, f);
+        return true;
+      }
+      const before = r.received;
+      shm.chunk(st, conn.socket, f, r, this.#region, r.fault?.kind === "corrupt");
+      if (r.fault?.kind === "corrupt") r.fault = null;
+      this.#m.bytesReceived.inc(r.received - before);
+    } catch (err) {
+      this.#protocolError(conn, (err as Error).message);
+      return false;
+    }
+    if (r.received === r.nbytes) this.#finish(conn, r);
+    return true;
+  }
+
   #finish(conn: ReaderConn, r: Read): void {
     if (r.fault?.kind !== "lost_notification") {
       // The notification is written after the completion is reported (a socket write is tens of
       // microseconds of syscall): see the end of this method.
       conn.notif = encodeFrame({ op: "notif", msg: r.notif });
     }
-    if (r.checksum && this.#o.checksumThread) {
+    if (r.checksum && this.#o.checksumThread && !r.shm) {
       // Every byte landed; the read is DONE when the thread's CRC of the last range comes back.
       this.#crcPost(r, true);
       r.crcPending = true;
@@ -481,6 +522,7 @@ export class DataReader {
 
   #connDown(conn: ReaderConn, why: string): void {
     conn.dead = true;
+    this.#o.shm?.closed(conn.shm);
     const r = conn.read;
     conn.read = null;
     conn.peer.all.delete(conn);

@@ -4,6 +4,8 @@ import { EcError, isIntInRange } from "../errors.js";
 import type { DataMetrics } from "../metrics.js";
 import type { ReadAheadFrame, ReadFrame, RefusalCode } from "./frame.js";
 import { decodeToServer, encodeFrame, frameLength, LEN_BYTES, maxReadFrameBytes, segments } from "./frame.js";
+import { isShmOp } from "./shm-frame.js";
+import type { ShmDataServer, ShmServerConn } from "./shm-server.js";
 import type { Notif } from "./transport.js";
 import { deliverNotifs } from "./transport.js";
 
@@ -35,6 +37,10 @@ interface ServerConn {
   reader: string;
   /** A READ_AHEAD waiting for its grant on this connection (no other frame is accepted meanwhile). */
   parked: Parked | null;
+  /** The shm ring of this connection (docs/ec-protocol.md 3.3), null on the plain socket path. */
+  shm: ShmServerConn | null;
+  /** Frames received so far (SHM_ATTACH must be the first). */
+  frames: number;
 }
 
 /** Options of {@link DataServer}. */
@@ -55,6 +61,8 @@ export interface DataServerOptions {
   logger: Logger;
   /** Called when a notification arrives. */
   onNotification: () => void;
+  /** The shm data plane of an `shm+unix://` listener (docs/ec-protocol.md 3.3). */
+  shm?: ShmDataServer;
 }
 
 /** A refused READ: the wire code and a message for the reader's log. */
@@ -165,6 +173,8 @@ export class DataServer {
       streaming: false,
       reader: "",
       parked: null,
+      shm: null,
+      frames: 0,
     };
     // At most half the cap may be connections that never had a READ served: beyond, the oldest of
     // them goes, so an idle flood cannot keep readers with grants out until the idle timeout.
@@ -192,6 +202,7 @@ export class DataServer {
       this.#m.connections.set(this.#conns.size);
       if (c.key !== null) this.#streams.get(c.keyStr)?.delete(c);
       this.#unpark(c);
+      this.#o.shm?.closed(c.shm);
     });
   }
 
@@ -214,6 +225,19 @@ export class DataServer {
       if (c.buf.length < LEN_BYTES + len) return;
       const body = c.buf.subarray(LEN_BYTES, LEN_BYTES + len);
       c.buf = c.buf.subarray(LEN_BYTES + len);
+      const shm = this.#o.shm;
+      if (shm !== undefined && (isShmOp(body[0]) || shm.awaiting(c.shm))) {
+        // docs/ec-protocol.md 3.3 (SHM_RELEASE also arrives while streaming).
+        try {
+          if (!isShmOp(body[0])) throw new EcError("EC_MALFORMED", "a frame before SHM_ATTACHED");
+          c.shm = shm.onFrame(c.shm, c.socket, body, c.frames++ === 0);
+        } catch (err) {
+          this.#badFrame(c, (err as Error).message);
+          return;
+        }
+        continue;
+      }
+      c.frames++;
       if (c.streaming || c.parked !== null) {
         this.#badFrame(c, c.streaming ? "frame while streaming" : "frame while a READ_AHEAD waits");
         return;
@@ -386,6 +410,24 @@ export class DataServer {
   }
 
   async #stream(c: ServerConn, blocks: readonly number[], nbytes: number): Promise<void> {
+    const shm = this.#o.shm;
+    if (shm?.active(c.shm)) {
+      // docs/ec-protocol.md 3.3: the same READ, its bytes through the connection's ring.
+      const bb = this.#o.blockBytes;
+      const m = this.#m;
+      const ok = await shm.stream(
+        c.shm,
+        c.socket,
+        this.#o.region,
+        blocks,
+        bb,
+        nbytes,
+        this.#o.throttleBytesPerSec,
+        (n) => m.bytesSent.inc(n),
+      );
+      if (ok) c.streaming = false;
+      return;
+    }
     const s = c.socket;
     const region = this.#o.region;
     const chunk = this.#o.chunkBytes;

@@ -11,6 +11,10 @@ import { socketConnect } from "./connect.js";
 import type { SocketFault } from "./reader.js";
 import { DataReader } from "./reader.js";
 import { DataServer } from "./server.js";
+import { SHM_LIMITS } from "./shm-frame.js";
+import { DEFAULT_SHM_DIR, KOFFI_MISSING_MESSAGE, shmAvailable } from "./shm-map.js";
+import { ShmDataReader } from "./shm-reader.js";
+import { ShmDataServer, shmMetrics } from "./shm-server.js";
 import type { AgentMetadata, DataTransport, ReadOptions, XferHandle, XferHandleState } from "./transport.js";
 import { agentNameOf, newInstanceId, parseDataEndpoint, SelfDescription } from "./transport.js";
 
@@ -34,6 +38,51 @@ function checkTls(t: DataTlsOptions): void {
 }
 
 export type { SocketFault } from "./reader.js";
+
+/** Defaults of the shm data plane (docs/ec-protocol.md 3.3): a ring of 2 x 4 MiB per connection. */
+export const SHM_DATA_DEFAULTS = {
+  dir: DEFAULT_SHM_DIR,
+  slots: 2,
+  slotBytes: 4 * 1024 * 1024,
+  maxSessions: 32,
+} as const;
+
+/** Options of the shm data plane (docs/ec-protocol.md 3.3). */
+export interface ShmDataOptions {
+  /** Directory of the ring files (default /dev/shm; an absolute path). */
+  dir?: string;
+  /** Server: slots per ring, 1 … 16 (default 2). */
+  slots?: number;
+  /** Server: bytes per slot, a 4 KiB multiple in [64 KiB, 64 MiB] (default 4 MiB). */
+  slotBytes?: number;
+  /** Server: most rings mapped at once; more connections stream on the socket (default 32). */
+  maxSessions?: number;
+}
+
+function checkShm(v: boolean | ShmDataOptions | undefined): Required<ShmDataOptions> | null {
+  if (v === undefined || v === false) return null;
+  if (v === true) return { ...SHM_DATA_DEFAULTS };
+  if (v === null || typeof v !== "object")
+    throw new EcError("EC_BAD_OPTION", "option shm: expected a boolean or an object");
+  const dir = v.dir ?? SHM_DATA_DEFAULTS.dir;
+  if (typeof dir !== "string" || !dir.startsWith("/"))
+    throw new EcError("EC_BAD_OPTION", `option shm.dir: ${String(dir)} is not an absolute path`);
+  const slots = v.slots === undefined ? SHM_DATA_DEFAULTS.slots : checkIntOption("shm.slots", v.slots, 1);
+  if (slots > SHM_LIMITS.maxSlots)
+    throw new EcError("EC_BAD_OPTION", `option shm.slots: ${slots} > ${SHM_LIMITS.maxSlots}`);
+  const slotBytes =
+    v.slotBytes === undefined ? SHM_DATA_DEFAULTS.slotBytes : checkIntOption("shm.slotBytes", v.slotBytes, 1);
+  if (slotBytes < SHM_LIMITS.minSlotBytes || slotBytes > SHM_LIMITS.maxSlotBytes || slotBytes % 4096 !== 0)
+    throw new EcError(
+      "EC_BAD_OPTION",
+      `option shm.slotBytes: ${slotBytes} is not a multiple of 4096 in [${SHM_LIMITS.minSlotBytes}, ${SHM_LIMITS.maxSlotBytes}]`,
+    );
+  const maxSessions =
+    v.maxSessions === undefined
+      ? SHM_DATA_DEFAULTS.maxSessions
+      : checkIntOption("shm.maxSessions", v.maxSessions, 0);
+  return { dir, slots, slotBytes, maxSessions };
+}
 
 /** Options of {@link SocketDataTransport}. */
 export interface SocketDataTransportOptions {
@@ -76,6 +125,13 @@ export interface SocketDataTransportOptions {
    * certificate and key, and in `ca` the producers' certificates (or CA) it trusts.
    */
   tls?: DataTlsOptions;
+  /**
+   * docs/ec-protocol.md 3.3, the shm data plane (needs the optional peer `koffi`). As a reader:
+   * `true` (or options) maps the rings of producers whose metadata offers shm (default off). As a
+   * server it is on for a `shm+unix:///path` listen (advertised as `unix:///path` plus the
+   * metadata key `shm`); these options size its rings. Without koffi both sides use the socket.
+   */
+  shm?: boolean | ShmDataOptions;
   /** Where the `data_*` metrics go (default: a fresh Registry). */
   registry?: Registry;
   /** pino logger (default: silent). */
@@ -109,13 +165,36 @@ export class SocketDataTransport implements DataTransport {
     listener: net.Server | null,
     endpoint: string,
     unixPath: string | null,
+    shm: { server: boolean; options: Required<ShmDataOptions> | null },
   ) {
-    const metrics = dataMetrics(options.registry ?? new Registry({ prefix: EC_METRICS_PREFIX }));
+    const registry = options.registry ?? new Registry({ prefix: EC_METRICS_PREFIX });
+    const metrics = dataMetrics(registry);
     const logger = options.logger ?? silentLogger();
     this.#listener = listener;
     this.#unixPath = unixPath;
-    this.kind = /^(unix|tcp|tls):\/\//.exec(endpoint)?.[1] ?? "reader";
-    this.meta = { name: options.name, instance: newInstanceId(), endpoint };
+    this.kind = shm.server ? "shm" : (/^(unix|tcp|tls):\/\//.exec(endpoint)?.[1] ?? "reader");
+    // docs/ec-protocol.md 3.3: the shm half of each side, when asked for and koffi loads.
+    const so = shm.options ?? SHM_DATA_DEFAULTS;
+    const sm = shm.options === null ? null : shmMetrics(registry);
+    let shmServer: ShmDataServer | undefined;
+    if (shm.server && sm !== null) {
+      if (shmAvailable()) {
+        shmServer = new ShmDataServer({ ...so, metrics: sm, logger });
+      } else {
+        sm.fallbacks.inc();
+        logger.warn(
+          { why: KOFFI_MISSING_MESSAGE },
+          "shm data plane unavailable; serving over the unix socket",
+        );
+      }
+    }
+    const shmReader = sm === null ? undefined : new ShmDataReader({ dir: so.dir, metrics: sm, logger });
+    this.meta = {
+      name: options.name,
+      instance: newInstanceId(),
+      endpoint,
+      ...(shmServer === undefined ? {} : { shm: true }),
+    };
     this.#self = new SelfDescription(this.meta, options.numBlocks, options.blockBytes);
     this.#reader = new DataReader({
       region: options.region,
@@ -128,6 +207,7 @@ export class SocketDataTransport implements DataTransport {
       metrics,
       logger,
       onReadDone: () => this.onReadDone?.(),
+      ...(shmReader === undefined ? {} : { shm: shmReader }),
     });
     this.#server = new DataServer({
       region: options.region,
@@ -142,6 +222,7 @@ export class SocketDataTransport implements DataTransport {
       metrics,
       logger,
       onNotification: () => this.onNotification?.(),
+      ...(shmServer === undefined ? {} : { shm: shmServer }),
     });
     if (listener === null) return;
     // EC-CONTRACT 9.5: net.Server drops connections beyond maxConnections at accept ('drop').
@@ -192,8 +273,11 @@ export class SocketDataTransport implements DataTransport {
     if (options.maxConnections !== undefined) checkIntOption("maxConnections", options.maxConnections, 1);
     if (options.idleTimeoutMs !== undefined) checkIntOption("idleTimeoutMs", options.idleTimeoutMs, 0);
     if (options.tls !== undefined) checkTls(options.tls);
-    if (options.listen === undefined) return new SocketDataTransport(options, null, "", null);
+    const shmOptions = checkShm(options.shm);
+    if (options.listen === undefined)
+      return new SocketDataTransport(options, null, "", null, { server: false, options: shmOptions });
     const target = parseDataEndpoint(options.listen);
+    const shmServer = "path" in target && target.shm === true;
     let server: net.Server;
     if ("tls" in target && target.tls) {
       if (options.tls === undefined) {
@@ -234,7 +318,8 @@ export class SocketDataTransport implements DataTransport {
         cause: err,
       });
     });
-    let endpoint = options.listen;
+    // docs/ec-protocol.md 3.3: advertised as the unix endpoint it also is (a 1.1 reader uses it so).
+    let endpoint = shmServer ? `unix://${(target as { path: string }).path}` : options.listen;
     const addr = server.address();
     if (addr !== null && typeof addr === "object") {
       const host = addr.address.includes(":") ? `[${addr.address}]` : addr.address;
@@ -251,7 +336,10 @@ export class SocketDataTransport implements DataTransport {
       }
       endpoint = adv;
     }
-    return new SocketDataTransport(options, server, endpoint, unixPath);
+    return new SocketDataTransport(options, server, endpoint, unixPath, {
+      server: shmServer,
+      options: shmServer ? (shmOptions ?? { ...SHM_DATA_DEFAULTS }) : shmOptions,
+    });
   }
 
   /** The endpoint advertised in the metadata (`""` for a reader-only agent). */

@@ -99,6 +99,11 @@ export interface AgentMetadata {
   instance: string;
   /** Where its data server listens (`tcp://host:port`, `unix:///path`, `loopback://name`). */
   endpoint: string;
+  /**
+   * docs/ec-protocol.md 3.3 (tapwire 1.2, optional): its `unix://` data server also offers shm
+   * rings (the metadata key `shm` = 1; a 1.1 reader ignores it and reads over the socket).
+   */
+  shm?: boolean;
 }
 
 /** Decoded memory descriptor. */
@@ -116,7 +121,11 @@ export function newInstanceId(): string {
 
 /** Encodes agent metadata as a MessagePack bin. */
 export function encodeAgentMetadata(m: AgentMetadata): Uint8Array {
-  return packMsg({ name: m.name, instance: m.instance, endpoint: m.endpoint });
+  return packMsg(
+    m.shm === true
+      ? { name: m.name, instance: m.instance, endpoint: m.endpoint, shm: 1 }
+      : { name: m.name, instance: m.instance, endpoint: m.endpoint },
+  );
 }
 
 /** Decodes agent metadata; throws `EC_MALFORMED`. */
@@ -126,6 +135,7 @@ export function decodeAgentMetadata(bytes: Uint8Array): AgentMetadata {
     name: str(m, "name", "agent metadata"),
     instance: str(m, "instance", "agent metadata"),
     endpoint: str(m, "endpoint", "agent metadata", 1024),
+    ...(m["shm"] === 1 ? { shm: true } : {}),
   };
 }
 
@@ -221,8 +231,8 @@ export function checkReadShape(
   return n;
 }
 
-/** A parsed data endpoint: a TCP address (plain or TLS) or a Unix socket path. */
-export type DataEndpoint = { host: string; port: number; tls: boolean } | { path: string };
+/** A parsed data endpoint: a TCP address (plain or TLS) or a Unix socket path (`shm`: `shm+unix://`, 3.3). */
+export type DataEndpoint = { host: string; port: number; tls: boolean } | { path: string; shm?: boolean };
 
 /** Parses `tcp://host:port`, `tls://host:port` or `unix:///path` (internal). */
 export function parseDataEndpoint(endpoint: string): DataEndpoint {
@@ -232,11 +242,17 @@ export function parseDataEndpoint(endpoint: string): DataEndpoint {
     if (path.length === 0) throw new EcError("EC_BAD_ENDPOINT", `endpoint ${endpoint}: empty socket path`);
     return { path };
   }
+  if (endpoint.startsWith("shm+unix://")) {
+    // docs/ec-protocol.md 3.3: a unix data server that also offers shm rings (listen side only).
+    const path = endpoint.slice("shm+unix://".length);
+    if (path.length === 0) throw new EcError("EC_BAD_ENDPOINT", `endpoint ${endpoint}: empty socket path`);
+    return { path, shm: true };
+  }
   const m = /^(tcp|tls):\/\/(\[[^\]]+\]|[^:/]+):(\d+)$/.exec(endpoint);
   if (m === null) {
     throw new EcError(
       "EC_BAD_ENDPOINT",
-      `endpoint ${endpoint}: expected tcp://host:port, tls://host:port or unix:///path`,
+      `endpoint ${endpoint}: expected tcp://host:port, tls://host:port, unix:///path or shm+unix:///path`,
     );
   }
   const port = Number(m[3]);

@@ -1,0 +1,194 @@
+// The consumer side of the shm data plane (issue 23, docs/ec-protocol.md 3.3): a new connection to
+// a producer whose metadata offers shm sends SHM_ATTACH, maps the ring the SHM_OFFER names
+// read-only, and from then on each SHM_CHUNK is CRC'd as it lies in the ring and copied once into
+// the destination blocks, then released.
+import type * as net from "node:net";
+import type { Logger } from "pino";
+import { crc32 } from "../crc.js";
+import { EcError } from "../errors.js";
+import {
+  AttachedStatus,
+  encodeAttach,
+  encodeAttached,
+  encodeRelease,
+  OfferStatus,
+  type ShmToReader,
+} from "./shm-frame.js";
+import { ShmMapping, shmAvailable } from "./shm-map.js";
+import type { ShmMetrics } from "./shm-server.js";
+
+/** CRC then copy in pieces this size, so the copy reads bytes the CRC just pulled into L2. */
+const PIECE = 256 * 1024;
+
+const ReaderState = { ATTACHING: "attaching", ACTIVE: "active", OFF: "off" } as const;
+type ReaderState = (typeof ReaderState)[keyof typeof ReaderState];
+
+/** One reader connection's shm state. */
+export class ShmReaderConn {
+  state: ReaderState = ReaderState.ATTACHING;
+  map: ShmMapping | null = null;
+  slots = 0;
+  slotBytes = 0;
+  /** The seq the next SHM_CHUNK must carry. */
+  seq = 1;
+  /** True between a DATA and its last chunk. */
+  body = false;
+  /** Frames posted before the offer was answered (the READ), sent after SHM_ATTACHED. */
+  pending: Buffer[] = [];
+}
+
+/** The fields of a posted read a chunk advances (reader.ts's read record). */
+export interface ShmReadTarget {
+  segStart: number[];
+  segLen: number[];
+  seg: number;
+  segOff: number;
+  nbytes: number;
+  received: number;
+  checksum: boolean;
+  crc: number;
+}
+
+/** Options of {@link ShmDataReader}. */
+export interface ShmReaderOptions {
+  /** Directory the producers' ring files are looked up in (default /dev/shm). */
+  readonly dir: string;
+  readonly metrics: ShmMetrics;
+  readonly logger: Logger;
+}
+
+function malformed(why: string): EcError {
+  return new EcError("EC_MALFORMED", `shm data frame: ${why}`);
+}
+
+/** The shm half of a data reader. */
+export class ShmDataReader {
+  readonly #o: ShmReaderOptions;
+  #warned = false;
+
+  constructor(o: ShmReaderOptions) {
+    this.#o = o;
+  }
+
+  /**
+   * A new connection to a producer that offers shm: sends SHM_ATTACH and returns its state, or
+   * null when this process cannot map (no koffi; reported once) and the socket carries the bytes.
+   */
+  begin(socket: net.Socket): ShmReaderConn | null {
+    if (!shmAvailable()) {
+      this.#fallback("koffi is not installed: the shm data plane falls back to the unix socket");
+      return null;
+    }
+    socket.write(encodeAttach());
+    return new ShmReaderConn();
+  }
+
+  /** Writes `frame` now, or after the offer is answered while the connection attaches. */
+  send(st: ShmReaderConn, socket: net.Socket, frame: Buffer): void {
+    if (st.state === ReaderState.ATTACHING) st.pending.push(frame);
+    else socket.write(frame);
+  }
+
+  /** True when DATA's bytes come as chunks on this connection (and marks the body started). */
+  bodyStarts(st: ShmReaderConn): boolean {
+    if (st.state !== ReaderState.ACTIVE) return false;
+    st.body = true;
+    return true;
+  }
+
+  #fallback(why: string): void {
+    this.#o.metrics.fallbacks.inc();
+    if (this.#warned) return;
+    this.#warned = true;
+    this.#o.logger.warn({ why }, "shm data plane unavailable; reading over the socket");
+  }
+
+  /** SHM_OFFER: maps the ring (or declines it), then sends what waited. Throws `EC_MALFORMED`. */
+  onOffer(st: ShmReaderConn, socket: net.Socket, f: Extract<ShmToReader, { op: "offer" }>): void {
+    if (st.state !== ReaderState.ATTACHING) throw malformed("SHM_OFFER not asked for");
+    if (f.status === OfferStatus.REFUSED) {
+      this.#fallback(`the producer refused a ring: ${f.text}`);
+      st.state = ReaderState.OFF;
+    } else {
+      try {
+        st.map = ShmMapping.open(this.#o.dir, f.text, f.slots * f.slotBytes);
+        st.slots = f.slots;
+        st.slotBytes = f.slotBytes;
+        st.state = ReaderState.ACTIVE;
+      } catch (err) {
+        this.#fallback((err as Error).message);
+        st.state = ReaderState.OFF;
+      }
+      socket.write(
+        encodeAttached(st.state === ReaderState.ACTIVE ? AttachedStatus.MAPPED : AttachedStatus.DECLINED),
+      );
+    }
+    for (const b of st.pending.splice(0)) socket.write(b);
+  }
+
+  /**
+   * SHM_CHUNK of the current read: checks it names the next slot exactly and fits what is left,
+   * CRCs the bytes as they lie in the ring, copies them once into the destination, releases the
+   * slot. Throws `EC_MALFORMED` for a chunk the protocol does not allow (the reader closes).
+   */
+  chunk(
+    st: ShmReaderConn,
+    socket: net.Socket,
+    f: Extract<ShmToReader, { op: "chunk" }>,
+    r: ShmReadTarget,
+    region: Uint8Array,
+    corrupt: boolean,
+  ): void {
+    const ring = st.map?.bytes;
+    if (st.state !== ReaderState.ACTIVE || !st.body || ring === undefined)
+      throw malformed("SHM_CHUNK outside a DATA");
+    const slot = (st.seq - 1) % st.slots;
+    if (f.seq !== st.seq) throw malformed(`SHM_CHUNK seq ${f.seq}, expected ${st.seq}`);
+    if (f.slot !== slot || f.offset !== slot * st.slotBytes)
+      throw malformed(
+        `SHM_CHUNK in slot ${f.slot} at ${f.offset}, expected slot ${slot} at ${slot * st.slotBytes}`,
+      );
+    const left = r.nbytes - r.received;
+    if (f.length === 0 || f.length > st.slotBytes || f.length > left)
+      throw malformed(`SHM_CHUNK of ${f.length} bytes (slot ${st.slotBytes}, ${left} left)`);
+    let src = f.offset;
+    const end = f.offset + f.length;
+    while (src < end) {
+      const dst = (r.segStart[r.seg] as number) + r.segOff;
+      const n = Math.min(end - src, (r.segLen[r.seg] as number) - r.segOff, PIECE);
+      const view = ring.subarray(src, src + n);
+      if (corrupt) {
+        // Test fault: the bytes differ from what was sent; the CRC then runs on what landed.
+        region.set(view, dst);
+        region[dst] = (region[dst] as number) ^ 0xff;
+        corrupt = false;
+        if (r.checksum) r.crc = crc32(region.subarray(dst, dst + n), r.crc);
+      } else {
+        // EC-CONTRACT 6.3: the CRC over the bytes as received (the ring), then the one copy.
+        if (r.checksum) r.crc = crc32(view, r.crc);
+        region.set(view, dst);
+      }
+      src += n;
+      r.received += n;
+      r.segOff += n;
+      if (r.segOff === r.segLen[r.seg]) {
+        r.seg++;
+        r.segOff = 0;
+      }
+    }
+    socket.write(encodeRelease(f.slot, f.seq));
+    st.seq = st.seq === 0xffff_ffff ? 1 : st.seq + 1;
+    if (r.received === r.nbytes) st.body = false;
+    this.#o.metrics.chunks.inc();
+  }
+
+  /** The connection is gone: unmaps its ring (no view of it is read afterwards). */
+  closed(st: ShmReaderConn | null): void {
+    if (st === null) return;
+    st.state = ReaderState.OFF;
+    st.body = false;
+    st.pending.length = 0;
+    st.map?.close();
+    st.map = null;
+  }
+}

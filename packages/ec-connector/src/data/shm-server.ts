@@ -1,0 +1,271 @@
+// The producer side of the shm data plane (issue 23, docs/ec-protocol.md 3.3): per connection a
+// ring in a /dev/shm file the producer creates; a served READ's granted bytes are copied from
+// the pinned cache region into the ring's slots (one copy) and announced by SHM_CHUNK doorbells on
+// the unix socket; a slot is written again only after the reader's SHM_RELEASE of it.
+import type * as net from "node:net";
+import type { Counter, Gauge, Registry } from "@tapwire/stats";
+import type { Logger } from "pino";
+import { EcError } from "../errors.js";
+import { encodeFrame, segments } from "./frame.js";
+import {
+  AttachedStatus,
+  decodeShmToServer,
+  encodeChunk,
+  encodeOffer,
+  OfferStatus,
+  SHM_DATA_VERSION,
+} from "./shm-frame.js";
+import { ShmMapping, sweepStale } from "./shm-map.js";
+
+/** Metrics of the shm data plane (both sides). */
+export interface ShmMetrics {
+  /** Rings mapped by this data server now. */
+  sessions: Gauge;
+  /** Rings refused or declined: the connection uses the socket. */
+  fallbacks: Counter;
+  /** SHM_CHUNKs posted (server) or consumed (reader). */
+  chunks: Counter;
+}
+
+/** Registers (idempotently) and returns the shm data-plane metrics. */
+export function shmMetrics(r: Registry): ShmMetrics {
+  return {
+    sessions: r.gauge("data_shm_sessions", "shm data-plane rings mapped by this data server"),
+    fallbacks: r.counter(
+      "data_shm_fallbacks",
+      "shm data-plane rings refused or declined (the connection streams on the socket)",
+    ),
+    chunks: r.counter("data_shm_chunks", "shm data-plane chunks posted (server) or consumed (reader)"),
+  };
+}
+
+/** Ring geometry and limits of an shm data server. */
+export interface ShmServerOptions {
+  /** Directory of the ring files (default /dev/shm). */
+  readonly dir: string;
+  /** Slots per ring. */
+  readonly slots: number;
+  /** Bytes per slot (a page multiple). */
+  readonly slotBytes: number;
+  /** Most rings mapped at once; further SHM_ATTACHes are refused (the socket serves them). */
+  readonly maxSessions: number;
+  readonly metrics: ShmMetrics;
+  readonly logger: Logger;
+}
+
+const ConnState = { OFFERED: "offered", ACTIVE: "active", OFF: "off", DEAD: "dead" } as const;
+type ConnState = (typeof ConnState)[keyof typeof ConnState];
+
+/** One connection's shm state (held by the data server's connection record). */
+export class ShmServerConn {
+  state: ConnState;
+  map: ShmMapping | null;
+  /** Per slot, the seq of the chunk it holds, 0 when free. */
+  readonly held: Uint32Array;
+  /** Next seq to post; oldest seq not yet released. */
+  nextSeq = 1;
+  oldest = 1;
+  /** Wakes the stream waiting for a free slot. */
+  waiter: (() => void) | null = null;
+
+  constructor(state: ConnState, map: ShmMapping | null, slots: number) {
+    this.state = state;
+    this.map = map;
+    this.held = new Uint32Array(slots);
+  }
+
+  wake(): void {
+    const w = this.waiter;
+    this.waiter = null;
+    w?.();
+  }
+}
+
+function malformed(why: string): EcError {
+  return new EcError("EC_MALFORMED", `shm data frame: ${why}`);
+}
+
+/**
+ * The shm half of a data server (one per `shm+unix://` listener). Every READ check of
+ * EC-CONTRACT 5.3 stays the data server's: this only changes where a served READ's bytes travel.
+ */
+export class ShmDataServer {
+  readonly #o: ShmServerOptions;
+  #sessions = 0;
+
+  constructor(o: ShmServerOptions) {
+    this.#o = o;
+    // What a killed predecessor left between creating a ring file and the reader's SHM_ATTACHED.
+    const n = sweepStale(o.dir);
+    if (n > 0) o.logger.info({ files: n, dir: o.dir }, "removed stale shm files of dead processes");
+  }
+
+  /** Bytes of one ring. */
+  get ringBytes(): number {
+    return this.#o.slots * this.#o.slotBytes;
+  }
+
+  /**
+   * An shm frame on a connection (`fresh`: no READ seen yet on it). Returns the connection's new
+   * shm state. Throws `EC_MALFORMED` for a frame the protocol does not allow here (the data server
+   * then closes the connection).
+   */
+  onFrame(st: ShmServerConn | null, socket: net.Socket, body: Uint8Array, fresh: boolean): ShmServerConn {
+    const f = decodeShmToServer(body);
+    if (f.op === "attach") {
+      if (st !== null || !fresh) throw malformed("SHM_ATTACH after the connection's first frame");
+      return this.#attach(socket, f.version);
+    }
+    if (f.op === "attached") {
+      if (st === null || st.state !== ConnState.OFFERED) throw malformed("SHM_ATTACHED without an offer");
+      // The reader holds the ring (or will not): its name goes, only the two mappings remain.
+      st.map?.unlink();
+      if (f.status === AttachedStatus.MAPPED) {
+        st.state = ConnState.ACTIVE;
+        return st;
+      }
+      this.#o.metrics.fallbacks.inc();
+      this.#drop(st, ConnState.OFF);
+      return st;
+    }
+    // release: only of the oldest chunk still held, in its slot (a replay or a release of a
+    // region not held closes the connection).
+    if (st === null || st.state !== ConnState.ACTIVE) throw malformed("SHM_RELEASE without a ring");
+    const slot = (st.oldest - 1) % this.#o.slots;
+    if (st.oldest === st.nextSeq || f.seq !== st.oldest || f.slot !== slot || st.held[slot] !== f.seq) {
+      throw malformed(
+        `SHM_RELEASE of chunk ${f.seq} in slot ${f.slot}, not held (oldest held: ${st.oldest})`,
+      );
+    }
+    st.held[slot] = 0;
+    st.oldest = next(st.oldest);
+    st.wake();
+    return st;
+  }
+
+  /** True when the connection's READs are served through its ring. */
+  active(st: ShmServerConn | null): st is ShmServerConn {
+    return st !== null && st.state === ConnState.ACTIVE;
+  }
+
+  /** True while an SHM_OFFER waits for its SHM_ATTACHED (no other frame is allowed then). */
+  awaiting(st: ShmServerConn | null): boolean {
+    return st !== null && st.state === ConnState.OFFERED;
+  }
+
+  #attach(socket: net.Socket, version: number): ShmServerConn {
+    const o = this.#o;
+    const refuse = (why: string): ShmServerConn => {
+      o.metrics.fallbacks.inc();
+      o.logger.warn({ why }, "shm data-plane ring refused; the connection streams on the socket");
+      socket.write(encodeOffer(OfferStatus.REFUSED, 0, 0, why));
+      return new ShmServerConn(ConnState.OFF, null, 0);
+    };
+    if (version !== SHM_DATA_VERSION)
+      return refuse(`SHM_ATTACH version ${version}, this server speaks ${SHM_DATA_VERSION}`);
+    if (this.#sessions >= o.maxSessions)
+      return refuse(`shm: ${this.#sessions} rings mapped, limit ${o.maxSessions}`);
+    let map: ShmMapping;
+    try {
+      map = ShmMapping.create(o.dir, this.ringBytes);
+    } catch (err) {
+      return refuse((err as Error).message);
+    }
+    this.#sessions++;
+    o.metrics.sessions.set(this.#sessions);
+    socket.write(encodeOffer(OfferStatus.OFFERED, o.slots, o.slotBytes, map.name));
+    return new ShmServerConn(ConnState.OFFERED, map, o.slots);
+  }
+
+  #drop(st: ShmServerConn, state: ConnState): void {
+    const m = st.map;
+    st.state = state;
+    st.map = null;
+    st.wake();
+    if (m === null) return;
+    m.unlink();
+    m.close();
+    this.#sessions--;
+    this.#o.metrics.sessions.set(this.#sessions);
+  }
+
+  /** The connection closed: its ring file is unlinked (if the reader never said) and unmapped. */
+  closed(st: ShmServerConn | null): void {
+    if (st !== null && st.state !== ConnState.DEAD) this.#drop(st, ConnState.DEAD);
+  }
+
+  /**
+   * Serves a checked READ through the ring: DATA, then per slot-sized piece a copy from the
+   * region into the next slot (once the reader released it) and an SHM_CHUNK. Resolves true when
+   * every piece was posted, false when the connection went away first.
+   */
+  async stream(
+    st: ShmServerConn,
+    socket: net.Socket,
+    region: Uint8Array,
+    blocks: readonly number[],
+    blockBytes: number,
+    nbytes: number,
+    throttleBytesPerSec: number,
+    onSent: (n: number) => void,
+  ): Promise<boolean> {
+    const o = this.#o;
+    const { segStart, segLen } = segments(blocks, blockBytes, nbytes);
+    socket.cork();
+    socket.write(encodeFrame({ op: "data", nbytes }));
+    let corked = true;
+    let si = 0;
+    let so = 0;
+    let sent = 0;
+    while (sent < nbytes) {
+      const seq = st.nextSeq;
+      const slot = (seq - 1) % o.slots;
+      while (st.held[slot] !== 0 && st.state === ConnState.ACTIVE && !socket.destroyed) {
+        if (corked) {
+          corked = false;
+          socket.uncork();
+        }
+        await new Promise<void>((resolve) => {
+          st.waiter = resolve;
+        });
+      }
+      const ring = st.map?.bytes;
+      if (st.state !== ConnState.ACTIVE || socket.destroyed || ring === undefined) return false;
+      const base = slot * o.slotBytes;
+      const want = Math.min(o.slotBytes, nbytes - sent);
+      // The only copy on this side: granted bytes of the pinned region into the slot.
+      for (let fill = 0; fill < want; ) {
+        const n = Math.min(want - fill, (segLen[si] as number) - so);
+        const from = (segStart[si] as number) + so;
+        ring.set(region.subarray(from, from + n), base + fill);
+        fill += n;
+        so += n;
+        if (so === segLen[si]) {
+          si++;
+          so = 0;
+        }
+      }
+      st.held[slot] = seq;
+      st.nextSeq = next(seq);
+      socket.write(encodeChunk(slot, seq, base, want));
+      if (corked) {
+        corked = false;
+        socket.uncork();
+      }
+      o.metrics.chunks.inc();
+      onSent(want);
+      sent += want;
+      if (throttleBytesPerSec > 0 && sent < nbytes) await sleep((want / throttleBytesPerSec) * 1000);
+    }
+    return true;
+  }
+}
+
+/** The seq after `s` (u32, 0 skipped: 0 marks a free slot). */
+function next(s: number): number {
+  return s === 0xffff_ffff ? 1 : s + 1;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
