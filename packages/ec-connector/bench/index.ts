@@ -6,7 +6,7 @@
 
 import { type ChildProcess, spawn } from "node:child_process";
 import * as net from "node:net";
-import { tmpdir } from "node:os";
+import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
@@ -220,8 +220,93 @@ async function eventsRow(): Promise<Record<string, unknown>> {
   };
 }
 
+/**
+ * The shm data plane (docs/ec-protocol.md 3.3, issue 23): one producer on `shm+unix://` (a unix
+ * data server that also offers rings), two consumers, CRC on: one reading over the unix socket,
+ * one through the ring. Interleaved per iteration, in rounds (the order flips each round), medians.
+ */
+async function shmRow(): Promise<Record<string, unknown>[]> {
+  const unixPath = join(tmpdir(), `ec-bench-${process.pid}-shm.sock`);
+  const prod = await spawnChild(PRODUCER, [
+    "--num-blocks",
+    String(BLOCKS),
+    "--block-bytes",
+    String(BB),
+    "--data",
+    `shm+unix://${unixPath}`,
+    "--prepopulate",
+    SIZES.map((n) => `emb-${n}:${n}`).join(","),
+    "--log-level",
+    "warn",
+  ]);
+  const control = String(prod.line["control"]);
+  const compatibility = String(prod.line["compatibilityHash"]);
+  const unix = await ConsumerConnector.create({ numBlocks: BLOCKS, blockBytes: BB, compatibility });
+  const shm = await ConsumerConnector.create({
+    numBlocks: BLOCKS,
+    blockBytes: BB,
+    compatibility,
+    dataShm: true,
+  });
+  const rows: Record<string, unknown>[] = [];
+  const rounds = Number(process.env["EC_BENCH_ROUNDS"] ?? 5);
+  for (const c of [unix, shm]) for (const n of SIZES) await fetchOne(c, control, `emb-${n}`, n); // warm up
+  for (const n of SIZES) {
+    const per = Math.max(4, Math.floor(ITER[n]! / 2));
+    const u: number[] = [];
+    const m: number[] = [];
+    const roundRatios: number[] = [];
+    for (let round = 0; round < rounds; round++) {
+      const ru: number[] = [];
+      const rm: number[] = [];
+      for (let i = 0; i < per; i++) {
+        if ((round + i) % 2 === 0) {
+          ru.push(await fetchOne(unix, control, `emb-${n}`, n));
+          rm.push(await fetchOne(shm, control, `emb-${n}`, n));
+        } else {
+          rm.push(await fetchOne(shm, control, `emb-${n}`, n));
+          ru.push(await fetchOne(unix, control, `emb-${n}`, n));
+        }
+      }
+      roundRatios.push(round3(median(ru) / median(rm)));
+      u.push(...ru);
+      m.push(...rm);
+    }
+    const gbps = (ms: number) => round(n / (ms / 1000) / 1e9, 3);
+    const chunks = shm.registry.snapshot().counters["data_shm_chunks"] ?? 0;
+    rows.push({
+      kind: "shm",
+      bytes: n,
+      rounds,
+      iterations: u.length,
+      unix_median_ms: round(median(u)),
+      unix_gb_s: gbps(median(u)),
+      shm_median_ms: round(median(m)),
+      shm_gb_s: gbps(median(m)),
+      ratio_shm_vs_unix: round(median(u) / median(m)),
+      round_ratios: roundRatios,
+      shm_chunks_so_far: chunks,
+      ...(n === 16 * MiB ? { target: ">= 1.5" } : {}),
+    });
+  }
+  await unix.close();
+  await shm.close();
+  prod.proc.kill("SIGTERM");
+  return rows;
+}
+
+function round3(x: number): number {
+  return round(x, 3);
+}
+
 async function main(): Promise<void> {
   const results: Record<string, unknown> = {};
+  if (process.env["EC_BENCH_ONLY"] === "shm") {
+    // the shm data-plane rows alone (docs/benchmarks/ec-connector.md "shm")
+    const shm = await shmRow();
+    process.stdout.write(`${JSON.stringify({ node: process.version, loadavg: loadavg(), shm }, null, 2)}\n`);
+    return;
+  }
   if (process.env["EC_BENCH_ONLY"] === "events") {
     // the events row alone (docs/benchmarks.md: the events cost on a busy machine)
     process.stdout.write(`${JSON.stringify({ node: process.version, events: await eventsRow() }, null, 2)}
@@ -406,6 +491,7 @@ async function main(): Promise<void> {
     "producer (tapwire-ec-producer) and raw server each in a child process, consumer in the bench process; medians; ratio = raw_time / ec_time (1.0 = as fast as raw)";
   results["throughput"] = throughput;
   results["events"] = await eventsRow();
+  results["shm"] = await shmRow();
   results["latency"] = latency;
   results["control"] = control;
   results["targets"] = throughput.map((t) => ({

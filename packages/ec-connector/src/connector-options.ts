@@ -3,7 +3,7 @@ import type { Logger } from "pino";
 import type { EmbeddingCache } from "./cache.js";
 import type { CurveClientOptions } from "./curve.js";
 import { checkCurveKey } from "./curve.js";
-import type { DataTlsOptions } from "./data/socket.js";
+import type { DataTlsOptions, ShmDataOptions } from "./data/socket.js";
 import type { DataTransport } from "./data/transport.js";
 import { EcError } from "./errors.js";
 import type { CompatibilityInfo } from "./protocol.js";
@@ -110,6 +110,12 @@ export interface CreateConsumerConnectorOptions extends Omit<ConsumerConnectorOp
   checksumThread?: boolean;
   /** EC-CONTRACT 9.4: the client certificate, key and trusted producer certificates for `tls://` data planes. */
   tls?: DataTlsOptions;
+  /**
+   * docs/ec-protocol.md 3.3: read through shm rings from producers on this host that offer them
+   * (`tapwire-ec-producer --data shm+unix:///path`); needs the optional peer `koffi`, else (and
+   * with producers that do not offer it) the socket carries the bytes (default false).
+   */
+  dataShm?: boolean | ShmDataOptions;
 }
 
 /** A request that will not complete: compute the embedding locally. */

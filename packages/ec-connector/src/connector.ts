@@ -198,6 +198,7 @@ export class ConsumerConnector {
       ...(options.checksumThread === undefined ? {} : { checksumThread: options.checksumThread }),
       ...(options.tls === undefined ? {} : { tls: options.tls }),
       ...(options.logger === undefined ? {} : { logger: options.logger }),
+      ...(options.dataShm === undefined ? {} : { shm: options.dataShm }),
     });
     const {
       numBlocks: _n,
@@ -206,6 +207,7 @@ export class ConsumerConnector {
       dataListen: _l,
       checksumThread: _t,
       tls: _tls,
+      dataShm: _shm,
       ...rest
     } = options;
     let c: ConsumerConnector;

@@ -30,8 +30,18 @@ export type { CurveClientOptions, CurveKeyPair, CurveServerOptions } from "./cur
 export { newCurveKeyPair } from "./curve.js";
 export type { LoopbackDataTransportOptions, LoopbackFault } from "./data/loopback.js";
 export { LoopbackDataTransport, LoopbackFabric } from "./data/loopback.js";
-export type { DataTlsOptions, SocketDataTransportOptions, SocketFault } from "./data/socket.js";
-export { DATA_SERVER_DEFAULTS, MAX_DATA_FRAME_BYTES, SocketDataTransport } from "./data/socket.js";
+export type {
+  DataTlsOptions,
+  ShmDataOptions,
+  SocketDataTransportOptions,
+  SocketFault,
+} from "./data/socket.js";
+export {
+  DATA_SERVER_DEFAULTS,
+  MAX_DATA_FRAME_BYTES,
+  SHM_DATA_DEFAULTS,
+  SocketDataTransport,
+} from "./data/socket.js";
 export type {
   AgentMetadata,
   DataTransport,

@@ -40,8 +40,8 @@ const FLAGS = {
   },
   data: {
     kind: "string",
-    arg: "<tcp://h:p|unix://p|tls://h:p>",
-    help: "data server",
+    arg: "<tcp://h:p|unix://p|shm+unix://p|tls://h:p>",
+    help: "data server (shm+unix://p: a unix server that also offers same-host shm rings, needs koffi; docs/ec-protocol.md 3.3)",
     def: EC_PRODUCER_DEFAULTS.data,
   },
   advertise: {
@@ -576,9 +576,10 @@ let currentData: string | undefined;
 
 /** True for `unix://PATH` where PATH exists and is not a socket: binding can never succeed. */
 function notASocket(endpoint: string | undefined): boolean {
-  if (endpoint === undefined || !endpoint.startsWith("unix://")) return false;
+  const path = endpoint?.replace(/^shm\+unix:\/\//, "unix://");
+  if (path === undefined || !path.startsWith("unix://")) return false;
   try {
-    return !lstatSync(endpoint.slice("unix://".length)).isSocket();
+    return !lstatSync(path.slice("unix://".length)).isSocket();
   } catch {
     return false;
   }

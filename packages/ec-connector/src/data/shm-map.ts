@@ -51,7 +51,8 @@ const MAP_FAILED = 0xffff_ffff_ffff_ffffn;
 
 let loaded: Libc | null = null;
 let failure: unknown = null;
-let requireKoffi: () => unknown = () => createRequire(import.meta.url)("koffi");
+const defaultRequire = (): unknown => createRequire(import.meta.url)("koffi");
+let requireKoffi: () => unknown = defaultRequire;
 
 /**
  * libc through koffi, loaded once (koffi is CommonJS: a synchronous require).
@@ -95,9 +96,9 @@ export function shmAvailable(): boolean {
   }
 }
 
-/** Internal, for tests: replaces how koffi is required (and forgets a loaded one). */
-export function setKoffiRequire(fn: () => unknown): void {
-  requireKoffi = fn;
+/** Internal, for tests: replaces how koffi is required (none: the real one) and forgets a loaded one. */
+export function setKoffiRequire(fn?: () => unknown): void {
+  requireKoffi = fn ?? defaultRequire;
   loaded = null;
   failure = null;
 }
