@@ -114,13 +114,20 @@ describe("tapwire-harness end to end", () => {
     expect(r.metricsText).toContain("tapwire_ec_");
   });
 
-  test("--draft-transport shm (issue 23): rows through shared memory, lossless, no shm file left", async () => {
-    const r = await runBin("shm", [...SHORT, "--draft-transport", "shm"]);
+  test("--draft-transport shm --ec-data shm (issue 23): rows and embeddings through shared memory, lossless, no shm file left", async () => {
+    const r = await runBin("shm", [...SHORT, "--draft-transport", "shm", "--ec-data", "shm"]);
     const rep = expectClean(r);
     expect(rep.client.outcomes["ok"]).toBeGreaterThan(0);
-    // no fallback warning: the link really went through the mapping
-    expect(r.stderr).not.toMatch(/TRANSPORT_SHM|falling back to the socket/);
+    expect(rep.ec.statusCounts["OK"]).toBeGreaterThanOrEqual(1);
+    // no fallback warning: the link and the EC data plane really went through the mappings
+    expect(r.stderr).not.toMatch(
+      /TRANSPORT_SHM|EC_SHM|falling back to the socket|shm data plane unavailable/,
+    );
     expect(r.stdout).toContain("link shm");
+    expect(r.stdout).toContain("ec data shm");
+    // the consumer's reads went through rings (docs/ec-protocol.md 3.3), none fell back
+    expect(rep.ec.consumer["data_shm_chunks"]).toBeGreaterThan(0);
+    expect(rep.ec.consumer["data_shm_fallbacks"]).toBe(0);
     // every session file was unlinked: none of a process that has exited is left
     const left = readdirSync("/dev/shm").filter((n) => /^tapwire-\d+-/.test(n));
     expect(left.filter((n) => !isAlive(Number(n.split("-")[1])))).toEqual([]);

@@ -251,7 +251,9 @@ async function shmRow(): Promise<Record<string, unknown>[]> {
   const rows: Record<string, unknown>[] = [];
   const rounds = Number(process.env["EC_BENCH_ROUNDS"] ?? 5);
   for (const c of [unix, shm]) for (const n of SIZES) await fetchOne(c, control, `emb-${n}`, n); // warm up
-  for (const n of SIZES) {
+  for (const n of process.env["EC_BENCH_SIZES"]
+    ? process.env["EC_BENCH_SIZES"].split(",").map((x) => Number(x) * MiB)
+    : SIZES) {
     const per = Math.max(4, Math.floor(ITER[n]! / 2));
     const u: number[] = [];
     const m: number[] = [];

@@ -237,8 +237,10 @@ function validateTopology(cfg: HarnessConfig): void {
   if (cfg.draftTransport === "unix") {
     throw usage("--draft-transport unix: a unix socket does not cross network namespaces (--topology netns)");
   }
-  if (cfg.ecData === "unix" && cfg.mmShare > 0) {
-    throw usage("--ec-data unix: a unix socket does not cross network namespaces (--topology netns)");
+  if ((cfg.ecData === "unix" || cfg.ecData === "shm") && cfg.mmShare > 0) {
+    throw usage(
+      `--ec-data ${cfg.ecData}: a unix socket does not cross network namespaces (--topology netns)`,
+    );
   }
 }
 

@@ -9,7 +9,7 @@ export type DraftTransport = (typeof DRAFT_TRANSPORTS)[number];
 export const DRAFTERS = ["reference", "onnx"] as const;
 export type DrafterKind = (typeof DRAFTERS)[number];
 /** Data planes of the encoder-cache transfer (EC-CONTRACT 5.4). */
-export const EC_DATA_PLANES = ["tcp", "unix"] as const;
+export const EC_DATA_PLANES = ["tcp", "unix", "shm"] as const;
 export type EcDataPlane = (typeof EC_DATA_PLANES)[number];
 /** Where the processes run: all on this host's loopback, or each in its own network namespace (docs/harness.md). */
 export const TOPOLOGIES = ["local", "netns"] as const;

@@ -87,7 +87,12 @@ export const FLAGS: Record<string, FlagSpec> = {
     "D",
     "worker drafter: reference (JavaScript head) | onnx (the head exported to ONNX, @tapwire/drafter-onnx)",
   ),
-  "--ec-data": oneOf("ecData", EC_DATA_PLANES, "T", "embedding data plane: tcp | unix"),
+  "--ec-data": oneOf(
+    "ecData",
+    EC_DATA_PLANES,
+    "T",
+    "embedding data plane: tcp | unix | shm (same-host rings, docs/ec-protocol.md 3.3)",
+  ),
   "--encoders": int(
     "encoders",
     -1,

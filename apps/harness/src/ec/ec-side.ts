@@ -52,6 +52,8 @@ async function connectConsumer(
     registry: ecRegistry,
     logger: ecLogger,
     ...(placement === null ? {} : { placement: placement.directory }),
+    // --ec-data shm: read through the producers' rings (docs/ec-protocol.md 3.3)
+    ...(scope.cfg.ecData === "shm" ? { dataShm: true } : {}),
   });
   scope.cleanups.push(() => connector.close());
   return connector;

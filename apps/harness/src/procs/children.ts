@@ -225,7 +225,10 @@ function encoderArgsFor(
   name?: string,
 ): (control: string, data?: string) => string[] {
   const dataListen =
-    cfg.ecData === "unix" ? `unix://${join(dir, `${name ?? "ec"}-data.sock`)}` : `tcp://${host}:0`;
+    cfg.ecData === "tcp"
+      ? `tcp://${host}:0`
+      : // shm: the same unix socket, also offering rings (docs/ec-protocol.md 3.3)
+        `${cfg.ecData === "shm" ? "shm+unix" : "unix"}://${join(dir, `${name ?? "ec"}-data.sock`)}`;
   const { compat, hb } = geo;
   return (control: string, data = dataListen) => [
     "--control",

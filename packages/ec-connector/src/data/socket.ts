@@ -338,7 +338,7 @@ export class SocketDataTransport implements DataTransport {
     }
     return new SocketDataTransport(options, server, endpoint, unixPath, {
       server: shmServer,
-      options: shmServer ? (shmOptions ?? { ...SHM_DATA_DEFAULTS }) : shmOptions,
+      options: shmServer ? (shmOptions ?? checkShm(true)) : shmOptions,
     });
   }
 
