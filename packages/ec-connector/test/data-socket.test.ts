@@ -17,6 +17,8 @@ const BB = 4096;
 const KINDS = [
   ["tcp", () => "tcp://127.0.0.1:0"],
   ["unix", () => `unix://${socketPath("data")}`],
+  // issue 23: a unix server that also offers shm rings, read through them (docs/ec-protocol.md 3.3)
+  ["shm", () => `shm+unix://${socketPath("data")}`],
 ] as const;
 
 const open: SocketDataTransport[] = [];
@@ -43,6 +45,7 @@ async function pair(listen: string, serverOpts: { throttleBytesPerSec?: number }
     region: cCache.region,
     numBlocks: 128,
     blockBytes: BB,
+    ...(listen.startsWith("shm+") ? { shm: true } : {}),
   });
   open.push(server, reader);
   const agent = reader.addRemotePeer(server.getAgentMetadata(), server.getMemDescriptor());
@@ -293,9 +296,9 @@ for (const [kind, listen] of KINDS) {
         s.once("data", () => s.end(answers[i++ % answers.length]!));
       });
       const path = socketPath("fake");
-      const endpoint = kind === "unix" ? `unix://${path}` : "tcp://127.0.0.1:0";
+      const endpoint = kind !== "tcp" ? `unix://${path}` : "tcp://127.0.0.1:0";
       await new Promise<void>((r) =>
-        kind === "unix" ? fake.listen(path, r) : fake.listen(0, "127.0.0.1", r),
+        kind !== "tcp" ? fake.listen(path, r) : fake.listen(0, "127.0.0.1", r),
       );
       const addr = fake.address();
       const ep = typeof addr === "object" && addr !== null ? `tcp://127.0.0.1:${addr.port}` : endpoint;

@@ -422,7 +422,7 @@ export class DataServer {
         blocks,
         bb,
         nbytes,
-        this.#o.throttleBytesPerSec,
+        { bytesPerSec: this.#o.throttleBytesPerSec, chunkBytes: this.#o.chunkBytes },
         (n) => m.bytesSent.inc(n),
       );
       if (ok) c.streaming = false;

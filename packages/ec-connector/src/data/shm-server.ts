@@ -197,7 +197,8 @@ export class ShmDataServer {
   /**
    * Serves a checked READ through the ring: DATA, then per slot-sized piece a copy from the
    * region into the next slot (once the reader released it) and an SHM_CHUNK. Resolves true when
-   * every piece was posted, false when the connection went away first.
+   * every piece was posted, false when the connection went away first. `throttle` paces it like
+   * the socket path (`bytesPerSec` 0: unpaced, one chunk per slot).
    */
   async stream(
     st: ShmServerConn,
@@ -206,10 +207,12 @@ export class ShmDataServer {
     blocks: readonly number[],
     blockBytes: number,
     nbytes: number,
-    throttleBytesPerSec: number,
+    throttle: { bytesPerSec: number; chunkBytes: number },
     onSent: (n: number) => void,
   ): Promise<boolean> {
     const o = this.#o;
+    // Paced (demos, slow-read tests): chunks of the server's write chunk, a sleep after each.
+    const pieceBytes = throttle.bytesPerSec > 0 ? Math.min(o.slotBytes, throttle.chunkBytes) : o.slotBytes;
     const { segStart, segLen } = segments(blocks, blockBytes, nbytes);
     socket.cork();
     socket.write(encodeFrame({ op: "data", nbytes }));
@@ -232,7 +235,7 @@ export class ShmDataServer {
       const ring = st.map?.bytes;
       if (st.state !== ConnState.ACTIVE || socket.destroyed || ring === undefined) return false;
       const base = slot * o.slotBytes;
-      const want = Math.min(o.slotBytes, nbytes - sent);
+      const want = Math.min(pieceBytes, nbytes - sent);
       // The only copy on this side: granted bytes of the pinned region into the slot.
       for (let fill = 0; fill < want; ) {
         const n = Math.min(want - fill, (segLen[si] as number) - so);
@@ -255,7 +258,7 @@ export class ShmDataServer {
       o.metrics.chunks.inc();
       onSent(want);
       sent += want;
-      if (throttleBytesPerSec > 0 && sent < nbytes) await sleep((want / throttleBytesPerSec) * 1000);
+      if (throttle.bytesPerSec > 0 && sent < nbytes) await sleep((want / throttle.bytesPerSec) * 1000);
     }
     return true;
   }
