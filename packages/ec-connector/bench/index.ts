@@ -11,11 +11,19 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { Dealer } from "zeromq";
-import { ConsumerConnector, crc32Info, EcAdminClient, EcDirectory } from "../src/index.js";
+import {
+  ConsumerConnector,
+  crc32Info,
+  EcAdminClient,
+  EcDirectory,
+  EmbeddingCache,
+  SocketDataTransport,
+} from "../src/index.js";
 
 const PRODUCER = fileURLToPath(new URL("../src/bin/producer.ts", import.meta.url));
 const RAW_SERVER = fileURLToPath(new URL("./raw-server.ts", import.meta.url));
 const ZMQ_ECHO = fileURLToPath(new URL("./zmq-echo.ts", import.meta.url));
+const SHM_DATA_CHILD = fileURLToPath(new URL("./shm-data-child.ts", import.meta.url));
 
 const MiB = 1024 * 1024;
 const BB = 65_536;
@@ -297,6 +305,99 @@ async function shmRow(): Promise<Record<string, unknown>[]> {
   return rows;
 }
 
+/**
+ * The data plane alone (issue 23 target: EC 16 MiB over shm >= 1.5x the unix data plane): a
+ * `SocketDataTransport` on `shm+unix://` in a child process, two readers here over the same
+ * socket path, one plain unix, one with shm; per transfer a grant (child) then a READ with the
+ * CRC on, timed from postRead to DONE. Interleaved, the order flipping each transfer, medians.
+ */
+async function shmDataPlaneRow(sizes: number[]): Promise<Record<string, unknown>[]> {
+  const child = spawn(process.execPath, ["--import", "tsx", SHM_DATA_CHILD, ...sizes.map(String)], {
+    stdio: ["pipe", "pipe", "inherit"],
+  });
+  const lines: Record<string, unknown>[] = [];
+  let wake: (() => void) | null = null;
+  createInterface({ input: child.stdout! }).on("line", (l) => {
+    lines.push(JSON.parse(l) as Record<string, unknown>);
+    wake?.();
+  });
+  const next = async (): Promise<Record<string, unknown>> => {
+    while (lines.length === 0) await new Promise<void>((r) => (wake = r));
+    return lines.shift()!;
+  };
+  const first = await next();
+  const meta = Buffer.from(String(first["meta"]), "base64");
+  const desc = Buffer.from(String(first["desc"]), "base64");
+  const NB = 512;
+  const mk = async (shm: boolean) => {
+    const cache = new EmbeddingCache({ numBlocks: NB, blockBytes: BB });
+    const r = await SocketDataTransport.create({
+      name: shm ? "bench-shm" : "bench-unix",
+      region: cache.region,
+      numBlocks: NB,
+      blockBytes: BB,
+      ...(shm ? { shm: true } : {}),
+    });
+    return { r, cache, agent: r.addRemotePeer(meta, desc) };
+  };
+  const sides = { unix: await mk(false), shm: await mk(true) };
+  const te = new TextEncoder();
+  const one = async (s: Awaited<ReturnType<typeof mk>>, n: number): Promise<number> => {
+    child.stdin!.write(`${n}\n`);
+    const g = await next();
+    const local = s.cache.allocate("x", n);
+    let done: (() => void) | null = null;
+    s.r.onReadDone = () => done?.();
+    const t0 = performance.now();
+    const h = s.r.postRead(local, s.agent, g["blocks"] as number[], te.encode(String(g["key"])), {
+      nbytes: n,
+      checksum: true,
+    });
+    while (s.r.checkXferState(h) === "PROC") {
+      await new Promise<void>((r) => {
+        done = r;
+        setTimeout(r, 5).unref();
+      });
+    }
+    const dt = performance.now() - t0;
+    if (s.r.checkXferState(h) !== "DONE") throw new Error(`data plane: ${s.r.getXferError(h)}`);
+    s.r.releaseXferHandle(h);
+    s.cache.free("x");
+    return dt;
+  };
+  const rows: Record<string, unknown>[] = [];
+  for (const n of sizes) {
+    for (let i = 0; i < 5; i++) for (const s of [sides.unix, sides.shm]) await one(s, n); // warm up
+    const u: number[] = [];
+    const m: number[] = [];
+    const iters = n >= 16 * MiB ? 60 : 100;
+    for (let i = 0; i < iters; i++) {
+      if (i % 2 === 0) {
+        u.push(await one(sides.unix, n));
+        m.push(await one(sides.shm, n));
+      } else {
+        m.push(await one(sides.shm, n));
+        u.push(await one(sides.unix, n));
+      }
+    }
+    const gbps = (ms: number) => round(n / (ms / 1000) / 1e9, 3);
+    rows.push({
+      kind: "shm-data-plane",
+      bytes: n,
+      iterations: iters,
+      unix_median_ms: round(median(u)),
+      unix_gb_s: gbps(median(u)),
+      shm_median_ms: round(median(m)),
+      shm_gb_s: gbps(median(m)),
+      ratio_shm_vs_unix: round(median(u) / median(m)),
+      ...(n === 16 * MiB ? { target: ">= 1.5" } : {}),
+    });
+  }
+  for (const s of Object.values(sides)) await s.r.close();
+  child.kill("SIGTERM");
+  return rows;
+}
+
 function round3(x: number): number {
   return round(x, 3);
 }
@@ -306,7 +407,10 @@ async function main(): Promise<void> {
   if (process.env["EC_BENCH_ONLY"] === "shm") {
     // the shm data-plane rows alone (docs/benchmarks/ec-connector.md "shm")
     const shm = await shmRow();
-    process.stdout.write(`${JSON.stringify({ node: process.version, loadavg: loadavg(), shm }, null, 2)}\n`);
+    const dataPlane = await shmDataPlaneRow(SIZES);
+    process.stdout.write(
+      `${JSON.stringify({ node: process.version, loadavg: loadavg(), shm, shm_data_plane: dataPlane }, null, 2)}\n`,
+    );
     return;
   }
   if (process.env["EC_BENCH_ONLY"] === "events") {
@@ -494,6 +598,7 @@ async function main(): Promise<void> {
   results["throughput"] = throughput;
   results["events"] = await eventsRow();
   results["shm"] = await shmRow();
+  results["shm_data_plane"] = await shmDataPlaneRow(SIZES);
   results["latency"] = latency;
   results["control"] = control;
   results["targets"] = throughput.map((t) => ({

@@ -22,7 +22,7 @@ import type { ShmMetrics } from "./shm-server.js";
  * ring): whole 4 MiB pieces were no slower than 256 KiB ones (1.39x vs 1.23x the unix plane, within
  * the noise of a loaded machine), and fewer calls; the CRC (~9 GB/s) dominates the copy.
  */
-const PIECE = 4 * 1024 * 1024;
+const PIECE = 1024 * 1024;
 
 const ReaderState = { ATTACHING: "attaching", ACTIVE: "active", OFF: "off" } as const;
 type ReaderState = (typeof ReaderState)[keyof typeof ReaderState];

@@ -1,0 +1,42 @@
+/**
+ * The producer side of the bench's data-plane-only shm row (issue 23): a `SocketDataTransport`
+ * on `shm+unix://` in its own process, one entry per size; a line on stdin `<bytes>` makes a
+ * grant and answers `{key, blocks}`. Prints its metadata first.
+ */
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { EmbeddingCache, SocketDataTransport, syntheticEmbedding } from "../src/index.js";
+
+const BB = 65_536;
+const NB = 512;
+const sizes = process.argv.slice(2).map(Number);
+const cache = new EmbeddingCache({ numBlocks: NB, blockBytes: BB });
+const t = await SocketDataTransport.create({
+  name: "bench-producer",
+  region: cache.region,
+  numBlocks: NB,
+  blockBytes: BB,
+  listen: `shm+unix://${join(tmpdir(), `ec-bench-data-${process.pid}.sock`)}`,
+});
+const blocks = new Map<number, readonly number[]>();
+for (const n of sizes) {
+  cache.allocate(`e${n}`, n);
+  cache.write(`e${n}`, 0, syntheticEmbedding(`e${n}`, n));
+  blocks.set(n, cache.markReady(`e${n}`).blocks);
+}
+let k = 0;
+createInterface({ input: process.stdin }).on("line", (l) => {
+  const n = Number(l);
+  const key = `s:${k++}`;
+  t.grant(key, blocks.get(n)!, Number.POSITIVE_INFINITY, n);
+  process.stdout.write(`${JSON.stringify({ key, blocks: blocks.get(n) })}\n`);
+});
+process.stdout.write(
+  `${JSON.stringify({
+    msg: "listening",
+    meta: Buffer.from(t.getAgentMetadata()).toString("base64"),
+    desc: Buffer.from(t.getMemDescriptor()).toString("base64"),
+  })}\n`,
+);
+setInterval(() => t.getNewNotifs(), 5);
