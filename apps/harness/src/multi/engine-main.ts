@@ -224,6 +224,7 @@ async function main(): Promise<void> {
       rounds,
       members: pool.members().map(view),
       encoders: placement?.trusted() ?? [],
+      transfersInFlight: media instanceof EcMedia ? media.pending : 0,
     });
   }, STATS_INTERVAL_MS);
   closers.push(() => clearInterval(statsTimer));

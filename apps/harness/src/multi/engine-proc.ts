@@ -68,6 +68,8 @@ export interface EngineStats {
   members: MemberView[];
   /** Control endpoints of the encoders its EC directory trusts now. */
   encoders: string[];
+  /** Embedding transfers in flight now. */
+  transfersInFlight: number;
 }
 
 /** What an engine's media side did (EC-CONTRACT 10.4 placement over the shared encoders). */

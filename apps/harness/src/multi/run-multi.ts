@@ -297,25 +297,35 @@ async function run(
   const schedule = async (): Promise<void> => {
     if (!cfg.faults) return;
     await sleep(300);
-    // 1. SIGKILL of a worker mid-run, then back with a new incarnation on the same endpoint
-    // the worker holding the most slots now, so that the kill meets live slots
-    const held = (w: WorkerProc) => engines.reduce((n, ep) => n + (member(ep, w.endpoint)?.assigned ?? 0), 0);
+    // 1. SIGKILL of a worker mid-run, then back with a new incarnation on the same endpoint:
+    // the worker holding the most slots in the engine that gives it the fewest, once it holds
+    // slots of every engine (bounded wait), so that the kill meets live slots of both
+    const held = (w: WorkerProc) => Math.min(...engines.map((ep) => member(ep, w.endpoint)?.assigned ?? 0));
+    const tv = Date.now();
+    while (!workers.some((w) => held(w) > 0) && Date.now() - tv < 5000) await sleep(10);
     const victim = [...workers].sort((a, b) => held(b) - held(a))[0]!;
     await victim.svc.kill("SIGKILL", 0);
     victim.events.push("killed with SIGKILL");
     fault(`SIGKILL worker-${victim.id} (${victim.endpoint})`);
     await sleep(Math.max(4 * cfg.stepTimeoutMs, 1000));
     await victim.svc.start();
-    setShare(0.6);
     victim.events.push(`restarted pid ${victim.svc.pid} (new incarnation)`);
     fault(`worker-${victim.id} restarted with a new incarnation`);
     // an encoder killed with SIGKILL while transfers run; restarted on the same endpoints
     // (with etcd: registered again); every engine's directory trusts it again
     const enc = encoders[0];
     if (enc !== undefined) {
+      // best effort: while transfers are in flight (bounded)
+      const ts0 = Date.now();
+      const inFlight = () => engines.reduce((n, ep) => n + (ep.stats?.transfersInFlight ?? 0), 0);
+      while (inFlight() === 0 && Date.now() - ts0 < 500) await sleep(5);
+      const met = inFlight();
       await enc.svc.kill("SIGKILL", 0);
-      enc.events.push("killed with SIGKILL");
+      enc.events.push(`killed with SIGKILL (${met} transfers in flight in the engines)`);
       fault(`SIGKILL ${enc.id}`);
+      // more traffic arrives while it is dead: its items are asked of it until the directories
+      // see it gone (failed transfers, encoded locally), then of the other encoder
+      setShare(0.6);
       await sleep(1000);
       await enc.svc.start();
       enc.events.push(`restarted pid ${enc.svc.pid}`);
@@ -327,6 +337,7 @@ async function run(
       }
       encoderTrustedAgainMs = Date.now() - ts;
     }
+    setShare(0.6); // (no encoder)
     // 2. a worker started mid-run: with etcd it is found through discovery and given slots
     if (etcd !== null) {
       const fresh = await startWorkerProc(scope, weights, String(workers.length), etcd);
@@ -375,7 +386,14 @@ async function run(
     }
   };
   const tDecode = Date.now();
-  for (const ep of engines) ep.svc.send(JSON.stringify({ cmd: "run" }));
+  // engine-0 first, the others once it has decoded a little (bounded): their first media items
+  // are then already resident at an encoder, placed through the directory (EC-CONTRACT 10.4)
+  engines[0]?.svc.send(JSON.stringify({ cmd: "run" }));
+  if (engines.length > 1 && encoders.length > 0) {
+    const ts = Date.now();
+    while ((engines[0]?.stats?.rounds ?? 0) < 10 && Date.now() - ts < 3000) await sleep(20);
+  }
+  for (const ep of engines.slice(1)) ep.svc.send(JSON.stringify({ cmd: "run" }));
   const faultsRun = schedule().finally(() => setShare(1));
   let results: EngineResultLine[];
   try {
