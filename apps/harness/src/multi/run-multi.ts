@@ -296,8 +296,34 @@ async function run(
   const membersNow = () => engines.map((ep) => ep.stats?.members.filter((m) => !m.draining).length ?? 0);
   const schedule = async (): Promise<void> => {
     if (!cfg.faults) return;
+    // 1. an encoder killed with SIGKILL while transfers run; restarted on the same endpoints
+    // (with etcd: registered again); every engine's directory trusts it again
+    const enc = encoders[0];
+    if (enc !== undefined) {
+      // while transfers are in flight, best effort: early, while the caches are cold, once the
+      // engines' stats show transfers (bounded)
+      const ts0 = Date.now();
+      const inFlight = () => engines.reduce((n, ep) => n + (ep.stats?.transfersInFlight ?? 0), 0);
+      while (inFlight() === 0 && Date.now() - ts0 < 3000) await sleep(2);
+      const met = inFlight();
+      await enc.svc.kill("SIGKILL", 0);
+      enc.events.push(`killed with SIGKILL (${met} transfers in flight in the engines)`);
+      fault(`SIGKILL ${enc.id}`);
+      // its items are asked of it until the directories see it gone (failed or retried
+      // transfers, or encoded locally), then of the other encoder
+      await sleep(1000);
+      await enc.svc.start();
+      enc.events.push(`restarted pid ${enc.svc.pid}`);
+      fault(`${enc.id} restarted`);
+      const ts = Date.now();
+      while (!engines.every((ep) => ep.stats?.encoders.includes(enc.record.control) === true)) {
+        if (Date.now() - ts > MULTI_TTL_S * 1000 * 3) break;
+        await sleep(10);
+      }
+      encoderTrustedAgainMs = Date.now() - ts;
+    }
     await sleep(300);
-    // 1. SIGKILL of a worker mid-run, then back with a new incarnation on the same endpoint:
+    // 2. SIGKILL of a worker mid-run, then back with a new incarnation on the same endpoint:
     // the worker holding the most slots in the engine that gives it the fewest, once it holds
     // slots of every engine (bounded wait), so that the kill meets live slots of both
     const held = (w: WorkerProc) => Math.min(...engines.map((ep) => member(ep, w.endpoint)?.assigned ?? 0));
@@ -311,34 +337,8 @@ async function run(
     await victim.svc.start();
     victim.events.push(`restarted pid ${victim.svc.pid} (new incarnation)`);
     fault(`worker-${victim.id} restarted with a new incarnation`);
-    // an encoder killed with SIGKILL while transfers run; restarted on the same endpoints
-    // (with etcd: registered again); every engine's directory trusts it again
-    const enc = encoders[0];
-    if (enc !== undefined) {
-      // best effort: while transfers are in flight (bounded)
-      const ts0 = Date.now();
-      const inFlight = () => engines.reduce((n, ep) => n + (ep.stats?.transfersInFlight ?? 0), 0);
-      while (inFlight() === 0 && Date.now() - ts0 < 500) await sleep(5);
-      const met = inFlight();
-      await enc.svc.kill("SIGKILL", 0);
-      enc.events.push(`killed with SIGKILL (${met} transfers in flight in the engines)`);
-      fault(`SIGKILL ${enc.id}`);
-      // more traffic arrives while it is dead: its items are asked of it until the directories
-      // see it gone (failed transfers, encoded locally), then of the other encoder
-      setShare(0.6);
-      await sleep(1000);
-      await enc.svc.start();
-      enc.events.push(`restarted pid ${enc.svc.pid}`);
-      fault(`${enc.id} restarted`);
-      const ts = Date.now();
-      while (!engines.every((ep) => ep.stats?.encoders.includes(enc.record.control) === true)) {
-        if (Date.now() - ts > MULTI_TTL_S * 1000 * 3) break;
-        await sleep(10);
-      }
-      encoderTrustedAgainMs = Date.now() - ts;
-    }
-    setShare(0.6); // (no encoder)
-    // 2. a worker started mid-run: with etcd it is found through discovery and given slots
+    setShare(0.6);
+    // 3. a worker started mid-run: with etcd it is found through discovery and given slots
     if (etcd !== null) {
       const fresh = await startWorkerProc(scope, weights, String(workers.length), etcd);
       workers.push(fresh);
@@ -349,7 +349,7 @@ async function run(
         await sleep(10);
       }
       discoveredMs = Date.now() - ts;
-      // 3. a clean stop (SIGTERM: revoke, drain, close): it leaves every pool without a failed
+      // 4. a clean stop (SIGTERM: revoke, drain, close): it leaves every pool without a failed
       // STEP (counted from fresh views before the stop to the engines' final results)
       const leaving = workers.find((w) => w !== victim && w !== fresh)!;
       await freshStats(engines);
@@ -361,7 +361,7 @@ async function run(
       fault(`worker-${leaving.id} stopped cleanly (SIGTERM)`);
       await leaving.svc.kill("SIGTERM", 5000);
       leaving.events.push("stopped cleanly (SIGTERM)");
-      // 4. etcd stopped for a while: no member lost, no round waits on it
+      // 5. etcd stopped for a while: no member lost, no round waits on it
       await freshStats(engines);
       const membersBefore = membersNow();
       fault(`etcd stopped for ${cfg.etcdDownMs} ms`);
