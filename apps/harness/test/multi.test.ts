@@ -160,3 +160,44 @@ test("SIGKILL of the harness mid-run: engines, workers, encoders and etcd all ex
     what: `children ${children.join(", ")} to exit after the harness's SIGKILL`,
   });
 }, 180_000);
+
+// The static layout (no etcd): the engines are given the workers' endpoints and the encoders'
+// records (control, events, replay) by the harness; SIGKILL of an encoder and of a worker mid-run.
+test("--engines 2 --workers 3 --encoders 2 --discovery static --faults: lossless, encoders shared from a static list", async () => {
+  const parsed = parseArgs([
+    "--engines",
+    "2",
+    "--workers",
+    "3",
+    "--encoders",
+    "2",
+    "--mm-share",
+    "0.5",
+    "--discovery",
+    "static",
+    "--faults",
+    "--requests",
+    "16",
+    "--hidden",
+    "256",
+    "--progress",
+    "off",
+  ]);
+  if (parsed.help) throw new Error("unexpected --help");
+  const lines: string[] = [];
+  const { report, exitCode } = await runMulti(parsed.config, (l) => lines.push(l));
+  expect(exitCode, lines.join("\n")).toBe(0);
+  expect(report.etcd).toBeNull();
+  expect(new Set(report.engines.flatMap((e) => e.pids)).size).toBe(2);
+  for (const e of report.engines) {
+    expect(e.lossless.ok).toBe(true);
+    expect(e.media.discovery).toBe("static");
+    expect(e.media.encodersSeen.length).toBe(2);
+  }
+  expect(report.encoders.length).toBe(2);
+  expect(report.encoders.some((x) => Object.keys(x.servedEngines).length === 2)).toBe(true);
+  expect(report.encoders[0]!.pids.length).toBe(2);
+  expect(report.failover_rounds.n).toBeGreaterThan(0);
+  expect(report.failover_rounds.max).toBeLessThanOrEqual(2);
+  expect(report.unexpectedExits).toEqual([]);
+}, 180_000);

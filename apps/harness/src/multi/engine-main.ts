@@ -4,8 +4,9 @@
  * 12.2) behind `RoundCore`, its own session at every worker, its own consumer connector placing
  * transfers over the run's shared encoders (EC-CONTRACT 10.4, `shared-media.ts`). Talks to the
  * harness in JSON lines (engine-proc.ts): commands on stdin, `listening` / `stats` / `result` on
- * stdout, logs on stderr. Exits when its stdin ends (the harness died, SIGKILL included) or on
- * SIGTERM, releasing its session first.
+ * stdout, logs on stderr. Exits when its stdin ends (the harness died, SIGKILL included), when
+ * its stdout pipe breaks (the same, seen on the next stats line) or on SIGTERM, releasing its
+ * session first.
  */
 import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
@@ -82,7 +83,7 @@ async function main(): Promise<void> {
   };
   process.once("SIGTERM", () => void shutdown(0));
   process.once("SIGINT", () => void shutdown(0));
-  // --exit-with-parent: the end of stdin is the harness's death; its lines are commands
+  // stdin lines are the harness's commands; with --exit-with-parent its end is the harness's death
   let share = cfg.faults ? 0.4 : 1;
   let go: () => void = () => {};
   const started = new Promise<void>((r) => {
@@ -90,17 +91,20 @@ async function main(): Promise<void> {
   });
   const stdin = createInterface({ input: process.stdin });
   stdin.on("line", (l) => {
-    let c: EngineCommand;
+    let c: EngineCommand | null;
     try {
-      c = JSON.parse(l) as EngineCommand;
+      c = JSON.parse(l) as EngineCommand | null;
     } catch {
       note(`engine-${id}: ignored a line that is not JSON`);
       return;
     }
-    if (c.cmd === "run") go();
-    else if (c.cmd === "share" && typeof c.value === "number") share = c.value;
+    if (c?.cmd === "run") go();
+    else if (c?.cmd === "share" && Number.isFinite(c.value) && c.value >= 0 && c.value <= 1) share = c.value;
+    else note(`engine-${id}: ignored an unknown command`);
   });
-  stdin.once("close", () => void shutdown(0));
+  if (process.argv.includes("--exit-with-parent")) stdin.once("close", () => void shutdown(0));
+  // a broken stdout pipe (EPIPE on a stats line) also means the harness is gone
+  process.stdout.on("error", () => void shutdown(0));
 
   const target = targetOf(cfg);
   const head = DraftHead.load(spec.weights, target);

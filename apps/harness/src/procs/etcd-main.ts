@@ -42,7 +42,7 @@ async function main(): Promise<void> {
       }
     });
   });
-  rl.once("close", () => void end());
+  if (process.argv.includes("--exit-with-parent")) rl.once("close", () => void end());
   out({ msg: "listening", endpoint: etcd.endpoint, clientUrl: etcd.clientUrl, etcdPid: etcd.pid });
 }
 
