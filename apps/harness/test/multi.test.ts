@@ -107,6 +107,9 @@ test("--engines 2 --workers 3 --encoders 2 --discovery etcd --faults: lossless t
     expect(e.media.transfers).toBeGreaterThan(0);
   }
   expect(report.encoders.some((x) => Object.keys(x.servedEngines).length === 2)).toBe(true);
+  // EC-CONTRACT 10.4: engine-1 starts after engine-0, so some of its items are already resident
+  // at an encoder and placed there through its directory (not only encoded on a miss)
+  expect(report.engines.reduce((n, e) => n + e.media.placed, 0)).toBeGreaterThan(0);
   // encoder-0 killed with SIGKILL mid-run and restarted: still lossless (above), trusted again by
   // every engine (the bounded wait ended before its limit)
   expect(report.encoders[0]!.pids.length).toBe(2);
