@@ -12,14 +12,20 @@
 //   --max-sessions 3` children, one per member. On a machine with fewer cores than processes this
 //   measures the scheduler as much as the pool.
 //
-// The null drafter in both (drafting would dominate and hide the link). The run is `BLOCKS`
-// blocks; in each, the one_process arrangement then the two_processes one run ITERS / BLOCKS
-// iterations, and an iteration is one round of each of the arrangement's three contenders in a
-// fresh random order (seeded): no contender always follows the same one (a fixed order favoured
-// the one right after a round on the same worker). p50 per contender, ratios within the same run,
-// the ratio of each block (their spread shows the noise), and the client process's CPU per round
-// (process.cpuUsage: the pool's client-side cost whatever the scheduler does).
+// The null drafter in both (drafting would dominate and hide the link). The run is `REPS` reps,
+// each with fresh worker processes and fresh clients (a rep's ratios carry a bias of their own,
+// the same in all of its rounds: where its buffers and connections landed); in a rep the two
+// arrangements take turns (one, two, one, two; ITERS / REPS iterations each), and an iteration
+// is one round of each of the arrangement's three contenders in a fresh random order (seeded): no
+// contender always follows the same one (a fixed order favoured the one right after a round on
+// the same worker). Reported: the median over the reps of each rep's ratio of p50s (same run),
+// every rep's ratio, p50s over all reps, the client process's CPU per round
+// (process.cpuUsage: the pool's client-side cost whatever the scheduler does), and the pool's own
+// time per round (`pool_own_p50_us`: its connectionEpoch and slotEpoch calls, its step up to the
+// first member STEP and from the last member reply on; the member clients' own work, which a
+// single client does too, is excluded), measured by wrapping those methods.
 // `tsx bench/pool.ts` runs the rows alone (one JSON object on stdout).
+import { loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 import { type ChildHandle, spawnBin } from "@tapwire/testing";
 import { pino } from "pino";
@@ -34,7 +40,7 @@ const NUM_SPEC = 4;
 const VOCAB = 32_000;
 const SLOTS = 64;
 const ITERS = Number(process.env.BENCH_POOL_ITERS ?? 600);
-const BLOCKS = 5;
+const REPS = Number(process.env.BENCH_POOL_REPS ?? 5);
 const DRAFTER_ID = new Uint8Array(32).fill(1);
 const MARKOV_ID = new Uint8Array(32).fill(2);
 const WORKER_SERVERS = fileURLToPath(new URL("./worker-servers.ts", import.meta.url));
@@ -108,6 +114,50 @@ interface Line {
   samples: number[];
   /** Client process CPU (user + system) per round, µs. */
   cpu: number[];
+  /** A pool's own time per round, µs (see the header). */
+  own: number[];
+}
+
+// Wraps a pool's DraftLink methods and its members' step to time what the pool itself does in a
+// round (the member clients' work excluded); pushes one sample per round into `own`.
+export function timePoolOwn(pool: WorkerPool, endpoints: readonly string[], own: number[]): void {
+  let acc = 0;
+  let firstCall = 0;
+  let lastDone = 0;
+  const ce = pool.connectionEpoch.bind(pool);
+  pool.connectionEpoch = () => {
+    const t = performance.now();
+    const r = ce();
+    acc = performance.now() - t;
+    return r;
+  };
+  const se = pool.slotEpoch.bind(pool);
+  pool.slotEpoch = (slot, fresh) => {
+    const t = performance.now();
+    const r = se(slot, fresh);
+    acc += performance.now() - t;
+    return r;
+  };
+  for (const ep of endpoints) {
+    const c = pool.member(ep)!;
+    const st = c.step.bind(c);
+    c.step = (call) => {
+      if (firstCall === 0) firstCall = performance.now();
+      return st(call).then((o) => {
+        lastDone = performance.now();
+        return o;
+      });
+    };
+  }
+  const step = pool.step.bind(pool);
+  pool.step = async (call) => {
+    firstCall = 0;
+    const t = performance.now();
+    const o = await step(call);
+    const end = performance.now();
+    own.push((acc + (firstCall === 0 ? end - t : firstCall - t + (end - lastDone))) * 1000);
+    return o;
+  };
 }
 
 async function line(name: string, link: DraftLink & { close(): Promise<void> }): Promise<Line> {
@@ -120,7 +170,13 @@ async function line(name: string, link: DraftLink & { close(): Promise<void> }):
     anchorToken: 1,
     newRows: prompt as Uint8Array | null,
   }));
-  const l: Line = { name, link, core, reqs, samples: [], cpu: [] };
+  const l: Line = { name, link, core, reqs, samples: [], cpu: [], own: [] };
+  if (link instanceof WorkerPool)
+    timePoolOwn(
+      link,
+      link.members().map((m) => m.endpoint),
+      l.own,
+    );
   for (let i = 0; i < 300; i++) {
     const r = await step(l);
     if (i > 20 && r.outcome === "ok" && r.resynced === 0 && r.deferred === 0) break;
@@ -128,6 +184,7 @@ async function line(name: string, link: DraftLink & { close(): Promise<void> }):
   }
   l.samples.length = 0;
   l.cpu.length = 0;
+  l.own.length = 0;
   return l;
 }
 
@@ -173,17 +230,7 @@ function shuffle<T>(xs: T[], rnd: () => number): void {
   }
 }
 
-/** p50 of `a` over p50 of `b`, whole run and per block of consecutive rounds. */
-function ratios(a: Line, b: Line): { ratio: number; blocks: number[] } {
-  const per = Math.floor(a.samples.length / BLOCKS);
-  const blocks: number[] = [];
-  for (let i = 0; i < BLOCKS; i++) {
-    blocks.push(
-      r3(p50(a.samples.slice(i * per, (i + 1) * per)) / p50(b.samples.slice(i * per, (i + 1) * per))),
-    );
-  }
-  return { ratio: r3(p50(a.samples) / p50(b.samples)), blocks };
-}
+const median = (xs: number[]) => p50(xs);
 
 interface Arrangement {
   one: Line;
@@ -210,82 +257,110 @@ async function arrangement(prefix: string, eps: string[]): Promise<Arrangement> 
   };
 }
 
-function report(a: Arrangement, processes: number, how: string): Record<string, unknown> {
-  const p2 = ratios(a.pool2, a.one);
-  const p1 = ratios(a.pool1, a.one);
-  const pool = a.pool2.link as WorkerPool;
-  return {
-    processes,
-    how,
-    one_member_client_p50_us: Math.round(p50(a.one.samples)),
-    pool_2_members_p50_us: Math.round(p50(a.pool2.samples)),
-    pool_1_member_p50_us: Math.round(p50(a.pool1.samples)),
-    pool2_vs_one_ratio: p2.ratio,
-    pool2_vs_one_block_ratios: p2.blocks,
-    pool1_vs_one_ratio: p1.ratio,
-    pool1_vs_one_block_ratios: p1.blocks,
-    client_cpu_p50_us: {
-      one: Math.round(p50(a.one.cpu)),
-      pool2: Math.round(p50(a.pool2.cpu)),
-      pool1: Math.round(p50(a.pool1.cpu)),
-    },
-    members: pool.members().map((m) => ({
-      endpoint: m.endpoint,
-      slots: m.assigned,
-      steps: m.steps,
-      rtt_us: Math.round(m.rttUs),
-    })),
-  };
+/** Samples of one arrangement over every rep, and each rep's ratios. */
+class Tally {
+  readonly wall = { one: [] as number[], pool2: [] as number[], pool1: [] as number[] };
+  readonly cpu = { one: [] as number[], pool2: [] as number[], pool1: [] as number[] };
+  readonly own = { pool2: [] as number[], pool1: [] as number[] };
+  readonly pool2Ratios: number[] = [];
+  readonly pool1Ratios: number[] = [];
+  readonly rtt: number[][] = [];
+  add(a: Arrangement): void {
+    for (const k of ["one", "pool2", "pool1"] as const) {
+      this.wall[k].push(...a[k].samples);
+      this.cpu[k].push(...a[k].cpu);
+    }
+    this.own.pool2.push(...a.pool2.own);
+    this.own.pool1.push(...a.pool1.own);
+    const one = p50(a.one.samples);
+    this.pool2Ratios.push(r3(p50(a.pool2.samples) / one));
+    this.pool1Ratios.push(r3(p50(a.pool1.samples) / one));
+    this.rtt.push((a.pool2.link as WorkerPool).members().map((m) => Math.round(m.rttUs)));
+  }
+  report(processes: number, how: string): Record<string, unknown> {
+    const w = this.wall;
+    return {
+      processes,
+      how,
+      pool2_vs_one_ratio: r3(median(this.pool2Ratios)),
+      pool2_vs_one_rep_ratios: this.pool2Ratios,
+      pool1_vs_one_ratio: r3(median(this.pool1Ratios)),
+      pool1_vs_one_rep_ratios: this.pool1Ratios,
+      one_member_client_p50_us: Math.round(p50(w.one)),
+      pool_2_members_p50_us: Math.round(p50(w.pool2)),
+      pool_1_member_p50_us: Math.round(p50(w.pool1)),
+      client_cpu_p50_us: {
+        one: Math.round(p50(this.cpu.one)),
+        pool2: Math.round(p50(this.cpu.pool2)),
+        pool1: Math.round(p50(this.cpu.pool1)),
+      },
+      pool_own_p50_us: {
+        pool2: Math.round(p50(this.own.pool2) * 10) / 10,
+        pool1: Math.round(p50(this.own.pool1) * 10) / 10,
+      },
+      pool2_member_rtt_us_per_rep: this.rtt,
+    };
+  }
 }
 
-/** The pool rows: p50 round time in µs per contender and the same-run ratios, per arrangement. */
+/**
+ * The pool rows: per arrangement, the median over `REPS` reps (fresh worker processes and
+ * clients each) of the rep's p50 ratios, the p50s over every rep, CPU and the pool's own time.
+ */
 export async function poolRows(): Promise<Record<string, unknown>> {
-  const children: ChildHandle[] = [];
-  const lines: Line[] = [];
-  try {
-    const shared = await workersInOneProcess(2);
-    children.push(shared.child);
-    const a = await workerBin();
-    children.push(a.child);
-    const b = await workerBin();
-    children.push(b.child);
-    const one = await arrangement("one_process", shared.endpoints);
-    const two = await arrangement("two_processes", [a.endpoints[0]!, b.endpoints[0]!]);
-    lines.push(one.one, one.pool2, one.pool1, two.one, two.pool2, two.pool1);
-    const rnd = prng(21);
-    const per = Math.floor(ITERS / BLOCKS);
-    for (let b = 0; b < BLOCKS; b++) {
-      for (const arr of [one, two]) {
+  const t0 = performance.now();
+  const load0 = loadavg();
+  const tallies = { one: new Tally(), two: new Tally() };
+  const rnd = prng(21);
+  const per = Math.max(1, Math.floor(ITERS / REPS));
+  for (let rep = 0; rep < REPS; rep++) {
+    const children: ChildHandle[] = [];
+    const lines: Line[] = [];
+    try {
+      const shared = await workersInOneProcess(2);
+      children.push(shared.child);
+      const a = await workerBin();
+      children.push(a.child);
+      const b = await workerBin();
+      children.push(b.child);
+      const one = await arrangement("one_process", shared.endpoints);
+      const two = await arrangement("two_processes", [a.endpoints[0]!, b.endpoints[0]!]);
+      lines.push(one.one, one.pool2, one.pool1, two.one, two.pool2, two.pool1);
+      // the arrangements take turns in halves: a load change reaches both
+      for (const arr of [one, two, one, two]) {
         const order = [arr.one, arr.pool2, arr.pool1];
-        for (let i = 0; i < per; i++) {
+        for (let i = 0; i < per / 2; i++) {
           shuffle(order, rnd);
           for (const l of order) await step(l);
         }
       }
+      tallies.one.add(one);
+      tallies.two.add(two);
+    } finally {
+      for (const l of lines) await l.link.close();
+      for (const c of children) await c.kill();
     }
-    const oneProcess = report(
-      one,
-      2,
-      "both members are workers in ONE child process (bench/worker-servers.ts); the baseline client talks to the first of them",
-    );
-    return {
-      shape: `${SLOTS} slots x 1 row (${ROW_BYTES} B rows), null drafter, tcp loopback`,
-      iterations: Math.floor(ITERS / BLOCKS) * BLOCKS,
-      blocks: BLOCKS,
-      load_average: (await import("node:os")).loadavg().map((x) => Math.round(x * 100) / 100),
-      target: "one_process.pool2_vs_one_ratio <= 1.2 (same run)",
-      pool2_vs_one_ratio: oneProcess.pool2_vs_one_ratio,
-      one_process: oneProcess,
-      two_processes: report(
-        two,
-        3,
-        "one tapwire-worker child per member; the baseline client talks to the first (not the target: three processes)",
-      ),
-    };
-  } finally {
-    for (const l of lines) await l.link.close();
-    for (const c of children) await c.kill();
   }
+  const oneProcess = tallies.one.report(
+    2,
+    "both members are workers in ONE child process (bench/worker-servers.ts); the baseline client talks to the first of them",
+  );
+  const r2 = (x: number) => Math.round(x * 100) / 100;
+  return {
+    shape: `${SLOTS} slots x 1 row (${ROW_BYTES} B rows), null drafter, tcp loopback`,
+    reps: REPS,
+    iterations_per_rep: per,
+    seconds: Math.round((performance.now() - t0) / 100) / 10,
+    load_average_start: load0.map(r2),
+    load_average_end: loadavg().map(r2),
+    target: "one_process.pool2_vs_one_ratio <= 1.2 (median of the reps' same-run ratios)",
+    pool2_vs_one_ratio: oneProcess.pool2_vs_one_ratio,
+    one_process: oneProcess,
+    two_processes: tallies.two.report(
+      3,
+      "one tapwire-worker child per member; the baseline client talks to the first (not the target: three processes)",
+    ),
+  };
 }
 
 // `tsx bench/pool.ts` runs the pool rows alone
