@@ -122,6 +122,10 @@ class Member {
   index = new Int32Array(0);
   readonly releases: ReqEntry[] = [];
   n = 0;
+  /** Entries of the round's call routed to it (`n` without the RELEASEs the pool added). */
+  routed = 0;
+  /** Its STEP's reply this round (views into its client's reply buffer), or null. */
+  lastReply: StepReplyViews | null = null;
   nRows = 0;
   np = 0;
   readonly call: StepCall;
@@ -654,7 +658,9 @@ export class WorkerPool implements DraftLink {
    *
    * Per round nothing is allocated by the pool itself: entries, rows (views of the caller's
    * parts, or of `sendBuffer` made once per entry position), replies and outcomes live in
-   * buffers sized once; every member's STEP is written before any is awaited.
+   * buffers sized once; every member's STEP is written before any is awaited. When one member
+   * carries every entry (a pool of 1, or every other member idle) its reply is the round's reply
+   * as it is; otherwise the members' replies are merged by copy into one reply in `call` order.
    *
    * @throws ClientError `CLIENT_BAD_ARGUMENT` when the call is malformed (rows that do not add up).
    */
@@ -670,6 +676,9 @@ export class WorkerPool implements DraftLink {
     const anyLocal = this.#route(call, n);
     const sending = this.#sending;
     this.#addReleases(sending);
+    // one member carries every entry, in call order, and nothing else: its reply is the round's
+    // as it is (a view, no merge copy)
+    const whole = sending.length === 1 && sending[0]!.routed === n && sending[0]!.n === n;
     // one STEP per member, all written before any is awaited, each bounded by the request timeout
     const sampled = this.options.sampled;
     for (let x = 0; x < sending.length; x++) {
@@ -696,6 +705,7 @@ export class WorkerPool implements DraftLink {
       const o = await m.pending!;
       m.pending = null;
       if (o.rttUs > out.rttUs) out.rttUs = o.rttUs;
+      m.lastReply = o.reply;
       if (o.ok) {
         m.stepsOk++;
         m.failedSince = -1;
@@ -708,13 +718,13 @@ export class WorkerPool implements DraftLink {
         firstFail ??= o;
         if (o.unknownApply) out.unknownApply = true;
       }
-      this.#apply(call, m, o);
+      this.#apply(call, m, o, !whole);
     }
     if (anyOk) {
       out.ok = true;
       out.reason = "ok";
       out.unknownApply = false;
-      out.reply = merged;
+      out.reply = whole ? sending[0]!.lastReply : merged;
       out.error = null;
       return out;
     }
@@ -733,6 +743,7 @@ export class WorkerPool implements DraftLink {
     for (let i = 0; i < list.length; i++) {
       const m = list[i]!;
       m.n = 0;
+      m.routed = 0;
       m.nRows = 0;
       m.np = 0;
     }
@@ -807,6 +818,7 @@ export class WorkerPool implements DraftLink {
         stageOff += bytes;
       }
       if (dest === null) continue;
+      dest.routed++;
       const j = dest.n++;
       dest.entries[j] = en;
       if (sampled) dest.meta[j] = call.sampleMeta![k]!;
@@ -859,7 +871,7 @@ export class WorkerPool implements DraftLink {
   }
 
   // a member STEP's outcome applied to its own entries (CONTRACT 9.2, 12.2)
-  #apply(call: StepCall, m: Member, o: StepOutcome): void {
+  #apply(call: StepCall, m: Member, o: StepOutcome, copy: boolean): void {
     const per = this.#perEntry;
     const merged = this.#merged;
     const reply = o.reply;
@@ -876,7 +888,7 @@ export class WorkerPool implements DraftLink {
       }
       per[k] = o;
       if (!o.ok) continue;
-      merged.copyFrom(reply!, j, k);
+      if (copy) merged.copyFrom(reply!, j, k);
       const en = call.entries[k]!;
       if ((en.flags & EntryFlag.RELEASE) !== 0) {
         // released: the slot's next request is a new slot (fewest first)

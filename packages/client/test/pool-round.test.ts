@@ -79,16 +79,13 @@ describe("WorkerPool round path (CONTRACT 12.2)", () => {
         const core = new RoundCore({ client: pool, rowsMode });
         const rnd = prng(rowsMode === "stage" ? 7 : 11);
         const anchor = new Map<number, number>();
-        let firstReply: unknown = null;
         let firstOutcome: unknown = null;
         const step = pool.step.bind(pool);
         pool.step = async (call) => {
           const out = await step(call);
           firstOutcome ??= out;
-          firstReply ??= out.reply;
-          // the pool's own objects, reused round after round
+          // the pool's own object, reused round after round
           expect(out).toBe(firstOutcome);
-          if (out.reply !== null) expect(out.reply).toBe(firstReply);
           return out;
         };
         for (let round = 0; round < 40; round++) {
@@ -191,6 +188,67 @@ describe("WorkerPool round path (CONTRACT 12.2)", () => {
       for (const p of proxies) p.setFault(null);
       await pool.close();
     }
+  });
+
+  test("one member carrying every entry: its reply is the round's as it is; two: one merged reply, reused", async () => {
+    const { endpoint: _e, ...rest } = clientOptions("tcp://127.0.0.1:1");
+    const drafts = new Map<string, (number | string)[][]>([
+      ["one", []],
+      ["two", []],
+    ]);
+    // one pool after the other (a worker holds one session at a time)
+    for (const which of ["one", "two"] as const) {
+      const pool = which === "one" ? new WorkerPool({ ...rest, members: [proxies[0]!.endpoint] }) : newPool();
+      try {
+        expect(await pool.waitReady(10_000, which === "one" ? 1 : 2)).toBe(true);
+        const replies: unknown[] = [];
+        for (const m of pool.members()) {
+          const c = pool.member(m.endpoint)!;
+          const step = c.step.bind(c);
+          c.step = async (call) => {
+            const o = await step(call);
+            replies.push(o.reply);
+            return o;
+          };
+        }
+        const core = new RoundCore({ client: pool });
+        const step = pool.step.bind(pool);
+        const outs: StepOutcome[] = [];
+        pool.step = async (call) => {
+          replies.length = 0;
+          const o = await step(call);
+          outs.push(o);
+          if (which === "one")
+            expect(o.reply).toBe(replies[0]); // the member's views, not a copy
+          else expect(replies).not.toContain(o.reply); // merged: neither member's
+          return o;
+        };
+        for (let k = 0; k < 4; k++) {
+          const res = await core.round({
+            requests: [0, 1, 2, 3].map((slot) => ({
+              slot,
+              generation: slot + 1,
+              anchorPos: k + 1,
+              anchorToken: (slot + k) % GEO.vocabSize,
+              newRows: makeRows(slot, k, 1),
+            })),
+          });
+          expect(res.outcome).toBe("ok");
+          for (const d of res.drafts) {
+            expect(d.k, `slot ${d.slot}`).toBeGreaterThan(0);
+            drafts
+              .get(which)!
+              .push([d.slot, d.reason, ...d.ids.subarray(0, d.k), ...d.conf.subarray(0, d.k)]);
+          }
+        }
+        if (which === "two") for (const o of outs) expect(o.reply).toBe(outs[0]!.reply);
+      } finally {
+        await pool.close();
+      }
+    }
+    // the same rounds drafted the same way through the member's reply and through the merge
+    expect(drafts.get("one")!.length).toBe(16);
+    expect(drafts.get("one")).toEqual(drafts.get("two"));
   });
 
   test("an entry with no ready member gets the not_ready outcome a RemoteDraftClient returns (one owner)", async () => {
