@@ -34,6 +34,9 @@ const ONNX_PKG = join(HERE, "..", "..", "drafter-onnx");
 const QUICK = process.env.TAPWIRE_BENCH_QUICK === "1";
 const STEPS = QUICK ? 30 : 150;
 const WARM = QUICK ? 5 : 15;
+/** TAPWIRE_BENCH_ONLY=onnx,reference,tax,memory runs only those sections (iteration). */
+const ONLY = (process.env.TAPWIRE_BENCH_ONLY ?? "").split(",").filter((x) => x !== "");
+const want = (s: string): boolean => ONLY.length === 0 || ONLY.includes(s);
 
 interface Geometry {
   drafterIdentity: Uint8Array;
@@ -58,6 +61,8 @@ async function startBin(args: string[], cwd?: string): Promise<Bin> {
   const proc = spawn(
     process.execPath,
     [
+      // TAPWIRE_BENCH_WORKER_NODE_ARGS: extra node flags of the workers (e.g. --cpu-prof).
+      ...(process.env.TAPWIRE_BENCH_WORKER_NODE_ARGS ?? "").split(" ").filter((x) => x !== ""),
       BIN,
       "--listen",
       "tcp://127.0.0.1:0",
@@ -263,7 +268,10 @@ async function batching(drafterArgs: string[], cwd?: string) {
     await block(la, STEPS / BLOCKS);
     await block(ls, STEPS / BLOCKS);
   }
-  const st = (await statsOf(shared)) as { histograms: Record<string, { mean: number; p99: number }> };
+  const st = (await statsOf(shared)) as {
+    histograms: Record<string, { mean: number; p99: number; count: number }>;
+    counters: Record<string, number>;
+  };
   const batched = summary(lb);
   const alone = summary(la);
   const single = summary(ls);
@@ -275,6 +283,10 @@ async function batching(drafterArgs: string[], cwd?: string) {
     batch_entries_mean: r3(st.histograms.batch_entries?.mean ?? 0),
     batch_steps_mean: r3(st.histograms.batch_steps?.mean ?? 0),
     queue_ms_p99: r3((st.histograms.batch_queue_seconds?.p99 ?? 0) * 1000),
+    call_ms_mean: r3((st.histograms.batch_call_seconds?.mean ?? 0) * 1000),
+    drafter_calls: st.counters.drafter_calls ?? 0,
+    batch_gathers: st.counters.batch_gathers ?? 0,
+    batch_gather_timeouts: st.counters.batch_gather_timeouts ?? 0,
     throughput_ratio_batched_vs_alone: r3(batched.steps_per_s / alone.steps_per_s),
     p99_ratio_batched_vs_single: r3(batched.rtt_ms_p99 / single.rtt_ms_p99),
   };
@@ -440,20 +452,13 @@ async function main(): Promise<void> {
       quick: QUICK,
       steps_per_session: STEPS,
       drafter_alone_in_process: scaling,
-      onnx: await batching(onnx, ONNX_PKG),
-      reference: await batching(["--drafter", "reference"]),
-      unshared_tax_reference: await unsharedTax(["--drafter", "reference"]),
-      unshared_tax_null: await unsharedTax([
-        "--drafter",
-        "null",
-        "--num-taps",
-        "3",
-        "--hidden",
-        "1024",
-        "--window",
-        "16",
-      ]),
-      memory: [await memory(2), await memory(4)],
+      onnx: want("onnx") ? await batching(onnx, ONNX_PKG) : null,
+      reference: want("reference") ? await batching(["--drafter", "reference"]) : null,
+      unshared_tax_reference: want("tax") ? await unsharedTax(["--drafter", "reference"]) : null,
+      unshared_tax_null: !want("tax")
+        ? null
+        : await unsharedTax(["--drafter", "null", "--num-taps", "3", "--hidden", "1024", "--window", "16"]),
+      memory: want("memory") ? [await memory(2), await memory(4)] : null,
     };
     process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
   } finally {

@@ -1,0 +1,145 @@
+// CONTRACT 12.1 "Batching", the batch gather (docs/worker.md "Batch gather"): after a call, the
+// sessions it answered are awaited, so closed-loop sessions meet in one call instead of splitting
+// into alternating groups; a lone session is never delayed; a missing session is waited for at
+// most the bound, once; a closed session is not waited for; --batch-gather-us 0 turns it off.
+// Every check is a condition (which STEPs one call drafted, counters), never a duration.
+import { encodeHello, FrameStatus, frame, Op } from "@tapwire/wire";
+import { describe, expect, test } from "vitest";
+import { FLAGS, parseFlags, UsageError } from "../src/bin/flags.js";
+import type { DraftBatchEntry, DraftOutput, FrameConn, WorkerCoreOptions } from "../src/index.js";
+import { CORE_DEFAULTS, NullDrafter, WorkerCore } from "../src/index.js";
+import { entry, GEOM, helloFor, IDENT_D, IDENT_M, stepFrame } from "./helpers.js";
+
+/** A NullDrafter that answers on the next event-loop turn (like ONNX Runtime's run). */
+class AsyncDrafter extends NullDrafter {
+  /** Entries (here: STEPs of one entry) of every call, in order. */
+  readonly sizes: number[] = [];
+  override draft(batch: readonly DraftBatchEntry[], out: DraftOutput): Promise<void> {
+    this.sizes.push(batch.length);
+    return new Promise((resolve) =>
+      setImmediate(() => {
+        super.draft(batch, out);
+        resolve();
+      }),
+    );
+  }
+}
+
+interface Rig {
+  core: WorkerCore;
+  d: AsyncDrafter;
+  conns: FrameConn[];
+  seq: number[];
+  ids: number[];
+}
+
+async function rig(n: number, over: Partial<WorkerCoreOptions> = {}): Promise<Rig> {
+  const d = new AsyncDrafter({ ...GEOM, drafterIdentity: IDENT_D, markovIdentity: IDENT_M });
+  const core = new WorkerCore({ drafter: d, maxSlots: 4, maxRowsPerStep: 64, maxSessions: 4, ...over });
+  const r: Rig = { core, d, conns: [], seq: [], ids: [] };
+  for (let k = 0; k < n; k++) {
+    const c: FrameConn = {};
+    const id = 0x9100 + k;
+    const a = await core.handle(
+      frame({ op: Op.HELLO, seq: 1, session: id }, encodeHello(helloFor(d, { maxSlots: 4 }))),
+      c,
+    );
+    expect(a[7]).toBe(FrameStatus.OK);
+    r.conns.push(c);
+    r.seq.push(1);
+    r.ids.push(id);
+  }
+  return r;
+}
+
+/** Session k's next STEP (one entry), handed to the core now; resolves with its reply. */
+function step(r: Rig, k: number): Promise<Uint8Array> {
+  const msg = stepFrame({ seq: ++r.seq[k]!, session: r.ids[k]!, entries: [entry({ slot: 0 })] });
+  const p = r.core.handle(msg, r.conns[k]!);
+  return Promise.resolve(p).then((a) => {
+    expect(a[7]).toBe(FrameStatus.OK);
+    return a;
+  });
+}
+
+/** One closed-loop round: every session in `ks` sends its STEP in the same turn; the calls it took. */
+async function round(r: Rig, ks: number[]): Promise<number[]> {
+  const before = r.d.sizes.length;
+  await Promise.all(ks.map((k) => step(r, k)));
+  return r.d.sizes.slice(before);
+}
+
+const counter = (core: WorkerCore, name: string): number =>
+  (core.stats().counters as Record<string, number>)[name] ?? 0;
+
+describe("CONTRACT 12.1 batching: the batch gather", () => {
+  test("closed-loop sessions meet in one call (without the gather: a solo call, then the rest)", async () => {
+    const r = await rig(3);
+    const all = [0, 1, 2];
+    const rounds: number[][] = [];
+    for (let i = 0; i < 6; i++) rounds.push(await round(r, all));
+    // The first round cannot gather (nobody was answered yet): A alone, B and C merged.
+    expect(rounds[0]).toEqual([1, 2]);
+    // From then on the sessions the last call answered are awaited: every round is one call.
+    for (const calls of rounds.slice(2)) expect(calls).toEqual([3]);
+    expect(counter(r.core, "batch_gathers")).toBeGreaterThan(0);
+  });
+
+  test("a lone session is drafted at once: the gather never delays it", async () => {
+    const r = await rig(1);
+    for (let i = 0; i < 5; i++) {
+      const before = r.d.sizes.length;
+      const p = step(r, 0);
+      // The drafter was called within handle(), before any timer or turn could pass.
+      expect(r.d.sizes.length).toBe(before + 1);
+      await p;
+    }
+    expect(counter(r.core, "batch_gathers")).toBe(0);
+  });
+
+  test("a session that does not come back is awaited at most the bound, and only once", async () => {
+    const r = await rig(2);
+    for (let i = 0; i < 3; i++) await round(r, [0, 1]);
+    expect(await round(r, [0, 1])).toEqual([2]);
+    // (The first round's gather, before the sessions met, ended by its bound too.)
+    const t0 = counter(r.core, "batch_gather_timeouts");
+    // Only A goes on: its STEP waits for B (a gather), which ends by its bound.
+    expect(await round(r, [0])).toEqual([1]);
+    expect(counter(r.core, "batch_gather_timeouts")).toBe(t0 + 1);
+    // B was not in that call, so A's next STEPs are drafted at once.
+    for (let i = 0; i < 3; i++) {
+      const before = r.d.sizes.length;
+      const p = step(r, 0);
+      expect(r.d.sizes.length).toBe(before + 1);
+      await p;
+    }
+    expect(counter(r.core, "batch_gather_timeouts")).toBe(t0 + 1);
+  });
+
+  test("a session whose connections closed is not awaited", async () => {
+    const r = await rig(2);
+    for (let i = 0; i < 3; i++) await round(r, [0, 1]);
+    expect(await round(r, [0, 1])).toEqual([2]);
+    const g0 = counter(r.core, "batch_gathers");
+    r.core.connectionClosed(r.conns[1]!);
+    const before = r.d.sizes.length;
+    const p = step(r, 0);
+    expect(r.d.sizes.length).toBe(before + 1);
+    await p;
+    expect(counter(r.core, "batch_gathers")).toBe(g0);
+  });
+
+  test("batchGatherUs 0 turns it off: the rounds stay split", async () => {
+    const r = await rig(3, { batchGatherUs: 0 });
+    for (let i = 0; i < 4; i++) expect(await round(r, [0, 1, 2])).toEqual([1, 2]);
+    expect(counter(r.core, "batch_gathers")).toBe(0);
+  });
+
+  test("batchGatherUs is validated (named) and --batch-gather-us is a documented flag", () => {
+    const d = new NullDrafter({ ...GEOM, drafterIdentity: IDENT_D, markovIdentity: IDENT_M });
+    expect(() => new WorkerCore({ drafter: d, maxSessions: 2, batchGatherUs: -1 })).toThrow(/batchGatherUs/);
+    expect(() => new WorkerCore({ drafter: d, maxSessions: 2, batchGatherUs: 1.5 })).toThrow(/batchGatherUs/);
+    expect(FLAGS["batch-gather-us"].default).toBe(CORE_DEFAULTS.batchGatherUs);
+    expect(() => parseFlags(["--batch-gather-us", "-3"])).toThrow(UsageError);
+  });
+});
