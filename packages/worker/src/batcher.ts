@@ -98,6 +98,12 @@ export const DEFAULT_BATCH_GATHER_US = 2000;
 const CALL_EWMA = 0.2;
 
 /**
+ * Consecutive calls of one session alone after which a synchronous call no longer holds the
+ * event-loop turn (a lone session's own next STEP cannot arrive in that turn).
+ */
+export const LONE_RUN = 8;
+
+/**
  * @internal Cross-session batching of a shared worker (CONTRACT 12.1 "Batching"). A STEP's
  * consumed entries are handed to {@link submit}: when no drafter call is running they are drafted
  * at once, alone, straight into the STEP's reply (the unshared path: no copy); otherwise they are
@@ -109,7 +115,10 @@ const CALL_EWMA = 0.2;
  *
  * A synchronous drafter never "runs" while a frame arrives, so after a synchronous call the
  * batcher stays busy until the event loop's check phase (`setImmediate`): the STEPs read from the
- * sockets in that turn are queued and drafted together in one call.
+ * sockets in that turn are queued and drafted together in one call. Not after {@link LONE_RUN}
+ * calls in a row of one session alone: nothing else is sending, and that session's next STEP
+ * cannot come before its reply, so holding the turn would only tax the unshared path; the first
+ * STEP of another session ends the run.
  *
  * Batch gather (docs/worker.md "Batch gather"): closed-loop sessions send their next STEP soon
  * after their reply. The sessions a call answered are *awaited* until their next STEP arrives (or
@@ -139,6 +148,10 @@ export class SharedBatcher {
   /** Running mean of drafter call wall times, ms (0 before the first call). */
   #callMs = 0;
   #callStart = 0;
+  /** The session of the last calls when they were all one session's alone (null: not so). */
+  #lonePort: Batcher | null = null;
+  /** How many calls in a row drafted {@link #lonePort} alone. */
+  #loneRun = 0;
   // Scratch of a merged call, grown on demand and then reused.
   #ids = new Int32Array(0);
   #conf = new Float32Array(0);
@@ -289,12 +302,25 @@ export class SharedBatcher {
     this.#awaited.clear();
     if (port !== null) this.#awaited.add(port);
     if (jobs !== null) for (const j of jobs) this.#awaited.add(j.port);
+    const one = port ?? (jobs !== null && jobs.length === 1 ? jobs[0]!.port : null);
+    if (one !== null && one === this.#lonePort) this.#loneRun++;
+    else {
+      this.#lonePort = one;
+      this.#loneRun = one === null ? 0 : 1;
+    }
     // Those that already sent their next STEP (queued during the call) are not awaited.
     for (let i = this.#head; i < this.#queue.length; i++) this.#awaited.delete(this.#queue[i]!.port);
   }
 
-  /** After a synchronous call: stay busy for this event-loop turn so its arrivals batch. */
+  /**
+   * After a synchronous call: stay busy for this event-loop turn so its arrivals batch, unless one
+   * session has been drafted alone {@link LONE_RUN} times in a row and nothing is queued.
+   */
   #afterSync(): void {
+    if (this.#loneRun >= LONE_RUN && this.queued === 0) {
+      this.#next();
+      return;
+    }
     setImmediate(() => this.#next());
   }
 

@@ -5,6 +5,7 @@
 // Every check is a condition (which STEPs one call drafted, counters), never a duration.
 import { encodeHello, FrameStatus, frame, Op } from "@tapwire/wire";
 import { describe, expect, test } from "vitest";
+import { LONE_RUN } from "../src/batcher.js";
 import { FLAGS, parseFlags, UsageError } from "../src/bin/flags.js";
 import type { DraftBatchEntry, DraftOutput, FrameConn, WorkerCoreOptions } from "../src/index.js";
 import { CORE_DEFAULTS, NullDrafter, WorkerCore } from "../src/index.js";
@@ -141,5 +142,79 @@ describe("CONTRACT 12.1 batching: the batch gather", () => {
     expect(() => new WorkerCore({ drafter: d, maxSessions: 2, batchGatherUs: 1.5 })).toThrow(/batchGatherUs/);
     expect(FLAGS["batch-gather-us"].default).toBe(CORE_DEFAULTS.batchGatherUs);
     expect(() => parseFlags(["--batch-gather-us", "-3"])).toThrow(UsageError);
+  });
+});
+
+describe("CONTRACT 12.1 batching: a synchronous drafter and a lone session", () => {
+  /** A NullDrafter (synchronous) that records the entries of each call. */
+  class SyncDrafter extends NullDrafter {
+    readonly sizes: number[] = [];
+    override draft(batch: readonly DraftBatchEntry[], out: DraftOutput): void {
+      this.sizes.push(batch.length);
+      super.draft(batch, out);
+    }
+  }
+
+  async function syncRig(): Promise<{
+    core: WorkerCore;
+    d: SyncDrafter;
+    send: (k: number) => Promise<Uint8Array>;
+  }> {
+    const d = new SyncDrafter({ ...GEOM, drafterIdentity: IDENT_D, markovIdentity: IDENT_M });
+    // The batch gather off: these tests are about the turn a synchronous call holds.
+    const core = new WorkerCore({
+      drafter: d,
+      maxSlots: 4,
+      maxRowsPerStep: 64,
+      maxSessions: 4,
+      batchGatherUs: 0,
+    });
+    const conns: FrameConn[] = [{}, {}];
+    const seq = [1, 1];
+    for (const k of [0, 1]) {
+      const hello = frame(
+        { op: Op.HELLO, seq: 1, session: 0x9200 + k },
+        encodeHello(helloFor(d, { maxSlots: 4 })),
+      );
+      expect((await core.handle(hello, conns[k]!))[7]).toBe(FrameStatus.OK);
+    }
+    const send = (k: number) =>
+      Promise.resolve(
+        core.handle(
+          stepFrame({ seq: ++seq[k]!, session: 0x9200 + k, entries: [entry({ slot: 0 })] }),
+          conns[k]!,
+        ),
+      );
+    return { core, d, send };
+  }
+
+  test("after LONE_RUN calls of one session alone the turn is not held: another session's STEP is drafted at once", async () => {
+    const { d, send } = await syncRig();
+    for (let i = 0; i < LONE_RUN; i++) {
+      // Each STEP in a turn of its own (the previous call's turn has ended).
+      await new Promise((r) => setImmediate(r));
+      await send(0);
+    }
+    await new Promise((r) => setImmediate(r));
+    const before = d.sizes.length;
+    const a = send(0);
+    // A's call ended; without the lone-run rule B would be queued until the turn ends.
+    const b = send(1);
+    expect(d.sizes.length).toBe(before + 2);
+    await Promise.all([a, b]);
+    expect(d.sizes.slice(before)).toEqual([1, 1]);
+  });
+
+  test("with two sessions sending, a synchronous call holds its turn: STEPs of that turn are merged", async () => {
+    const { d, send } = await syncRig();
+    for (let i = 0; i < LONE_RUN; i++) {
+      await new Promise((r) => setImmediate(r));
+      await Promise.all([send(0), send(1)]);
+    }
+    await new Promise((r) => setImmediate(r));
+    const before = d.sizes.length;
+    await Promise.all([send(0), send(1), send(0)]);
+    // A alone (nothing ran), then B and A's next STEP read in the same turn, drafted together.
+    expect(d.sizes.slice(before)).toEqual([1, 2]);
   });
 });
