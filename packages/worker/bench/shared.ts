@@ -31,7 +31,7 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { cpus, loadavg, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
@@ -610,9 +610,12 @@ async function main(): Promise<void> {
       ),
     };
     const onnx = ["--drafter", "onnx", "--model", model, "--onnx-threads", "1"];
+    const load0 = loadavg().map(r3);
     const out = {
       bench: "worker shared (CONTRACT 12.1)",
       quick: QUICK,
+      started: new Date().toISOString(),
+      cpus: cpus().length,
       steps_per_session: STEPS,
       drafter_alone_in_process: scaling,
       onnx: want("onnx") ? await batching(onnx, ONNX_PKG) : null,
@@ -622,6 +625,8 @@ async function main(): Promise<void> {
         ? null
         : await unsharedTax(["--drafter", "null", "--num-taps", "3", "--hidden", "1024", "--window", "16"]),
       memory: want("memory") ? [await memory(2), await memory(4)] : null,
+      load_average_start: load0,
+      load_average_end: loadavg().map(r3),
     };
     process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
   } finally {
