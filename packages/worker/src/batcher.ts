@@ -123,7 +123,8 @@ export const LONE_RUN = 8;
  * Batch gather (docs/worker.md "Batch gather"): closed-loop sessions send their next STEP soon
  * after their reply. The sessions a call answered are *awaited* until their next STEP arrives (or
  * they {@link Batcher.leave}). A call is held back while any awaited session is still missing,
- * at most `min(gatherUs, mean call time)` from the moment it could have started, so that the
+ * at most `min(gatherUs, mean call time)` from the moment it could have started (one event-loop
+ * turn when that is below a timer's 1 ms), so that the
  * sessions meet in one call instead of splitting into groups that alternate. A STEP arriving when
  * nothing runs and no other session is awaited (a lone session) is drafted at once: the gather
  * never delays it. `gatherUs` 0 turns gathering off.
@@ -143,8 +144,8 @@ export class SharedBatcher {
   #busy = false;
   /** Sessions answered by the last call whose next STEP has not arrived (the gather awaits them). */
   readonly #awaited = new Set<Batcher>();
-  /** The pending gather's timer (null: none). */
-  #gather: ReturnType<typeof setTimeout> | null = null;
+  /** Cancels the pending gather's timer (null: no gather pending). */
+  #gather: (() => void) | null = null;
   /** Running mean of drafter call wall times, ms (0 before the first call). */
   #callMs = 0;
   #callStart = 0;
@@ -243,7 +244,7 @@ export class SharedBatcher {
   }
 
   #endGather(timedOut: boolean): void {
-    if (this.#gather !== null) clearTimeout(this.#gather);
+    if (this.#gather !== null) this.#gather();
     this.#gather = null;
     if (timedOut) this.#m.gatherTimeouts.inc();
     // Sessions still missing are no longer awaited: a gather waits for them once.
@@ -340,15 +341,24 @@ export class SharedBatcher {
       if (bound > 0) {
         this.#busy = false;
         this.#m.gathers.inc();
-        this.#gather = setTimeout(() => {
+        const fire = (): void => {
           this.#gather = null;
           this.#endGather(true);
-        }, bound);
+        };
+        // Timers tick in whole ms: a bound below 1 ms (a cheap drafter) gathers for one
+        // event-loop turn instead, so the wait stays near the bound, not a timer tick.
+        if (bound < 1) {
+          const h = setImmediate(fire);
+          this.#gather = () => clearImmediate(h);
+        } else {
+          const t = setTimeout(fire, bound);
+          this.#gather = () => clearTimeout(t);
+        }
         return;
       }
     }
     if (this.#gather !== null) {
-      clearTimeout(this.#gather);
+      this.#gather();
       this.#gather = null;
     }
     this.#busy = true;

@@ -218,3 +218,20 @@ describe("CONTRACT 12.1 batching: a synchronous drafter and a lone session", () 
     expect(d.sizes.slice(before)).toEqual([1, 2]);
   });
 });
+
+describe("CONTRACT 12.1 batching: the gather of a cheap drafter", () => {
+  test("a bound below a timer tick gathers for one event-loop turn, not a 1 ms timer", async () => {
+    // 500 µs: below 1 ms whatever the calls take on a loaded machine.
+    const r = await rig(2, { batchGatherUs: 500 });
+    for (let i = 0; i < 3; i++) await round(r, [0, 1]);
+    expect(await round(r, [0, 1])).toEqual([2]);
+    const before = r.d.sizes.length;
+    const p = step(r, 0);
+    // A waits for B; with a 1 ms timer the call would not start within two turns.
+    expect(r.d.sizes.length).toBe(before);
+    await new Promise((res) => setImmediate(res));
+    await new Promise((res) => setImmediate(res));
+    expect(r.d.sizes.length).toBe(before + 1);
+    await p;
+  });
+});
