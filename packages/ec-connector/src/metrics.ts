@@ -118,6 +118,10 @@ export interface ConsumerMetrics {
   readAheads: Counter;
   /** READ_AHEADs that failed and were replaced by a READ after the ack. */
   readAheadFallbacks: Counter;
+  /** XferAcks taken from an ACK frame on the data plane (docs/ec-protocol.md 3.3). */
+  dataAcks: Counter;
+  /** Acks ignored because their `xfer_id` names another request (docs/ec-protocol.md 3.3). */
+  staleAcks: Counter;
   checksumFailures: Counter;
   quarantines: Counter;
   settles: Counter;
@@ -158,6 +162,14 @@ export function consumerMetrics(r: Registry): ConsumerMetrics {
     readAheadFallbacks: r.counter(
       "consumer_read_ahead_fallbacks",
       "read-aheads that failed and were replaced by a read after the ack",
+    ),
+    dataAcks: r.counter(
+      "consumer_data_acks",
+      "XferAcks taken from an ACK frame on the data plane (docs/ec-protocol.md 3.3)",
+    ),
+    staleAcks: r.counter(
+      "consumer_stale_acks",
+      "acks ignored: their xfer_id names an earlier request (docs/ec-protocol.md 3.3)",
     ),
     checksumFailures: r.counter("consumer_checksum_failures", "reads whose CRC-32 differed from the ack's"),
     quarantines: r.counter("consumer_quarantines", "reads quarantined (PROC past deadline or peer down)"),

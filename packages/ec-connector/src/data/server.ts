@@ -15,6 +15,8 @@ export interface DataGrant {
   readonly deadline: number;
   /** The entry's bytes (the ack's `nbytes`): a READ must ask for exactly these; -1 when unknown. */
   readonly nbytes: number;
+  /** docs/ec-protocol.md 3.3: the grant's XferAck, for READ_AHEADs that ask for an ACK frame. */
+  ack?: Uint8Array;
 }
 
 /** A READ_AHEAD waiting for its grant (docs/ec-protocol.md 3.2). */
@@ -110,20 +112,43 @@ export class DataServer {
     }
     this.#grants.set(key, { blocks: [...blocks], deadline, nbytes });
     // docs/ec-protocol.md 3.2: a READ_AHEAD that waited for this grant is served now, under it.
-    const waiting = this.#parked.get(key);
-    if (waiting === undefined) return;
-    this.#parked.delete(key);
+    if (!this.#parked.has(key)) return;
     // In a microtask: the producer's step that made the grant sends its ack first (the ack and
     // the bytes then travel together), and the checks below see the grant as the step left it.
+    // (3.3: those that asked for the ACK frame are served earlier, by grantAck.)
     queueMicrotask(() => {
-      for (const c of waiting) {
-        const p = c.parked;
-        if (p === null) continue;
-        clearTimeout(p.timer);
-        c.parked = null;
-        if (!c.socket.destroyed && !this.#closed) this.#readAhead(c, p.frame, key, false);
-      }
+      const waiting = this.#parked.get(key);
+      if (waiting === undefined) return;
+      this.#parked.delete(key);
+      for (const c of waiting) this.#serveParked(c, key);
     });
+  }
+
+  /**
+   * docs/ec-protocol.md 3.3: `ack` is the XferAck of the grant `key` just made. READ_AHEADs of
+   * `key` asking for it (`ack_first`) get it as an ACK frame before DATA; those already waiting
+   * are served now, synchronously, so their bytes leave before the control plane's copy of the ack.
+   */
+  grantAck(key: string, ack: Uint8Array): void {
+    const g = this.#grants.get(key);
+    if (g === undefined) return;
+    g.ack = ack;
+    const waiting = this.#parked.get(key);
+    if (waiting === undefined) return;
+    for (const c of waiting) {
+      if (c.parked?.frame.ackFirst !== true) continue;
+      waiting.delete(c);
+      this.#serveParked(c, key);
+    }
+    if (waiting.size === 0) this.#parked.delete(key);
+  }
+
+  #serveParked(c: ServerConn, key: string): void {
+    const p = c.parked;
+    if (p === null) return;
+    clearTimeout(p.timer);
+    c.parked = null;
+    if (!c.socket.destroyed && !this.#closed) this.#readAhead(c, p.frame, key, false);
   }
 
   revoke(key: string): void {
@@ -277,6 +302,7 @@ export class DataServer {
     reader: string,
     blocks: readonly number[],
     nbytes: number,
+    ack: Uint8Array | null = null,
   ): void {
     this.#unproven.delete(c);
     c.key = Uint8Array.from(key);
@@ -291,7 +317,7 @@ export class DataServer {
     }
     set.add(c);
     this.#m.served.inc();
-    void this.#stream(c, blocks, nbytes);
+    void this.#stream(c, blocks, nbytes, ack);
   }
 
   /**
@@ -348,7 +374,9 @@ export class DataServer {
       return;
     }
     this.#m.readAheadServed.inc();
-    this.#serve(c, f.key, keyStr, g, f.reader, g.blocks, f.nbytes);
+    // 3.3: the ACK frame first when asked for and the producer gave the grant's ack.
+    const ack = f.ackFirst === true ? (g.ack ?? null) : null;
+    this.#serve(c, f.key, keyStr, g, f.reader, g.blocks, f.nbytes, ack);
   }
 
   #unpark(c: ServerConn): void {
@@ -385,13 +413,19 @@ export class DataServer {
     return null;
   }
 
-  async #stream(c: ServerConn, blocks: readonly number[], nbytes: number): Promise<void> {
+  async #stream(
+    c: ServerConn,
+    blocks: readonly number[],
+    nbytes: number,
+    ack: Uint8Array | null = null,
+  ): Promise<void> {
     const s = c.socket;
     const region = this.#o.region;
     const chunk = this.#o.chunkBytes;
     const throttle = this.#o.throttleBytesPerSec;
     // The header and the first chunk leave in one writev (one syscall instead of two).
     s.cork();
+    if (ack !== null) s.write(encodeFrame({ op: "ack", ack }));
     s.write(encodeFrame({ op: "data", nbytes }));
     let corked = true;
     const { segStart, segLen } = segments(blocks, this.#o.blockBytes, nbytes);
