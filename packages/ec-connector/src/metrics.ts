@@ -31,6 +31,8 @@ export function crcImplInfo(r: Registry): InfoValue {
 export interface ProducerMetrics {
   requests: Counter;
   grants: Counter;
+  /** OK acks delivered only as an ACK frame on the data plane (docs/ec-protocol.md 3.3). */
+  dataAcks: Counter;
   regrants: Counter;
   nacks: Record<number, Counter>;
   completions: Counter;
@@ -56,6 +58,10 @@ export function producerMetrics(r: Registry): ProducerMetrics {
   return {
     requests: r.counter("producer_requests", "XferReqs received (EC-CONTRACT 4.2)"),
     grants: r.counter("producer_grants", "OK acks sent: blocks pinned and granted"),
+    dataAcks: r.counter(
+      "producer_data_acks",
+      "OK acks delivered as an ACK frame on the data plane only, no control-plane copy (docs/ec-protocol.md 3.3)",
+    ),
     regrants: r.counter("producer_regrants", "re-requests of a held grant (old pin released first)"),
     nacks: {
       1: r.counter("producer_nacks_missing", "NACK_MISSING sent"),
@@ -207,6 +213,8 @@ export interface DataMetrics {
   readAheadParked: Counter;
   /** READ_AHEADs served (docs/ec-protocol.md 3.2). */
   readAheadServed: Counter;
+  /** ACK frames written before DATA (docs/ec-protocol.md 3.3). */
+  ackFrames: Counter;
 }
 
 /** Registers (idempotently) and returns the data-plane metrics. */
@@ -220,6 +228,10 @@ export function dataMetrics(r: Registry): DataMetrics {
     readAheadServed: r.counter(
       "data_read_ahead_served",
       "READ_AHEADs served under their grant (docs/ec-protocol.md 3.2)",
+    ),
+    ackFrames: r.counter(
+      "data_ack_frames",
+      "XferAcks sent as an ACK frame before DATA on a READ_AHEAD (docs/ec-protocol.md 3.3)",
     ),
     refused: r.counter("data_reads_refused", "data-plane reads refused: no grant, wrong blocks, expired"),
     bytesSent: r.counter("data_sent_bytes", "block bytes streamed by the data server"),

@@ -352,8 +352,8 @@ export class SocketDataTransport implements DataTransport {
   readonly ackAhead = true;
 
   /** Ack-ahead (docs/ec-protocol.md 3.3): see {@link DataTransport.grantAck}. */
-  grantAck(key: string, ack: Uint8Array): void {
-    this.#server.grantAck(key, ack);
+  grantAck(key: string, ack: Uint8Array): boolean {
+    return this.#server.grantAck(key, ack);
   }
 
   /** Ack-ahead (docs/ec-protocol.md 3.3): see {@link DataTransport.takeReadAheadAck}. */

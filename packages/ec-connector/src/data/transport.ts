@@ -90,9 +90,11 @@ export interface DataTransport {
   /**
    * Ack-ahead, producer side: `ack` is the XferAck (MessagePack) of the grant `key` just made;
    * READ_AHEADs of `key` that asked for it get it as an ACK frame before DATA, and those already
-   * waiting are served now (before the control plane sends the same ack).
+   * waiting are served now (before the control plane would send the same ack). Returns true when
+   * one was served with it: the ack reached the consumer's data connection, and the producer then
+   * sends no control-plane copy.
    */
-  grantAck?(key: string, ack: Uint8Array): void;
+  grantAck?(key: string, ack: Uint8Array): boolean;
   /** Ack-ahead, consumer side: the XferAck an ACK frame brought for this READ_AHEAD (once), else null. */
   takeReadAheadAck?(handle: XferHandle): Uint8Array | null;
   /** Producer side: withdraws a grant and stops reads of it that are still streaming. */
