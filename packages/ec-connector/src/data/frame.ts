@@ -211,7 +211,10 @@ export function encodeFrame(f: ToServer | ToReader): Buffer {
     }
     case "ack": {
       if (f.ack.length < 1 || f.ack.length > MAX_ACK_BYTES) {
-        throw new EcError("EC_BAD_ARGUMENT", `ACK frame: ack of ${f.ack.length} bytes outside [1, ${MAX_ACK_BYTES}]`);
+        throw new EcError(
+          "EC_BAD_ARGUMENT",
+          `ACK frame: ack of ${f.ack.length} bytes outside [1, ${MAX_ACK_BYTES}]`,
+        );
       }
       const b = Buffer.alloc(LEN_BYTES + ACK_FIXED + f.ack.length);
       b.writeUInt32LE(ACK_FIXED + f.ack.length, 0);
@@ -325,7 +328,15 @@ function decodeReadAhead(b: Buffer): ReadAheadFrame {
   off += readerLen;
   // Not UTF-8 cannot be this server's (hex) instance: answered ERROR 1, not closed (3.1).
   const instance = UTF8_LOOSE.decode(b.subarray(off, off + instanceLen));
-  return { op: "read_ahead", key, nbytes, waitMs, reader, instance, ...(b[1] === 1 ? { ackFirst: true } : {}) };
+  return {
+    op: "read_ahead",
+    key,
+    nbytes,
+    waitMs,
+    reader,
+    instance,
+    ...(b[1] === 1 ? { ackFirst: true } : {}),
+  };
 }
 
 /** Decodes a frame body received by a reader (DATA or ERROR); throws `EC_MALFORMED`. */

@@ -397,7 +397,7 @@ export class DataReader {
       if (conn.filled < LEN_BYTES) return true;
       const len = frameLength(conn.scratch);
       // 3.3: a longer frame (an ACK) only where this read asked for one and none came yet.
-      const max = r !== null && r.ackFirst && !r.acked ? MAX_ACK_FRAME_BYTES : MAX_READER_FRAME_BYTES;
+      const max = r?.ackFirst && !r.acked ? MAX_ACK_FRAME_BYTES : MAX_READER_FRAME_BYTES;
       if (r === null || len === 0 || len > max) {
         this.#protocolError(conn, r === null ? "unsolicited bytes" : `bad frame length ${len}`);
         return false;
