@@ -311,6 +311,14 @@ describe("producer (docs/ec-protocol.md 3.3, messages and frames from the tables
     await d.send(req(compat, { mm_hash: "nope", ack_ahead: 1, xfer_id: 41 }));
     const nack = decode((await d.receive())[0]!) as Record<string, unknown>;
     expect(nack).toMatchObject({ status: XferStatus.NACK_MISSING, xfer_id: 41 });
+    // An xfer_id that is not an integer 0 ... 2^32 - 1 is as if absent: answered, never malformed.
+    for (const bad of [2 ** 32, -1, "7", 1.5]) {
+      await d.send(req(compat, { mm_hash: "nope", ack_ahead: 1, xfer_id: bad }));
+      const m = decode((await d.receive())[0]!) as Record<string, unknown>;
+      expect(m["status"], String(bad)).toBe(XferStatus.NACK_MISSING);
+      expect(Object.hasOwn(m, "xfer_id"), String(bad)).toBe(false);
+    }
+    expect(p.registry.snapshot().counters["producer_malformed_messages"] ?? 0).toBe(0);
     // No READ_AHEAD waiting: the ack comes on ZeroMQ, offering the capability.
     await d.send(req(compat, { mm_hash: "a", read_ahead: 1, ack_ahead: 1, xfer_id: 42 }));
     const offered = decode((await d.receive())[0]!) as Record<string, unknown>;
