@@ -257,6 +257,57 @@ describe("reader (docs/ec-protocol.md 3.3, a server built from the tables)", () 
     expect(Buffer.compare(Buffer.from(region.subarray(3 * BB, 3 * BB + n)), bytes)).toBe(0);
   });
 
+  it("a next read posted from the completion's promise chain sends the owed NOTIF and its READ_AHEAD in one write", async () => {
+    const f = await fakeServer((_ra, s) =>
+      s.write(Buffer.concat([handAck(Buffer.from("k")), handData(n), bytes])),
+    );
+    const { t, agent } = await reader(f.endpoint);
+    const port = Number(f.endpoint.split(":").pop());
+    const writes: Buffer[] = [];
+    const orig = net.Socket.prototype.write;
+    net.Socket.prototype.write = function (this: net.Socket, chunk: unknown, ...rest: unknown[]) {
+      // (the first write goes out while the socket still connects: no remote port yet)
+      if (this.remotePort === port || this.remotePort === undefined)
+        writes.push(Buffer.from(chunk as Uint8Array));
+      return (orig as (...a: unknown[]) => boolean).call(this, chunk, ...rest);
+    } as typeof orig;
+    try {
+      const post = () =>
+        t.postReadAhead([5], agent, Buffer.from("s:x"), {
+          nbytes: n,
+          checksum: true,
+          waitMs: 1_000,
+          ackFirst: true,
+        });
+      let second: number | null = null;
+      // As an engine that polls from onActivity: the next request two promise hops after the wake.
+      t.onReadDone = () => {
+        if (second === null) {
+          second = -1;
+          void Promise.resolve()
+            .then(() => undefined)
+            .then(() => {
+              second = post();
+            });
+        }
+      };
+      const first = post();
+      await until(() =>
+        second !== null && second > 0 && t.checkXferState(second) === "DONE" ? true : undefined,
+      );
+      expect(t.checkXferState(first)).toBe("DONE");
+      // READ_AHEAD; then NOTIF + READ_AHEAD together; then (an immediate later) the last NOTIF.
+      await until(() => (writes.length >= 3 ? true : undefined));
+      expect(writes[0]![4]).toBe(0x05);
+      expect(writes[1]![4]).toBe(0x04);
+      expect(writes[1]!.readUInt32LE(0) + 4).toBeLessThan(writes[1]!.length);
+      expect(writes[1]![writes[1]!.readUInt32LE(0) + 8]).toBe(0x05);
+      expect(writes.length).toBe(3);
+    } finally {
+      net.Socket.prototype.write = orig;
+    }
+  });
+
   it("an ACK it did not ask for, a second ACK, or an ACK over 64 KiB + 4: the read is ERR and nothing lands", async () => {
     const cases: [string, boolean, (s: net.Socket) => void][] = [
       ["unasked", false, (s) => s.write(Buffer.concat([handAck(Buffer.from("a")), handData(n), bytes]))],

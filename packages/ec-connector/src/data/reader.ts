@@ -214,8 +214,10 @@ export class DataReader {
     let conn = peer.idle.pop();
     while (conn !== undefined && (conn.dead || conn.socket.destroyed)) conn = peer.idle.pop();
     conn ??= this.#connect(peer);
-    // A notification still queued on this connection goes first: the server expects it before the next READ.
-    this.#flushNotif(conn);
+    // A notification still queued on this connection goes first: the server expects it before the
+    // next READ. Issue 23: in the same write (one syscall, ~30-80 µs on the dev VM, not two).
+    const owed = conn.dead || conn.socket.destroyed ? null : conn.notif;
+    conn.notif = null;
     const read: Read = {
       handle: this.#nextHandle++,
       ...segments(localBlocks, this.#bb, nbytes),
@@ -241,7 +243,8 @@ export class DataReader {
     conn.read = read;
     conn.phase = "len";
     conn.filled = 0;
-    conn.socket.write(frame(read.notif));
+    const f = frame(read.notif);
+    conn.socket.write(owed === null ? f : Buffer.concat([owed, f]));
     return read.handle;
   }
 
@@ -504,9 +507,11 @@ export class DataReader {
     else this.#killConn(conn, "not pooled");
     this.#o.onReadDone();
     // Queued after onReadDone: a consumer that polls from onActivity (a promise it resolves there)
-    // promotes first, then this microtask sends the notification, before any later READ or request.
-    // A READ posted on this connection before then sends it first (same bytes, same order).
-    if (conn.notif !== null) queueMicrotask(() => this.#flushNotif(conn));
+    // promotes first, then the notification is sent, in this turn of the event loop (an immediate
+    // runs before the loop waits for I/O again). Issue 23: an immediate, not a microtask, so that a
+    // consumer that asks for its next transfer from that promise (an engine step) sends the
+    // notification and the next READ / READ_AHEAD on this connection in one write (#post).
+    if (conn.notif !== null) setImmediate(() => this.#flushNotif(conn));
   }
 
   #flushNotif(conn: ReaderConn): void {
