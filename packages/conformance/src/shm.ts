@@ -352,11 +352,17 @@ export async function connectShm(
   timeoutMs: number,
   opts: ShmConnectOptions = {},
 ): Promise<ShmConn> {
+  const half = opts.shmBytes ?? 1 << 20;
+  if (!Number.isInteger(half) || half < 65536 || half > 1 << 30 || half % SHM_PAGE !== 0)
+    throw new ConformanceError(
+      "CONFORMANCE_BAD_OPTION",
+      `shmBytes ${half} must be a multiple of ${SHM_PAGE} in [65536, 2^30]`,
+    );
   const sock = await connectStream(ep.path, timeoutMs);
   if (opts.attach === false) return new ShmConn(sock, null);
   let file: SessionFile;
   try {
-    file = new SessionFile(opts.shmDir ?? DEFAULT_SHM_DIR, 2 * (opts.shmBytes ?? 1 << 20));
+    file = new SessionFile(opts.shmDir ?? DEFAULT_SHM_DIR, 2 * half);
   } catch (e) {
     sock.close();
     throw e;

@@ -27,7 +27,7 @@ import { describe, st } from "./context.js";
 
 type W = CaseDef<WorkerCtx>;
 
-const DOC = 'docs/transport.md "shm":';
+const DOC = 'CONTRACT 3 over shm+unix (docs/transport.md "shm"):';
 const ATTACH_CITE = `${DOC} the server opens the named file read-only (O_NOFOLLOW; a regular file of exactly the announced size, owned by the server's user, no group/other bits; the name must match tapwire-<digits>-<16 hex>, looked up in shmDir only), maps it and answers OK; otherwise REFUSED (1), and the client falls back to inline BELLs.`;
 const CLOSE_CITE = `${DOC} the server checks, and closes the connection with a TRANSPORT_PROTOCOL error, on: an unknown kind; a BELL shorter than its regions; a region that is empty, reaches past the mapping (u32 offsets, no wrap) or overlaps another region of the same BELL; regions before an ATTACH, or a second ATTACH; a seq other than the previous one plus 1 (replays and skips); total not the sum.`;
 
