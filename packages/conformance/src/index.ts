@@ -12,6 +12,7 @@ export type { ClientSuiteOptions } from "./client/suite.js";
 export { runClientSuite } from "./client/suite.js";
 export type { Endpoint, RawConn, Received, TlsClientOptions } from "./conn.js";
 export { connect, MAX_REPLY_BYTES, parseEndpoint } from "./conn.js";
+export type { ShmClientOptions } from "./shm.js";
 export type { EcConsumerSuiteOptions, EcEventsSuiteOptions, EcProducerSuiteOptions } from "./ec/suite.js";
 export {
   crc32,
