@@ -12,7 +12,6 @@ export type { ClientSuiteOptions } from "./client/suite.js";
 export { runClientSuite } from "./client/suite.js";
 export type { Endpoint, RawConn, Received, TlsClientOptions } from "./conn.js";
 export { connect, MAX_REPLY_BYTES, parseEndpoint } from "./conn.js";
-export type { ShmClientOptions } from "./shm.js";
 export type { EcConsumerSuiteOptions, EcEventsSuiteOptions, EcProducerSuiteOptions } from "./ec/suite.js";
 export {
   crc32,
@@ -26,6 +25,7 @@ export type { RunReport } from "./report.js";
 export { formatJunit, formatText, makeReport, totalsOf } from "./report.js";
 export type { CaseDef, CaseResult, RunOptions } from "./runner.js";
 export { CaseCheck, caseFilter, runCases, sectionOf, Verdict } from "./runner.js";
+export type { ShmClientOptions } from "./shm.js";
 export type { FramingCase } from "./worker/cases-framing.js";
 export { framingVectors } from "./worker/cases-framing.js";
 export type { WorkerSuiteOptions } from "./worker/context.js";
