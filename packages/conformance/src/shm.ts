@@ -15,7 +15,7 @@ import { join } from "node:path";
 import type { Endpoint, RawConn, Received } from "./conn.js";
 import { connectStream } from "./conn.js";
 import { ConformanceError } from "./errors.js";
-import { u32, w16, w32 } from "./frames.js";
+import { lePrefix, u32, w16, w32 } from "./frames.js";
 
 /** Socket message kinds of docs/transport.md "shm" (the first u32 of every message). */
 export const ShmKind = {
@@ -272,6 +272,26 @@ export class ShmConn implements RawConn {
     this.ring = (at + n + 64 + 63) & ~63;
     if (this.ring >= size) this.ring = 0;
     return at;
+  }
+
+  /** True when a request of `n` bytes would travel inline (no ATTACH, or larger than the mapping). */
+  inline(n: number): boolean {
+    return !this.attached || n > (this.file?.bytes ?? 0);
+  }
+
+  /**
+   * CONTRACT 11 over shm: an inline BELL announcing a `total`-byte request of which only the first
+   * bytes `head` are sent (socket prefix 16 + total, the BELL header, then `head`): the worker must
+   * answer from the request's own header before the body arrives, as on a byte stream.
+   */
+  sendInlineHead(head: Uint8Array, total: number): void {
+    if (this.sock.isClosed) return;
+    const bell = bellMsg(this.nextSeq, [], new Uint8Array(0), total);
+    this.sock.sendRaw(lePrefix(bell.length + total));
+    this.sock.sendRaw(bell);
+    this.sock.sendRaw(head);
+    this.inFlight.push([]);
+    this.nextSeq = (this.nextSeq + 1) >>> 0;
   }
 
   /** Sends `parts` (their concatenation is the request) as one BELL: one region per part, or all inline. */

@@ -93,8 +93,7 @@ describe("tapwire-conformance over shm+unix:// (issue 23)", () => {
     try {
       const bad = await runWorkerSuite({ endpoint: `shm+unix://${px.path}` }, { cases });
       const v = (rs: typeof bad.results) => Object.fromEntries(rs.map((r) => [r.id, r.verdict]));
-      // Through the worker's own socket: the mapping cases pass (3.shm.23 is the known
-      // inline-oversize transport bug, see worker.test.ts).
+      // Through the worker's own socket every case passes.
       expect(v(clean.results)).toEqual({
         "3.shm.1": "OK",
         "3.shm.2": "OK",
@@ -103,7 +102,7 @@ describe("tapwire-conformance over shm+unix:// (issue 23)", () => {
         "3.shm.7": "OK",
         "3.shm.12": "OK",
         "3.shm.13": "OK",
-        "3.shm.23": "FAILED",
+        "3.shm.23": "OK",
         "6.1.1": "OK",
       });
       // Shifted: every request read from the mapping is garbage (6.1.1's HELLO too, and the

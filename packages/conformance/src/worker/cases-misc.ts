@@ -5,6 +5,7 @@ import { Op } from "@tapwire/wire";
 import type { Received } from "../conn.js";
 import { frame, lePrefix, parseStepReply } from "../frames.js";
 import type { CaseCheck, CaseDef } from "../runner.js";
+import { ShmConn } from "../shm.js";
 import { headerProblems } from "../validate.js";
 import type { Bound, Peer, WorkerCtx } from "./context.js";
 import { describe, st } from "./context.js";
@@ -64,6 +65,10 @@ async function headerOnly(ctx: WorkerCtx, p: Peer, h: Uint8Array, total: number)
   if (ctx.stream) {
     p.raw.sendRaw(lePrefix(total));
     p.raw.sendRaw(h);
+  } else if (p.raw instanceof ShmConn && p.raw.inline(total)) {
+    // shm+unix, too large for the mapping: inline, the header alone after the BELL (as on a stream;
+    // writing the whole body would race the worker's close against reading its answer).
+    p.raw.sendInlineHead(h, total);
   } else {
     const m = new Uint8Array(total);
     m.set(h);
