@@ -125,7 +125,7 @@ describe("tapwire-harness end to end", () => {
     );
     expect(r.stdout).toContain("link shm");
     expect(r.stdout).toContain("ec data shm");
-    // the consumer's reads went through rings (docs/ec-protocol.md 3.3), none fell back
+    // the consumer's reads went through rings (docs/ec-protocol.md 3.4), none fell back
     expect(rep.ec.consumer["data_shm_chunks"]).toBeGreaterThan(0);
     expect(rep.ec.consumer["data_shm_fallbacks"]).toBe(0);
     // every session file was unlinked: none of a process that has exited is left

@@ -1,4 +1,4 @@
-// The shm data plane across process boundaries (issue 23, docs/ec-protocol.md 3.3): nothing left
+// The shm data plane across process boundaries (issue 23, docs/ec-protocol.md 3.4): nothing left
 // in /dev/shm after SIGKILL of either side and a restart, and a too-small /dev/shm (a tmpfs in a
 // mount namespace) gives a clear error naming the sizes and falls back to the socket.
 import { spawn } from "node:child_process";
@@ -39,7 +39,7 @@ async function start(sock: string): Promise<ProducerProc> {
   return p;
 }
 
-describe("shm data plane and SIGKILL (docs/ec-protocol.md 3.3)", () => {
+describe("shm data plane and SIGKILL (docs/ec-protocol.md 3.4)", () => {
   it("a producer killed with a ring not yet unlinked leaves a file that its restart sweeps", async () => {
     const sock = socketPath("shmk");
     const first = await start(sock);
@@ -58,7 +58,7 @@ describe("shm data plane and SIGKILL (docs/ec-protocol.md 3.3)", () => {
     // and the successor serves rings; killing it with one mapped by a reader leaves nothing
     const hc2 = new HandConn(sock);
     hc2.write(handAttach());
-    hc2.write(Buffer.from([4, 0, 0, 0, 0x08, 0, 0, 0])); // SHM_ATTACHED 0
+    hc2.write(Buffer.from([4, 0, 0, 0, 0x09, 0, 0, 0])); // SHM_ATTACHED 0
     await until(() => hc2.of("offer")[0]);
     await until(() => (filesOf(second.child.pid).length === 0 ? true : undefined));
     await second.kill("SIGKILL");
@@ -82,7 +82,7 @@ describe("shm data plane and SIGKILL (docs/ec-protocol.md 3.3)", () => {
       registry,
     });
     try {
-      const script = `const s=require("net").connect(${JSON.stringify(sock)});s.write(Buffer.from([4,0,0,0,6,0,1,0]));s.on("data",()=>console.log("offered"));setInterval(()=>{},1000);`;
+      const script = `const s=require("net").connect(${JSON.stringify(sock)});s.write(Buffer.from([4,0,0,0,7,0,1,0]));s.on("data",()=>console.log("offered"));setInterval(()=>{},1000);`;
       const child = spawn(process.execPath, ["-e", script], { stdio: ["ignore", "pipe", "inherit"] });
       let out = "";
       child.stdout.on("data", (d: Buffer) => {

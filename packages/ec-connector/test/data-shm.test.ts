@@ -1,4 +1,4 @@
-// The shm data plane (issue 23, docs/ec-protocol.md 3.3): real unix sockets, real /dev/shm
+// The shm data plane (issue 23, docs/ec-protocol.md 3.4): real unix sockets, real /dev/shm
 // mappings through koffi, hand-built frames from the tables for the outsider and hostile cases.
 import {
   chmodSync,
@@ -102,7 +102,7 @@ async function settle(t: SocketDataTransport, h: number): Promise<string> {
   });
 }
 
-describe("shm data plane (docs/ec-protocol.md 3.3)", () => {
+describe("shm data plane (docs/ec-protocol.md 3.4)", () => {
   it("reads granted blocks byte-exact through a 2-slot ring (chunked, CRC of the bytes as received, NOTIF) and unlinks the ring once both hold it", async () => {
     const dir = shmDir();
     const p = await producer(dir);
@@ -260,7 +260,7 @@ describe("shm data plane (docs/ec-protocol.md 3.3)", () => {
   });
 
   const hostile: [string, (instance: string, blocks: readonly number[]) => Buffer[]][] = [
-    ["garbage op 0x0b", () => [Buffer.from([4, 0, 0, 0, 0x0b, 0, 0, 0])]],
+    ["garbage op 0x0c", () => [Buffer.from([4, 0, 0, 0, 0x0c, 0, 0, 0])]],
     [
       "an SHM_RELEASE of a chunk never posted (replay)",
       () => [handAttach(), handAttached(0), handRelease(0, 1)],
@@ -283,9 +283,9 @@ describe("shm data plane (docs/ec-protocol.md 3.3)", () => {
     ["SHM_ATTACHED without an offer", () => [handAttached(0)]],
     [
       "an SHM_RELEASE with a bad body length",
-      () => [handAttach(), handAttached(0), Buffer.from([4, 0, 0, 0, 0x0a, 0, 0, 0])],
+      () => [handAttach(), handAttached(0), Buffer.from([4, 0, 0, 0, 0x0b, 0, 0, 0])],
     ],
-    ["an oversize frame", () => [Buffer.from([0xff, 0xff, 0xff, 0x7f, 0x06])]],
+    ["an oversize frame", () => [Buffer.from([0xff, 0xff, 0xff, 0x7f, 0x07])]],
   ];
   for (const [what, frames] of hostile) {
     it(`a doorbell with ${what} closes that connection (data_malformed_frames), unlinks its ring, and the server keeps serving`, async () => {
@@ -334,7 +334,7 @@ describe("shm data plane (docs/ec-protocol.md 3.3)", () => {
   });
 });
 
-describe("shm data plane, reader side against a producer written from the tables (docs/ec-protocol.md 3.3)", () => {
+describe("shm data plane, reader side against a producer written from the tables (docs/ec-protocol.md 3.4)", () => {
   async function fakeProducer(dir: string, script: (s: net.Socket, name: string) => void) {
     const path = socketPath("fake");
     const name = `tapwire-${process.pid}-${"0123456789abcdef"}`;
@@ -343,7 +343,7 @@ describe("shm data plane, reader side against a producer written from the tables
       s.on("error", () => undefined);
       let sawAttach = false;
       s.on("data", (d: Buffer) => {
-        if (!sawAttach && d[4] === 0x06) {
+        if (!sawAttach && d[4] === 0x07) {
           sawAttach = true;
           script(s, name);
         }
@@ -390,7 +390,7 @@ describe("shm data plane, reader side against a producer written from the tables
       },
     ],
     ["an offer of an absurd ring", (s, name) => s.write(handOffer(0, 9999, 12345, name))],
-    ["garbage", (s) => s.write(Buffer.from([5, 0, 0, 0, 0x09, 1, 2, 3, 4]))],
+    ["garbage", (s) => s.write(Buffer.from([5, 0, 0, 0, 0x0a, 1, 2, 3, 4]))],
   ];
   for (const [what, script] of bad) {
     it(`${what}: the read is ERR, the connection closed, its ring unmapped, no abort`, async () => {
@@ -424,7 +424,7 @@ describe("shm data plane, reader side against a producer written from the tables
       const b = Buffer.concat(got);
       return b.length >= 8 + 4 ? b : undefined;
     });
-    expect([...all.subarray(0, 8)]).toEqual([4, 0, 0, 0, 0x08, 1, 0, 0]);
+    expect([...all.subarray(0, 8)]).toEqual([4, 0, 0, 0, 0x09, 1, 0, 0]);
     expect(all[12]).toBe(0x01); // then the READ
     expect(c.counter("data_shm_fallbacks")).toBe(1);
   });

@@ -1,4 +1,5 @@
 import { Registry } from "@tapwire/stats";
+import { DEFAULT_BATCH_GATHER_US } from "./batcher.js";
 import type { Drafter } from "./drafter.js";
 import { checkDrafter } from "./drafter.js";
 import { WorkerError } from "./errors.js";
@@ -46,7 +47,8 @@ export interface WorkerCoreOptions {
   /** Monotonic clock in ms for the session lease (default `performance.now`). */
   now?: () => number;
   /**
-   * A slot's row buffer holds up to this many windows (2..16, default 4). The last W rows stay
+   * A slot's row buffer holds up to this many windows (2..16, default 4; 2 when `maxSessions` > 1,
+   * so a shared worker's slot memory stays within 2x `maxWindowBytes`). The last W rows stay
    * contiguous by compacting when the buffer end is reached; more windows mean fewer
    * compactions (cheaper multi-row appends) for more memory.
    */
@@ -70,9 +72,22 @@ export interface WorkerCoreOptions {
    * with K > 1.
    */
   maxBatchEntries?: number;
+  /**
+   * Bound of the batch gather in µs (default 2000; 0 turns it off): a drafter call waits at most
+   * this long, and never longer than a mean call, for the next STEP of sessions the previous call
+   * answered, so closed-loop sessions meet in one call; a lone session is never delayed (see
+   * docs/worker.md "Batch gather"). Only with K > 1.
+   */
+  batchGatherUs?: number;
 }
 
 /** Defaults of {@link WorkerCoreOptions} (also what `tapwire-worker --help` states). */
+/**
+ * @internal The default `slotBufferWindows` of a shared worker (`maxSessions` > 1): slot memory at
+ * most 2x the reservations (CONTRACT 12.1 memory; docs/worker.md "Sizing a shared worker").
+ */
+export const SHARED_SLOT_BUFFER_WINDOWS = 2;
+
 export const CORE_DEFAULTS = {
   maxSlots: 256,
   maxRowsPerStep: 4096,
@@ -82,6 +97,7 @@ export const CORE_DEFAULTS = {
   maxSessions: 1,
   sessionIdleMs: 60_000,
   maxBatchEntries: 0,
+  batchGatherUs: DEFAULT_BATCH_GATHER_US,
 } as const;
 
 const U32_MAX = 0xffffffff;
@@ -109,6 +125,8 @@ export interface CoreConfig {
   readonly sessionIdleMs: number;
   /** CONTRACT 12.1 `max_batch_entries` (0: no bound). */
   readonly maxBatchEntries: number;
+  /** Bound of the batch gather, µs (0: off). */
+  readonly batchGatherUs: number;
 }
 
 /** A logger that drops everything. */
@@ -201,11 +219,19 @@ export function resolveCoreOptions(options: WorkerCoreOptions): CoreConfig {
     0,
     U32_MAX,
   );
+  const batchGatherUs = intOption(
+    "batchGatherUs",
+    options.batchGatherUs,
+    CORE_DEFAULTS.batchGatherUs,
+    0,
+    1_000_000,
+  );
   return {
     maxSessions,
     maxWindowBytes,
     sessionIdleMs,
     maxBatchEntries,
+    batchGatherUs,
     drafter: d,
     maxSlots,
     maxRowsPerStep,
@@ -219,7 +245,8 @@ export function resolveCoreOptions(options: WorkerCoreOptions): CoreConfig {
     slotBufferWindows: intOption(
       "slotBufferWindows",
       options.slotBufferWindows,
-      CORE_DEFAULTS.slotBufferWindows,
+      // CONTRACT 12.1 memory: a shared worker's slot memory stays near max_window_bytes.
+      maxSessions > 1 ? SHARED_SLOT_BUFFER_WINDOWS : CORE_DEFAULTS.slotBufferWindows,
       2,
       16,
     ),

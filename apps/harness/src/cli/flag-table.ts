@@ -91,7 +91,7 @@ export const FLAGS: Record<string, FlagSpec> = {
     "ecData",
     EC_DATA_PLANES,
     "T",
-    "embedding data plane: tcp | unix | shm (same-host rings, docs/ec-protocol.md 3.3)",
+    "embedding data plane: tcp | unix | shm (same-host rings, docs/ec-protocol.md 3.4)",
   ),
   "--encoders": int(
     "encoders",

@@ -52,7 +52,7 @@ async function connectConsumer(
     registry: ecRegistry,
     logger: ecLogger,
     ...(placement === null ? {} : { placement: placement.directory }),
-    // --ec-data shm: read through the producers' rings (docs/ec-protocol.md 3.3)
+    // --ec-data shm: read through the producers' rings (docs/ec-protocol.md 3.4)
     ...(scope.cfg.ecData === "shm" ? { dataShm: true } : {}),
   });
   scope.cleanups.push(() => connector.close());

@@ -227,7 +227,7 @@ function encoderArgsFor(
   const dataListen =
     cfg.ecData === "tcp"
       ? `tcp://${host}:0`
-      : // shm: the same unix socket, also offering rings (docs/ec-protocol.md 3.3)
+      : // shm: the same unix socket, also offering rings (docs/ec-protocol.md 3.4)
         `${cfg.ecData === "shm" ? "shm+unix" : "unix"}://${join(dir, `${name ?? "ec"}-data.sock`)}`;
   const { compat, hb } = geo;
   return (control: string, data = dataListen) => [

@@ -41,7 +41,7 @@ const FLAGS = {
   data: {
     kind: "string",
     arg: "<tcp://h:p|unix://p|shm+unix://p|tls://h:p>",
-    help: "data server (shm+unix://p: a unix server that also offers same-host shm rings, needs koffi; docs/ec-protocol.md 3.3)",
+    help: "data server (shm+unix://p: a unix server that also offers same-host shm rings, needs koffi; docs/ec-protocol.md 3.4)",
     def: EC_PRODUCER_DEFAULTS.data,
   },
   advertise: {

@@ -1,10 +1,10 @@
-// Frames of the shm data plane (issue 23, docs/ec-protocol.md 3.3): the doorbell on the unix
-// socket. Same framing as 3.1 (u32 LE body_len, then op), new ops 0x06-0x0a.
+// Frames of the shm data plane (issue 23, docs/ec-protocol.md 3.4): the doorbell on the unix
+// socket. Same framing as 3.1 (u32 LE body_len, then op), new ops 0x07-0x0b (0x06 is 3.3's ACK).
 import { EcError } from "../errors.js";
 import { LEN_BYTES } from "./frame.js";
 
-/** Op codes of the shm capability (docs/ec-protocol.md 3.3). */
-export const SHM_OPS = { attach: 0x06, offer: 0x07, attached: 0x08, chunk: 0x09, release: 0x0a } as const;
+/** Op codes of the shm capability (docs/ec-protocol.md 3.4). */
+export const SHM_OPS = { attach: 0x07, offer: 0x08, attached: 0x09, chunk: 0x0a, release: 0x0b } as const;
 /** Version an SHM_ATTACH carries. */
 export const SHM_DATA_VERSION = 1;
 /** Most slots of a ring, and the bounds of a slot's size (a 4 KiB page multiple). */

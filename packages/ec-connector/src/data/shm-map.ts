@@ -1,4 +1,4 @@
-// Shared memory of the EC shm data plane (issue 23, docs/ec-protocol.md 3.3): koffi, an optional
+// Shared memory of the EC shm data plane (issue 23, docs/ec-protocol.md 3.4): koffi, an optional
 // peer dependency loaded on first use, maps per-connection /dev/shm files.
 //
 // One owner of mmap: this is the same libc binding, file naming (`tapwire-<pid>-<16 hex>`), stale

@@ -1,4 +1,4 @@
-// The consumer side of the shm data plane (issue 23, docs/ec-protocol.md 3.3): a new connection to
+// The consumer side of the shm data plane (issue 23, docs/ec-protocol.md 3.4): a new connection to
 // a producer whose metadata offers shm sends SHM_ATTACH, maps the ring the SHM_OFFER names
 // read-only, and from then on each SHM_CHUNK is CRC'd as it lies in the ring and copied once into
 // the destination blocks, then released.

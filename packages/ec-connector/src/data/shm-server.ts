@@ -1,4 +1,4 @@
-// The producer side of the shm data plane (issue 23, docs/ec-protocol.md 3.3): per connection a
+// The producer side of the shm data plane (issue 23, docs/ec-protocol.md 3.4): per connection a
 // ring in a /dev/shm file the producer creates; a served READ's granted bytes are copied from
 // the pinned cache region into the ring's slots (one copy) and announced by SHM_CHUNK doorbells on
 // the unix socket; a slot is written again only after the reader's SHM_RELEASE of it.

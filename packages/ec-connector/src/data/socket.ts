@@ -39,7 +39,7 @@ function checkTls(t: DataTlsOptions): void {
 
 export type { SocketFault } from "./reader.js";
 
-/** Defaults of the shm data plane (docs/ec-protocol.md 3.3): a ring of 2 x 4 MiB per connection. */
+/** Defaults of the shm data plane (docs/ec-protocol.md 3.4): a ring of 2 x 4 MiB per connection. */
 export const SHM_DATA_DEFAULTS = {
   dir: DEFAULT_SHM_DIR,
   slots: 2,
@@ -47,7 +47,7 @@ export const SHM_DATA_DEFAULTS = {
   maxSessions: 32,
 } as const;
 
-/** Options of the shm data plane (docs/ec-protocol.md 3.3). */
+/** Options of the shm data plane (docs/ec-protocol.md 3.4). */
 export interface ShmDataOptions {
   /** Directory of the ring files (default /dev/shm; an absolute path). */
   dir?: string;
@@ -126,7 +126,7 @@ export interface SocketDataTransportOptions {
    */
   tls?: DataTlsOptions;
   /**
-   * docs/ec-protocol.md 3.3, the shm data plane (needs the optional peer `koffi`). As a reader:
+   * docs/ec-protocol.md 3.4, the shm data plane (needs the optional peer `koffi`). As a reader:
    * `true` (or options) maps the rings of producers whose metadata offers shm (default off). As a
    * server it is on for a `shm+unix:///path` listen (advertised as `unix:///path` plus the
    * metadata key `shm`); these options size its rings. Without koffi both sides use the socket.
@@ -173,7 +173,7 @@ export class SocketDataTransport implements DataTransport {
     this.#listener = listener;
     this.#unixPath = unixPath;
     this.kind = shm.server ? "shm" : (/^(unix|tcp|tls):\/\//.exec(endpoint)?.[1] ?? "reader");
-    // docs/ec-protocol.md 3.3: the shm half of each side, when asked for and koffi loads.
+    // docs/ec-protocol.md 3.4: the shm half of each side, when asked for and koffi loads.
     const so = shm.options ?? SHM_DATA_DEFAULTS;
     const sm = shm.options === null ? null : shmMetrics(registry);
     let shmServer: ShmDataServer | undefined;
@@ -318,7 +318,7 @@ export class SocketDataTransport implements DataTransport {
         cause: err,
       });
     });
-    // docs/ec-protocol.md 3.3: advertised as the unix endpoint it also is (a 1.1 reader uses it so).
+    // docs/ec-protocol.md 3.4: advertised as the unix endpoint it also is (a 1.1 reader uses it so).
     let endpoint = shmServer ? `unix://${(target as { path: string }).path}` : options.listen;
     const addr = server.address();
     if (addr !== null && typeof addr === "object") {
@@ -430,10 +430,23 @@ export class SocketDataTransport implements DataTransport {
     localBlocks: readonly number[],
     agentName: string,
     notifMsg: Uint8Array,
-    options: ReadOptions & { nbytes: number; waitMs: number },
+    options: ReadOptions & { nbytes: number; waitMs: number; ackFirst?: boolean },
   ): XferHandle {
     if (this.#closed) throw new EcError("EC_CLOSED", "data transport: closed");
     return this.#reader.postReadAhead(localBlocks, agentName, notifMsg, options);
+  }
+
+  /** Ack-ahead (docs/ec-protocol.md 3.4): this transport sends and takes ACK frames. */
+  readonly ackAhead = true;
+
+  /** Ack-ahead (docs/ec-protocol.md 3.4): see {@link DataTransport.grantAck}. */
+  grantAck(key: string, ack: Uint8Array): boolean {
+    return this.#server.grantAck(key, ack);
+  }
+
+  /** Ack-ahead (docs/ec-protocol.md 3.4): see {@link DataTransport.takeReadAheadAck}. */
+  takeReadAheadAck(handle: XferHandle): Uint8Array | null {
+    return this.#reader.takeReadAheadAck(handle);
   }
 
   revoke(key: string): void {

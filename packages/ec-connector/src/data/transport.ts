@@ -79,8 +79,24 @@ export interface DataTransport {
     localBlocks: readonly number[],
     agentName: string,
     notifMsg: Uint8Array,
-    options: ReadOptions & { nbytes: number; waitMs: number },
+    options: ReadOptions & { nbytes: number; waitMs: number; ackFirst?: boolean },
   ): XferHandle;
+  /**
+   * Ack-ahead (docs/ec-protocol.md 3.3), optional: true when this transport's server sends a
+   * grant's XferAck as an ACK frame to a READ_AHEAD asking for it ({@link DataTransport.grantAck})
+   * and its reader can ask for and take one ({@link DataTransport.takeReadAheadAck}).
+   */
+  readonly ackAhead?: boolean;
+  /**
+   * Ack-ahead, producer side: `ack` is the XferAck (MessagePack) of the grant `key` just made;
+   * READ_AHEADs of `key` that asked for it get it as an ACK frame before DATA, and those already
+   * waiting are served now (before the control plane would send the same ack). Returns true when
+   * one was served with it: the ack reached the consumer's data connection, and the producer then
+   * sends no control-plane copy.
+   */
+  grantAck?(key: string, ack: Uint8Array): boolean;
+  /** Ack-ahead, consumer side: the XferAck an ACK frame brought for this READ_AHEAD (once), else null. */
+  takeReadAheadAck?(handle: XferHandle): Uint8Array | null;
   /** Producer side: withdraws a grant and stops reads of it that are still streaming. */
   revoke(key: string): void;
   /** Called (if set) whenever a notification arrives, so a driver can schedule a step. */
@@ -100,7 +116,7 @@ export interface AgentMetadata {
   /** Where its data server listens (`tcp://host:port`, `unix:///path`, `loopback://name`). */
   endpoint: string;
   /**
-   * docs/ec-protocol.md 3.3 (tapwire 1.2, optional): its `unix://` data server also offers shm
+   * docs/ec-protocol.md 3.4 (tapwire 1.2, optional): its `unix://` data server also offers shm
    * rings (the metadata key `shm` = 1; a 1.1 reader ignores it and reads over the socket).
    */
   shm?: boolean;
@@ -231,7 +247,7 @@ export function checkReadShape(
   return n;
 }
 
-/** A parsed data endpoint: a TCP address (plain or TLS) or a Unix socket path (`shm`: `shm+unix://`, 3.3). */
+/** A parsed data endpoint: a TCP address (plain or TLS) or a Unix socket path (`shm`: `shm+unix://`, 3.4). */
 export type DataEndpoint = { host: string; port: number; tls: boolean } | { path: string; shm?: boolean };
 
 /** Parses `tcp://host:port`, `tls://host:port` or `unix:///path` (internal). */
@@ -243,7 +259,7 @@ export function parseDataEndpoint(endpoint: string): DataEndpoint {
     return { path };
   }
   if (endpoint.startsWith("shm+unix://")) {
-    // docs/ec-protocol.md 3.3: a unix data server that also offers shm rings (listen side only).
+    // docs/ec-protocol.md 3.4: a unix data server that also offers shm rings (listen side only).
     const path = endpoint.slice("shm+unix://".length);
     if (path.length === 0) throw new EcError("EC_BAD_ENDPOINT", `endpoint ${endpoint}: empty socket path`);
     return { path, shm: true };

@@ -1,5 +1,5 @@
 /**
- * shm data-plane frames (docs/ec-protocol.md 3.3) built and parsed by hand from its byte tables,
+ * shm data-plane frames (docs/ec-protocol.md 3.4) built and parsed by hand from its byte tables,
  * with a DataView and nothing from the package: a test talking to the real server with these
  * bytes fails if the code and the document drift apart.
  */
@@ -12,36 +12,36 @@ function frame(body: Uint8Array): Buffer {
   return out;
 }
 
-/** SHM_ATTACH (0x06): version u16 at body offset 2. */
+/** SHM_ATTACH (0x07): version u16 at body offset 2. */
 export function handAttach(version = 1): Buffer {
   const b = new Uint8Array(4);
   const v = new DataView(b.buffer);
-  v.setUint8(0, 0x06);
+  v.setUint8(0, 0x07);
   v.setUint16(2, version, true);
   return frame(b);
 }
 
-/** SHM_ATTACHED (0x08): status u8 at body offset 1 (0 mapped, 1 declined). */
+/** SHM_ATTACHED (0x09): status u8 at body offset 1 (0 mapped, 1 declined). */
 export function handAttached(status: number): Buffer {
-  return frame(Uint8Array.of(0x08, status, 0, 0));
+  return frame(Uint8Array.of(0x09, status, 0, 0));
 }
 
-/** SHM_RELEASE (0x0a): slot u16 at 2, seq u32 at 4. */
+/** SHM_RELEASE (0x0b): slot u16 at 2, seq u32 at 4. */
 export function handRelease(slot: number, seq: number): Buffer {
   const b = new Uint8Array(8);
   const v = new DataView(b.buffer);
-  v.setUint8(0, 0x0a);
+  v.setUint8(0, 0x0b);
   v.setUint16(2, slot, true);
   v.setUint32(4, seq, true);
   return frame(b);
 }
 
-/** SHM_OFFER (0x07), as a producer written from the tables sends it. */
+/** SHM_OFFER (0x08), as a producer written from the tables sends it. */
 export function handOffer(status: number, slots: number, slotBytes: number, text: string): Buffer {
   const t = Buffer.from(text, "utf8");
   const b = new Uint8Array(12 + t.length);
   const v = new DataView(b.buffer);
-  v.setUint8(0, 0x07);
+  v.setUint8(0, 0x08);
   v.setUint8(1, status);
   v.setUint16(2, slots, true);
   v.setUint32(4, slotBytes, true);
@@ -50,11 +50,11 @@ export function handOffer(status: number, slots: number, slotBytes: number, text
   return frame(b);
 }
 
-/** SHM_CHUNK (0x09): slot u16 at 2, seq u32 at 4, offset u32 at 8, length u32 at 12. */
+/** SHM_CHUNK (0x0a): slot u16 at 2, seq u32 at 4, offset u32 at 8, length u32 at 12. */
 export function handChunk(slot: number, seq: number, offset: number, length: number): Buffer {
   const b = new Uint8Array(16);
   const v = new DataView(b.buffer);
-  v.setUint8(0, 0x09);
+  v.setUint8(0, 0x0a);
   v.setUint16(2, slot, true);
   v.setUint32(4, seq, true);
   v.setUint32(8, offset, true);
@@ -110,7 +110,7 @@ export class HandConn {
       const body = this.#buf.subarray(4, 4 + len);
       this.#buf = this.#buf.subarray(4 + len);
       const op = v.getUint8(0);
-      if (op === 0x07) {
+      if (op === 0x08) {
         const tl = v.getUint16(8, true);
         this.frames.push({
           op: "offer",
@@ -119,7 +119,7 @@ export class HandConn {
           slotBytes: v.getUint32(4, true),
           text: body.subarray(12, 12 + tl).toString("utf8"),
         });
-      } else if (op === 0x09) {
+      } else if (op === 0x0a) {
         this.frames.push({
           op: "chunk",
           slot: v.getUint16(2, true),

@@ -243,6 +243,14 @@ export const FLAGS = {
     CORE_DEFAULTS.maxBatchEntries,
     "shared: most entries per cross-session drafter call (0 = no bound; CONTRACT 12.1)",
   ),
+  "batch-gather-us": int(
+    "Sessions and limits",
+    "US",
+    0,
+    1_000_000,
+    CORE_DEFAULTS.batchGatherUs,
+    "shared: a drafter call waits at most this long (and never more than a mean call) for sessions the last call answered; a lone session never waits (0 = off)",
+  ),
   name: {
     section: "Sessions and limits",
     arg: "NAME",
@@ -250,14 +258,13 @@ export const FLAGS = {
     default: CORE_DEFAULTS.name,
     help: "worker_name in HelloReply",
   },
-  "slot-buffer-windows": int(
-    "Sessions and limits",
-    "N",
-    2,
-    16,
-    CORE_DEFAULTS.slotBufferWindows,
-    "slot buffers hold up to N windows of rows",
-  ),
+  "slot-buffer-windows": {
+    section: "Sessions and limits",
+    arg: "N",
+    kind: { t: "int", min: 2, max: 16 },
+    note: "4; 2 when max-sessions > 1",
+    help: "slot buffers hold up to N windows of rows",
+  },
   "receive-in-place": {
     section: "Sessions and limits",
     arg: "yes|no",
