@@ -8,7 +8,10 @@ import type { ClientMetrics } from "./metrics.js";
 import type { ClientTlsOptions, RpcClient } from "./options.js";
 import { HEADER_BYTES, LengthPrefix } from "./prefix.js";
 import { RequestCore, replyOrThrow, State } from "./request.js";
+import { setSocketBuffer, socketBuffer } from "./sockopt.js";
 
+// A unix socket's send buffer is asked to hold a whole request up to this size (see sockopt.ts).
+const UNIX_SEND_BUFFER_MAX = 4 * 1024 * 1024;
 // Size of the reused receive buffer handed to the kernel (onread): one read takes at most this much.
 const RECV_CHUNK = 64 * 1024;
 
@@ -71,6 +74,16 @@ export class StreamClient implements RpcClient {
 
   get connected(): boolean {
     return this.#state === State.OPEN;
+  }
+
+  /**
+   * Diagnostic: the connection's send buffer (SO_SNDBUF) as the kernel reports it, or -1 when it
+   * cannot be read here (not connected, no `koffi`, not Linux). A unix connection asks for one
+   * that holds a whole request of up to 4 MiB (issue 23, see sockopt.ts).
+   */
+  get sendBufferBytes(): number {
+    const s = this.#sock;
+    return s === null || this.#state !== State.OPEN ? -1 : socketBuffer(s, "send");
   }
 
   connect(timeoutMs?: number): Promise<void> {
@@ -192,6 +205,10 @@ export class StreamClient implements RpcClient {
     this.#sock = sock;
     this.#state = State.OPEN;
     this.#m.connects.inc();
+    // Issue 23: a whole request leaves in one writev, not one per 208 KiB the peer has read.
+    if (this.#ep.scheme === "unix") {
+      setSocketBuffer(sock, "send", Math.min(this.#maxMessageBytes + HEADER_BYTES, UNIX_SEND_BUFFER_MAX));
+    }
     sock.on("error", (e: Error) => {
       if (this.#sock === sock)
         this.#drop("TRANSPORT_CLOSED", `connection to ${this.endpoint} failed: ${e.message}`, e);
