@@ -13,6 +13,7 @@ export interface ServerMetrics {
   placedMessages: Counter;
   placedBytes: Counter;
   placedCopiedBytes: Counter;
+  placedScatterReads: Counter;
   allocFailures: Counter;
   bufferedBytes: Gauge;
   budgetWaits: Counter;
@@ -50,6 +51,10 @@ export function serverMetrics(r: Registry): ServerMetrics {
     placedCopiedBytes: r.counter(
       "transport_server_placed_copied_bytes",
       "the part of transport_server_placed_bytes copied from a read buffer, not read in place",
+    ),
+    placedScatterReads: r.counter(
+      "transport_server_placed_scatter_reads",
+      "readv(2) calls that read placed bytes into several receiveInto segments at once (with koffi)",
     ),
     allocFailures: r.counter(
       "transport_server_alloc_failures",

@@ -9,58 +9,16 @@
 // round on unix against 1 and 1.6 on tcp, whose loopback buffers autotune to 4 MiB), so both
 // processes ping-pong through the scheduler for every STEP. With a send buffer that holds the
 // whole frame, the writev is one call, as on tcp.
-import { createRequire } from "node:module";
 import type * as net from "node:net";
+import { nativeLibc } from "./native.js";
 
 // Linux <asm-generic/socket.h> (x86_64 and arm64 alike).
 const SOL_SOCKET = 1;
 const SO_SNDBUF = 7;
 const SO_RCVBUF = 8;
 
-/** The libc calls used here, bound through koffi. */
-interface SockoptLibc {
-  setsockopt(fd: number, level: number, name: number, val: Int32Array, len: number): number;
-  getsockopt(fd: number, level: number, name: number, val: Int32Array, len: Uint32Array): number;
-}
-
-interface KoffiLike {
-  load(path: string): { func(decl: string): (...args: unknown[]) => unknown };
-}
-
-/** undefined: not tried yet; null: unavailable here (no koffi, not Linux, no glibc). */
-let libc: SockoptLibc | null | undefined;
-let requireKoffi: () => unknown = () => createRequire(import.meta.url)("koffi");
-
-function sockoptLibc(): SockoptLibc | null {
-  if (libc !== undefined) return libc;
-  libc = null;
-  if (process.platform !== "linux") return null;
-  try {
-    const m = requireKoffi() as KoffiLike | { default: KoffiLike };
-    const k = ("load" in m ? m : m.default) as KoffiLike;
-    const c = k.load("libc.so.6");
-    libc = {
-      setsockopt: c.func(
-        "int setsockopt(int fd, int level, int name, const void *val, uint32_t len)",
-      ) as SockoptLibc["setsockopt"],
-      getsockopt: c.func(
-        "int getsockopt(int fd, int level, int name, void *val, uint32_t *len)",
-      ) as SockoptLibc["getsockopt"],
-    };
-  } catch {
-    libc = null;
-  }
-  return libc;
-}
-
-/** Internal, for tests: replaces how koffi is required (and forgets a loaded one). */
-export function setSockoptKoffiForTest(fn: (() => unknown) | null): void {
-  requireKoffi = fn ?? (() => createRequire(import.meta.url)("koffi"));
-  libc = undefined;
-}
-
 /** The file descriptor of a connected unix/tcp socket, or -1 (no handle, not POSIX). */
-function fdOf(sock: net.Socket): number {
+export function fdOf(sock: net.Socket): number {
   const fd = (sock as unknown as { _handle?: { fd?: unknown } | null })._handle?.fd;
   return typeof fd === "number" && Number.isInteger(fd) && fd >= 0 ? fd : -1;
 }
@@ -75,7 +33,7 @@ const lenOut = new Uint32Array(1);
  * not Linux, no descriptor). Never throws: the socket works either way, only slower.
  */
 export function setSocketBuffer(sock: net.Socket, which: "send" | "recv", bytes: number): number {
-  const c = sockoptLibc();
+  const c = nativeLibc();
   const fd = fdOf(sock);
   if (c === null || fd < 0) return -1;
   const name = which === "send" ? SO_SNDBUF : SO_RCVBUF;
@@ -86,7 +44,7 @@ export function setSocketBuffer(sock: net.Socket, which: "send" | "recv", bytes:
 
 /** The send or receive buffer size the kernel reports for `sock`, or -1 when it cannot be read. */
 export function socketBuffer(sock: net.Socket, which: "send" | "recv"): number {
-  const c = sockoptLibc();
+  const c = nativeLibc();
   const fd = fdOf(sock);
   if (c === null || fd < 0) return -1;
   lenOut[0] = 4;

@@ -6,14 +6,15 @@ import { readFileSync } from "node:fs";
 import * as net from "node:net";
 import { afterEach, describe, expect, test } from "vitest";
 import { listen, makeClient, type RpcServer } from "../src/index.js";
-import { setSockoptKoffiForTest, socketBuffer } from "../src/sockopt.js";
+import { setNativeKoffiForTest } from "../src/native.js";
+import { socketBuffer } from "../src/sockopt.js";
 import type { StreamClient } from "../src/stream-client.js";
 import { pattern, uniqueSocketPath } from "./helpers/env.js";
 
 const servers: RpcServer[] = [];
 const clients: StreamClient[] = [];
 afterEach(async () => {
-  setSockoptKoffiForTest(null);
+  setNativeKoffiForTest(null);
   for (const c of clients.splice(0)) c.close();
   for (const s of servers.splice(0)) await s.close();
 });
@@ -79,7 +80,7 @@ describe("unix: the client's send buffer holds a whole request (issue 23)", () =
   });
 
   test("without koffi: the kernel default is kept and requests still work", async () => {
-    setSockoptKoffiForTest(() => {
+    setNativeKoffiForTest(() => {
       throw new Error("Cannot find module 'koffi'");
     });
     const srv = await echoServer();
@@ -88,7 +89,7 @@ describe("unix: the client's send buffer holds a whole request (issue 23)", () =
     await c.connect(5000);
     expect(c.sendBufferBytes).toBe(-1);
     await roundTrips(c);
-    setSockoptKoffiForTest(null);
+    setNativeKoffiForTest(null);
     // the socket really kept the default (measured with koffi back)
     expect(c.sendBufferBytes).toBe(await defaultSendBuffer(srv.endpoint));
   });
