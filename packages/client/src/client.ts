@@ -39,7 +39,16 @@ import { ClientError } from "./errors.js";
 import type { RemoteDraftClientOptions, ResolvedClientOptions, TransportFactory } from "./options.js";
 import { resolveOptions } from "./options.js";
 import type { OutcomeReaction, StepOutcome, StepOutcomeReason } from "./outcomes.js";
-import { echoProblem, errText, frameStatusRow, STEP_OUTCOMES, statusName } from "./outcomes.js";
+import {
+  DISABLED,
+  echoProblem,
+  errText,
+  frameStatusRow,
+  NOT_READY,
+  RECONNECTED,
+  STEP_OUTCOMES,
+  statusName,
+} from "./outcomes.js";
 import { tapHello } from "./trace-tap.js";
 
 /**
@@ -96,16 +105,6 @@ export interface WorkerInfo {
 }
 
 const SEQ_MAX = 0xffffffff;
-const NOT_READY: StepOutcome = Object.freeze({
-  ok: false,
-  reason: "not_ready",
-  unknownApply: false,
-  rttUs: 0,
-  reply: null,
-  error: null,
-});
-const DISABLED: StepOutcome = Object.freeze({ ...NOT_READY, reason: "disabled" as const });
-const RECONNECTED: StepOutcome = Object.freeze({ ...NOT_READY, reason: "reconnected" as const });
 
 function failed(reason: StepOutcomeReason, unknownApply: boolean, rttUs: number, error: string): StepOutcome {
   return { ok: false, reason, unknownApply, rttUs, reply: null, error };

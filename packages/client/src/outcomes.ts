@@ -74,6 +74,23 @@ export interface StepOutcome {
   readonly perEntry?: readonly StepOutcome[];
 }
 
+// The outcomes of a STEP that is not sent (CONTRACT 9.2 `not_ready`, `disabled`, `reconnected`):
+// one frozen object each, owned here and shared by RemoteDraftClient and WorkerPool (internal,
+// not exported from the package).
+/** No ready connection (a pool: the slot's member is not ready): nothing sent. @internal */
+export const NOT_READY: StepOutcome = Object.freeze({
+  ok: false,
+  reason: "not_ready",
+  unknownApply: false,
+  rttUs: 0,
+  reply: null,
+  error: null,
+});
+/** The client is disabled (CONTRACT 9.3): nothing sent. @internal */
+export const DISABLED: StepOutcome = Object.freeze({ ...NOT_READY, reason: "disabled" as const });
+/** Built for an older connection (CONTRACT 7.5): nothing sent. @internal */
+export const RECONNECTED: StepOutcome = Object.freeze({ ...NOT_READY, reason: "reconnected" as const });
+
 /** What a non-OK frame status means to the client (CONTRACT 5, 9.2). */
 export interface FrameStatusRow {
   /** The status name (CONTRACT 5). */

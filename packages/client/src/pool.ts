@@ -19,8 +19,8 @@ import type { MemberSource, PoolMemberInfo } from "./members.js";
 import { compatProblem, staticMembers } from "./members.js";
 import type { RemoteDraftClientOptions, ResolvedClientOptions } from "./options.js";
 import { resolveOptions } from "./options.js";
-import type { StepOutcome } from "./outcomes.js";
-import { errText } from "./outcomes.js";
+import type { StepOutcome, StepOutcomeReason } from "./outcomes.js";
+import { errText, NOT_READY, RECONNECTED } from "./outcomes.js";
 import type { DraftLink } from "./round-types.js";
 
 /** Options of {@link WorkerPool}: those of {@link RemoteDraftClient} for every member, plus the members. */
@@ -60,22 +60,39 @@ export interface PoolMemberStats {
   readonly movedReleases: number;
   /** Successful HELLOs of its client (its epoch). */
   readonly epoch: number;
+  /**
+   * Smoothed RTT of its answered STEPs in µs (gain 1/8 per STEP, RFC 6298's SRTT; timeouts and
+   * other failures do not feed it), 0 before the first.
+   */
+  readonly rttUs: number;
   /** Why its client is disabled, or null. */
   readonly disabledReason: string | null;
   /** Its client's last error, or null. */
   readonly lastError: string | null;
 }
 
-const NOT_READY: StepOutcome = Object.freeze({
-  ok: false,
-  reason: "not_ready",
-  unknownApply: false,
-  rttUs: 0,
-  reply: null,
-  error: null,
-});
-const RECONNECTED: StepOutcome = Object.freeze({ ...NOT_READY, reason: "reconnected" as const });
+// a RELEASE the pool answers itself (its member is not ready): ok, nothing sent
 const LOCAL_OK: StepOutcome = Object.freeze({ ...NOT_READY, ok: true, reason: "ok" as const });
+const RELEASE_META: SampleMeta = Object.freeze({ seed: 0, topK: 1, tempMilli: 0 });
+/**
+ * Weight of a new STEP RTT in a member's smoothed RTT: 1/8, the SRTT gain of RFC 6298 (TCP).
+ * Only answered STEPs feed it (a timeout measures the timeout, not the member: Karn's rule).
+ */
+const RTT_GAIN = 0.125;
+
+// The round's outcome, one per pool and reused (like the merged reply, valid until the next step).
+class PoolOutcome implements StepOutcome {
+  ok = false;
+  reason: StepOutcomeReason = "not_ready";
+  unknownApply = false;
+  rttUs = 0;
+  reply: StepReplyViews | null = null;
+  error: string | null = null;
+  perEntry: StepOutcome[];
+  constructor(perEntry: StepOutcome[]) {
+    this.perEntry = perEntry;
+  }
+}
 
 class Member {
   readonly endpoint: string;
@@ -88,10 +105,16 @@ class Member {
   seenEpoch = 0;
   /** Round of the first failed STEP since the last OK one, or -1. */
   failedSince = -1;
-  /** slot → generation last sent: the worker may hold a window for it. */
-  readonly sent = new Map<number, number>();
-  /** slot → generation: slots that moved away while it may hold their window (RELEASE when it is back). */
-  readonly moved = new Map<number, number>();
+  /** Per slot, the generation last sent (the worker may hold a window for it), or -1. */
+  readonly sentGen: Float64Array;
+  /** Per slot, the generation of a slot that moved away while it may hold its window (RELEASE when it is back), or -1. */
+  readonly movedGen: Float64Array;
+  /** Slots with `movedGen >= 0`. */
+  nMoved = 0;
+  /** Smoothed RTT of its answered STEPs, µs (0 before the first). */
+  rttUs = 0;
+  /** The STEP sent this round, awaited after every member's STEP is out. */
+  pending: Promise<StepOutcome> | null = null;
   // the STEP being built this round
   readonly entries: ReqEntry[] = [];
   readonly meta: SampleMeta[] = [];
@@ -99,6 +122,10 @@ class Member {
   index = new Int32Array(0);
   readonly releases: ReqEntry[] = [];
   n = 0;
+  /** Entries of the round's call routed to it (`n` without the RELEASEs the pool added). */
+  routed = 0;
+  /** Its STEP's reply this round (views into its client's reply buffer), or null. */
+  lastReply: StepReplyViews | null = null;
   nRows = 0;
   np = 0;
   readonly call: StepCall;
@@ -113,6 +140,8 @@ class Member {
     this.incarnation = incarnation;
     this.client = client;
     this.index = new Int32Array(maxSlots);
+    this.sentGen = new Float64Array(maxSlots).fill(-1);
+    this.movedGen = new Float64Array(maxSlots).fill(-1);
     this.call = {
       stepId: 0,
       entries: this.entries,
@@ -126,6 +155,31 @@ class Member {
   /** Ready, not draining, not removed: may take slots this round. */
   servable(): boolean {
     return !this.removed && !this.draining && this.client.ready;
+  }
+  /** `slot` leaves it: a window it may hold is remembered for a RELEASE when it is back. */
+  moveAway(slot: number): void {
+    const g = this.sentGen[slot]!;
+    if (g < 0) return;
+    this.sentGen[slot] = -1;
+    if (this.movedGen[slot]! < 0) this.nMoved++;
+    this.movedGen[slot] = g;
+  }
+  /** `slot` needs no RELEASE here any more (released, or resynced here). */
+  dropMoved(slot: number): void {
+    if (this.movedGen[slot]! < 0) return;
+    this.movedGen[slot] = -1;
+    this.nMoved--;
+  }
+  /** It holds no window of ours (a new session). */
+  forgetWindows(): void {
+    this.sentGen.fill(-1);
+    this.movedGen.fill(-1);
+    this.nMoved = 0;
+  }
+  /** An answered STEP's RTT (CONTRACT 9.2 `ok`): the smoothed RTT moves by {@link RTT_GAIN}. */
+  observeRtt(us: number): void {
+    if (!(us > 0) || !Number.isFinite(us)) return;
+    this.rttUs = this.rttUs === 0 ? us : this.rttUs + RTT_GAIN * (us - this.rttUs);
   }
 }
 
@@ -156,20 +210,40 @@ class MergedReply implements StepReplyViews {
     this.supportIds = sampled ? new Int32Array(n * N * 32) : null;
     this.proposalQ = sampled ? new Uint32Array(n * N * 32) : null;
   }
-  // entry j of `r` becomes entry k
+  // entry j of `r` becomes entry k; element loops (N is small: subarray() would allocate a
+  // view per array per entry, the pool's largest per-round cost when it did)
   copyFrom(r: StepReplyViews, j: number, k: number): void {
     const N = this.numSpec;
     this.status[k] = r.status[j]!;
     this.windowRows[k] = r.windowRows[j]!;
     this.generation[k] = r.generation[j]!;
-    this.draftIds.set(r.draftIds.subarray(j * N, (j + 1) * N), k * N);
-    this.confidence.set(r.confidence.subarray(j * N, (j + 1) * N), k * N);
-    if (this.margin !== null && r.margin !== null)
-      this.margin.set(r.margin.subarray(j * N, (j + 1) * N), k * N);
+    const s = j * N;
+    const d = k * N;
+    const ids = this.draftIds;
+    const conf = this.confidence;
+    const rIds = r.draftIds;
+    const rConf = r.confidence;
+    for (let i = 0; i < N; i++) {
+      ids[d + i] = rIds[s + i]!;
+      conf[d + i] = rConf[s + i]!;
+    }
+    const mg = this.margin;
+    const rMg = r.margin;
+    if (mg !== null && rMg !== null) for (let i = 0; i < N; i++) mg[d + i] = rMg[s + i]!;
     if (this.sampledMask !== null && r.sampledMask !== null) {
-      this.sampledMask.set(r.sampledMask.subarray(j * N, (j + 1) * N), k * N);
-      this.supportIds!.set(r.supportIds!.subarray(j * N * 32, (j + 1) * N * 32), k * N * 32);
-      this.proposalQ!.set(r.proposalQ!.subarray(j * N * 32, (j + 1) * N * 32), k * N * 32);
+      const sm = this.sampledMask;
+      const rSm = r.sampledMask;
+      for (let i = 0; i < N; i++) sm[d + i] = rSm[s + i]!;
+      const sup = this.supportIds!;
+      const q = this.proposalQ!;
+      const rSup = r.supportIds!;
+      const rQ = r.proposalQ!;
+      const s32 = s * 32;
+      const d32 = d * 32;
+      for (let i = 0; i < N * 32; i++) {
+        sup[d32 + i] = rSup[s32 + i]!;
+        q[d32 + i] = rQ[s32 + i]!;
+      }
     }
   }
   // a RELEASE the pool answered itself: OK, no window (CONTRACT 7.2 step 4)
@@ -213,6 +287,8 @@ export class WorkerPool implements DraftLink {
   readonly #log: Logger;
   readonly #source: MemberSource;
   readonly #members = new Map<string, Member>();
+  /** The members of `#members` in insertion order: what the per-round loops walk (no iterator). */
+  readonly #list: Member[] = [];
   /** Endpoints disabled by a fatal status, with the incarnation that was refused. */
   readonly #refused = new Map<string, string | null>();
   readonly #ignoredLogged = new Set<string>();
@@ -221,9 +297,11 @@ export class WorkerPool implements DraftLink {
   readonly #slotToken: Float64Array;
   /** Round a moved slot's failover started (its old member's first failed STEP), or -1. */
   readonly #slotFailStart: Float64Array;
-  readonly #entryMember: (Member | null)[] = [];
+  /** Per entry position, its view of `sendBuffer` in `"stage"` mode (made again only when it moves). */
+  readonly #stageViews: Uint8Array[] = [];
   readonly #perEntry: StepOutcome[] = [];
   readonly #merged: MergedReply;
+  readonly #out: PoolOutcome;
   readonly #own: {
     drafterIdentity: string;
     markovIdentity: string;
@@ -315,6 +393,7 @@ export class WorkerPool implements DraftLink {
     this.#slotToken = new Float64Array(this.#slotMember.length);
     this.#slotFailStart = new Float64Array(this.#slotMember.length).fill(-1);
     this.#merged = new MergedReply(n, o.numSpec, o.wantMargin, o.sampled);
+    this.#out = new PoolOutcome(this.#perEntry);
     this.sendBuffer = Buffer.alloc(
       APP_HEADER_SIZE +
         maxStepBodySize({
@@ -410,6 +489,7 @@ export class WorkerPool implements DraftLink {
     });
     const m = new Member(endpoint, incarnation, client, this.#slotMember.length);
     this.#members.set(endpoint, m);
+    this.#list.push(m);
     this.#log.info({ endpoint, incarnation }, `tapwire pool: member ${endpoint} added`);
   }
 
@@ -417,6 +497,7 @@ export class WorkerPool implements DraftLink {
     if (m.removed) return;
     m.removed = true;
     this.#members.delete(m.endpoint);
+    this.#list.splice(this.#list.indexOf(m), 1);
     this.#unassignAll(m);
     this.#log.info({ endpoint: m.endpoint, why }, `tapwire pool: member ${m.endpoint} left the pool: ${why}`);
     m.client.close().catch(() => {});
@@ -434,11 +515,7 @@ export class WorkerPool implements DraftLink {
   #unassign(slot: number, m: Member, failover = true): void {
     this.#slotMember[slot] = null;
     m.assigned--;
-    const g = m.sent.get(slot);
-    if (g !== undefined) {
-      m.sent.delete(slot);
-      m.moved.set(slot, g);
-    }
+    m.moveAway(slot);
     if (!failover) return;
     m.failoversOut++;
     this.#c.failovers.inc();
@@ -449,7 +526,10 @@ export class WorkerPool implements DraftLink {
   // start of a round: look at new HELLOs, drop members that can never serve, finish drains
   #refresh(): void {
     let ready = 0;
-    for (const m of this.#members.values()) {
+    const list = this.#list;
+    // backwards: a member removed here leaves the list
+    for (let i = list.length - 1; i >= 0; i--) {
+      const m = list[i]!;
       const c = m.client;
       if (c.disabled) {
         this.#refused.set(m.endpoint, m.incarnation);
@@ -460,14 +540,11 @@ export class WorkerPool implements DraftLink {
         m.seenEpoch = c.epoch;
         m.failedSince = -1; // back: a later move starts a new failover episode
         // a HELLO that kept no window: the worker holds nothing of the slots that moved (CONTRACT 6.2)
-        if ((c.workerInfo?.windowsKept ?? 0) === 0) {
-          m.moved.clear();
-          m.sent.clear();
-        }
+        if ((c.workerInfo?.windowsKept ?? 0) === 0) m.forgetWindows();
       }
       if (m.draining) {
         this.#unassignAll(m);
-        if (m.moved.size === 0 || !c.ready) this.#removeMember(m, "drained");
+        if (m.nMoved === 0 || !c.ready) this.#removeMember(m, "drained");
         continue;
       }
       if (c.ready) ready++;
@@ -477,7 +554,9 @@ export class WorkerPool implements DraftLink {
 
   #pick(): Member | null {
     let best: Member | null = null;
-    for (const m of this.#members.values()) {
+    const list = this.#list;
+    for (let i = 0; i < list.length; i++) {
+      const m = list[i]!;
       if (m.servable() && (best === null || m.assigned < best.assigned)) best = m;
     }
     return best;
@@ -520,7 +599,9 @@ export class WorkerPool implements DraftLink {
     this.#refresh();
     let sum = 0;
     let any = false;
-    for (const m of this.#members.values()) {
+    const list = this.#list;
+    for (let i = 0; i < list.length; i++) {
+      const m = list[i]!;
       sum += m.client.epoch;
       if (m.servable()) any = true;
     }
@@ -558,7 +639,7 @@ export class WorkerPool implements DraftLink {
     if (next === null) return null;
     this.#slotMember[slot] = next;
     next.assigned++;
-    next.moved.delete(slot); // its RESYNC replaces whatever window it still held
+    next.dropMoved(slot); // its RESYNC replaces whatever window it still held
     this.#slotMemberEpoch[slot] = next.client.epoch;
     this.#slotToken[slot] = ++this.#tokens;
     return this.#slotToken[slot]!;
@@ -572,34 +653,111 @@ export class WorkerPool implements DraftLink {
   /**
    * One round: the entries go to their slots' members, one STEP per member, all at once; each
    * outcome (CONTRACT 9.2) is the `perEntry` outcome of its own entries. The result is ok when
-   * any member's STEP was; its reply holds the entries of the ok STEPs in `call` order.
+   * any member's STEP was; its reply holds the entries of the ok STEPs in `call` order. The
+   * result, its reply and `perEntry` are the pool's own, reused: valid until the next `step`.
+   *
+   * Per round nothing is allocated by the pool itself: entries, rows (views of the caller's
+   * parts, or of `sendBuffer` made once per entry position), replies and outcomes live in
+   * buffers sized once; every member's STEP is written before any is awaited. When one member
+   * carries every entry (a pool of 1, or every other member idle) its reply is the round's reply
+   * as it is; otherwise the members' replies are merged by copy into one reply in `call` order.
    *
    * @throws ClientError `CLIENT_BAD_ARGUMENT` when the call is malformed (rows that do not add up).
    */
   async step(call: StepCall): Promise<StepOutcome> {
     this.#round++;
-    const o = this.options;
-    const rb = o.rowBytes;
     const n = call.nEntries ?? call.entries.length;
-    const em = this.#entryMember;
     const per = this.#perEntry;
-    em.length = n;
     per.length = n;
     const merged = this.#merged;
     merged.stepId = call.stepId;
     merged.nReq = n;
     merged.replyFlags = 0;
-    for (const m of this.#members.values()) {
+    const anyLocal = this.#route(call, n);
+    const sending = this.#sending;
+    this.#addReleases(sending);
+    // one member carries every entry, in call order, and nothing else: its reply is the round's
+    // as it is (a view, no merge copy)
+    const whole = sending.length === 1 && sending[0]!.routed === n && sending[0]!.n === n;
+    // one STEP per member, all written before any is awaited, each bounded by the request timeout
+    const sampled = this.options.sampled;
+    for (let x = 0; x < sending.length; x++) {
+      const m = sending[x]!;
+      const c = m.call;
+      c.stepId = call.stepId;
+      c.nEntries = m.n;
+      c.nRows = m.nRows;
+      c.sampleMeta = sampled ? m.meta : null;
+      c.epoch = m.client.epoch;
+      if (m.parts.length !== m.np) m.parts.length = m.np;
+      m.steps++;
+      m.entriesSent += m.n;
+      this.#c.memberSteps.inc();
+      m.pending = m.client.step(c);
+    }
+    const out = this.#out;
+    out.rttUs = 0;
+    out.unknownApply = false;
+    let anyOk = anyLocal;
+    let firstFail: StepOutcome | null = null;
+    for (let x = 0; x < sending.length; x++) {
+      const m = sending[x]!;
+      const o = await m.pending!;
+      m.pending = null;
+      if (o.rttUs > out.rttUs) out.rttUs = o.rttUs;
+      m.lastReply = o.reply;
+      if (o.ok) {
+        m.stepsOk++;
+        m.failedSince = -1;
+        m.observeRtt(o.rttUs);
+        anyOk = true;
+      } else {
+        m.stepsFailed++;
+        this.#c.memberStepsFailed.inc();
+        if (m.failedSince < 0) m.failedSince = this.#round;
+        firstFail ??= o;
+        if (o.unknownApply) out.unknownApply = true;
+      }
+      this.#apply(call, m, o, !whole);
+    }
+    if (anyOk) {
+      out.ok = true;
+      out.reason = "ok";
+      out.unknownApply = false;
+      out.reply = whole ? sending[0]!.lastReply : merged;
+      out.error = null;
+      return out;
+    }
+    const f = firstFail ?? per[0] ?? NOT_READY;
+    out.ok = false;
+    out.reason = f.reason;
+    out.reply = null;
+    out.error = f.error;
+    return out;
+  }
+
+  // entries (and their rows) to their slots' members; entries with no member to go to get their
+  // outcome here. True when a RELEASE was answered by the pool itself (ok).
+  #route(call: StepCall, n: number): boolean {
+    const list = this.#list;
+    for (let i = 0; i < list.length; i++) {
+      const m = list[i]!;
       m.n = 0;
+      m.routed = 0;
       m.nRows = 0;
       m.np = 0;
     }
+    const rb = this.options.rowBytes;
+    const sampled = this.options.sampled;
+    const per = this.#perEntry;
+    const merged = this.#merged;
     // rows: the caller's parts, or what it staged in sendBuffer
     const rows = call.rows;
+    const stageViews = this.#stageViews;
     let pi = 0;
     let po = 0;
     let stageOff = this.rowsOffset(n);
-    let anyOk = false;
+    let anyLocal = false;
     for (let k = 0; k < n; k++) {
       const en = call.entries[k]!;
       const slot = en.slot;
@@ -613,28 +771,21 @@ export class WorkerPool implements DraftLink {
           if (m !== null) {
             this.#slotMember[slot] = null;
             m.assigned--;
-            const g = m.sent.get(slot);
-            if (g !== undefined) {
-              m.sent.delete(slot);
-              m.moved.set(slot, g);
-            }
+            m.moveAway(slot);
           }
           this.#c.localReleases.inc();
           merged.released(k, en.generation);
           per[k] = LOCAL_OK;
-          em[k] = null;
-          anyOk = true;
+          anyLocal = true;
         }
       } else if (m === null || !m.client.ready || m.removed) {
         per[k] = NOT_READY;
-        em[k] = null;
       } else if (m.client.epoch !== this.#slotMemberEpoch[slot]) {
         per[k] = RECONNECTED; // built for an older connection of the member (CONTRACT 7.5)
-        em[k] = null;
       } else dest = m;
       // the entry's rows, routed to its member or skipped
-      let left = bytes;
       if (rows !== undefined) {
+        let left = bytes;
         while (left > 0) {
           const part = rows[pi];
           if (part === undefined)
@@ -651,25 +802,47 @@ export class WorkerPool implements DraftLink {
           }
         }
       } else if (bytes > 0) {
-        if (dest !== null) dest.parts[dest.np++] = this.sendBuffer.subarray(stageOff, stageOff + bytes);
+        if (dest !== null) {
+          // the view of entry position k is made again only when the round's shape moved it
+          let v = stageViews[k];
+          if (
+            v === undefined ||
+            v.byteOffset !== this.sendBuffer.byteOffset + stageOff ||
+            v.length !== bytes
+          ) {
+            v = this.sendBuffer.subarray(stageOff, stageOff + bytes);
+            stageViews[k] = v;
+          }
+          dest.parts[dest.np++] = v;
+        }
         stageOff += bytes;
       }
       if (dest === null) continue;
-      em[k] = dest;
+      dest.routed++;
       const j = dest.n++;
       dest.entries[j] = en;
-      if (o.sampled) dest.meta[j] = call.sampleMeta![k]!;
+      if (sampled) dest.meta[j] = call.sampleMeta![k]!;
       dest.index[j] = k;
       dest.nRows += en.nRows;
-      if ((en.flags & EntryFlag.RELEASE) === 0) dest.sent.set(slot, en.generation);
+      if ((en.flags & EntryFlag.RELEASE) === 0) dest.sentGen[slot] = en.generation;
     }
-    // RELEASE for slots that moved away from a member that is back with their windows (12.2)
-    const sending = this.#sending;
+    return anyLocal;
+  }
+
+  // RELEASE for slots that moved away from a member that is back with their windows (12.2);
+  // fills `sending` with the members that have entries
+  #addReleases(sending: Member[]): void {
     sending.length = 0;
-    for (const m of this.#members.values()) {
-      if (m.moved.size > 0 && m.client.ready && m.client.epoch === m.seenEpoch) {
+    const sampled = this.options.sampled;
+    const list = this.#list;
+    for (let i = 0; i < list.length; i++) {
+      const m = list[i]!;
+      if (m.nMoved > 0 && m.client.ready && m.client.epoch === m.seenEpoch) {
         let r = 0;
-        for (const [slot, generation] of m.moved) {
+        const mg = m.movedGen;
+        for (let slot = 0; slot < mg.length && r < m.nMoved; slot++) {
+          const generation = mg[slot]!;
+          if (generation < 0) continue;
           let re = m.releases[r];
           if (re === undefined) {
             re = {
@@ -689,99 +862,49 @@ export class WorkerPool implements DraftLink {
           re.generation = generation;
           const j = m.n++;
           m.entries[j] = re;
-          if (o.sampled) m.meta[j] = { seed: 0, topK: 1, tempMilli: 0 };
+          if (sampled) m.meta[j] = RELEASE_META;
           m.index[j] = -1 - slot;
         }
       }
       if (m.n > 0) sending.push(m);
     }
-    // one STEP per member, all at once, each bounded by the request timeout
-    const calls: Promise<StepOutcome>[] = [];
-    for (const m of sending) {
-      const c = m.call;
-      c.stepId = call.stepId;
-      c.nEntries = m.n;
-      c.nRows = m.nRows;
-      c.sampleMeta = o.sampled ? m.meta : null;
-      c.epoch = m.client.epoch;
-      m.parts.length = m.np;
-      m.steps++;
-      m.entriesSent += m.n;
-      this.#c.memberSteps.inc();
-      calls.push(m.client.step(c));
-    }
-    const outs = await Promise.all(calls);
-    let rtt = 0;
-    let firstFail: StepOutcome | null = null;
-    let unknown = false;
-    for (let x = 0; x < sending.length; x++) {
-      const m = sending[x]!;
-      const out = outs[x]!;
-      if (out.rttUs > rtt) rtt = out.rttUs;
-      if (out.ok) {
-        m.stepsOk++;
-        m.failedSince = -1;
-        anyOk = true;
-      } else {
-        m.stepsFailed++;
-        this.#c.memberStepsFailed.inc();
-        if (m.failedSince < 0) m.failedSince = this.#round;
-        firstFail ??= out;
-        if (out.unknownApply) unknown = true;
-      }
-      const reply = out.reply;
-      for (let j = 0; j < m.n; j++) {
-        const k = m.index[j]!;
-        if (k < 0) {
-          const slot = -1 - k;
-          if (out.ok && reply!.status[j] !== ReqStatus.STALE_GENERATION) {
-            m.moved.delete(slot);
-            m.movedReleases++;
-            this.#c.movedReleases.inc();
-          }
-          continue;
+  }
+
+  // a member STEP's outcome applied to its own entries (CONTRACT 9.2, 12.2)
+  #apply(call: StepCall, m: Member, o: StepOutcome, copy: boolean): void {
+    const per = this.#perEntry;
+    const merged = this.#merged;
+    const reply = o.reply;
+    for (let j = 0; j < m.n; j++) {
+      const k = m.index[j]!;
+      if (k < 0) {
+        const slot = -1 - k;
+        if (o.ok && reply!.status[j] !== ReqStatus.STALE_GENERATION) {
+          m.dropMoved(slot);
+          m.movedReleases++;
+          this.#c.movedReleases.inc();
         }
-        per[k] = out;
-        if (!out.ok) continue;
-        merged.copyFrom(reply!, j, k);
-        const en = call.entries[k]!;
-        if ((en.flags & EntryFlag.RELEASE) !== 0) {
-          // released: the slot's next request is a new slot (fewest first)
-          if (this.#slotMember[en.slot] === m) {
-            this.#slotMember[en.slot] = null;
-            m.assigned--;
-          }
-          m.sent.delete(en.slot);
-          this.#slotFailStart[en.slot] = -1;
-        } else if (this.#slotFailStart[en.slot]! >= 0) {
-          // served again: the new member holds the slot's window (drafts when it asks for them)
-          const st = reply!.status[j]!;
-          if (st === ReqStatus.OK || st === ReqStatus.PARTIAL_WINDOW) this.#failoverDone(en.slot);
-        }
+        continue;
       }
-      if (reply !== null) merged.replyFlags = reply.replyFlags;
+      per[k] = o;
+      if (!o.ok) continue;
+      if (copy) merged.copyFrom(reply!, j, k);
+      const en = call.entries[k]!;
+      if ((en.flags & EntryFlag.RELEASE) !== 0) {
+        // released: the slot's next request is a new slot (fewest first)
+        if (this.#slotMember[en.slot] === m) {
+          this.#slotMember[en.slot] = null;
+          m.assigned--;
+        }
+        m.sentGen[en.slot] = -1;
+        this.#slotFailStart[en.slot] = -1;
+      } else if (this.#slotFailStart[en.slot]! >= 0) {
+        // served again: the new member holds the slot's window (drafts when it asks for them)
+        const st = reply!.status[j]!;
+        if (st === ReqStatus.OK || st === ReqStatus.PARTIAL_WINDOW) this.#failoverDone(en.slot);
+      }
     }
-    if (anyOk) {
-      return {
-        ok: true,
-        reason: "ok",
-        unknownApply: false,
-        rttUs: rtt,
-        reply: merged,
-        error: null,
-        perEntry: per,
-      };
-    }
-    const f = firstFail ?? per[0] ?? NOT_READY;
-    return {
-      ok: false,
-      reason: f.reason,
-      unknownApply: unknown,
-      rttUs: rtt,
-      reply: null,
-      error: f.error,
-      perEntry: per,
-    };
+    if (reply !== null) merged.replyFlags = reply.replyFlags;
   }
 
   #failoverDone(slot: number): void {
@@ -833,6 +956,7 @@ export class WorkerPool implements DraftLink {
       failoversOut: m.failoversOut,
       movedReleases: m.movedReleases,
       epoch: m.client.epoch,
+      rttUs: m.rttUs,
       disabledReason: m.client.disabledReason,
       lastError: m.client.lastError,
     }));
@@ -883,6 +1007,7 @@ export class WorkerPool implements DraftLink {
     }
     const ms = [...this.#members.values()];
     this.#members.clear();
+    this.#list.length = 0;
     await Promise.all(ms.map((m) => m.client.close()));
   }
 }

@@ -46,6 +46,16 @@ export function identity(seed: number): Uint8Array {
 }
 export const DRAFTER_ID = identity(1);
 export const MARKOV_ID = identity(2);
+/** The test geometry and identities as a worker drafter takes them (`new NullDrafter(DRAFTER_GEOMETRY)`). */
+export const DRAFTER_GEOMETRY = {
+  drafterIdentity: DRAFTER_ID,
+  markovIdentity: MARKOV_ID,
+  window: GEO.window,
+  numSpec: GEO.numSpec,
+  vocabSize: GEO.vocabSize,
+  numTaps: GEO.numTaps,
+  hidden: GEO.hidden,
+} as const;
 
 export function hex(b: Uint8Array): string {
   return Buffer.from(b).toString("hex");

@@ -15,7 +15,7 @@ import { createWorker, NullDrafter } from "@tapwire/worker";
 import fc from "fast-check";
 import { afterAll, beforeAll, expect, test } from "vitest";
 import { RoundCore, type RoundRequest, type RoundResult, WorkerPool } from "../src/index.js";
-import { clientOptions, DRAFTER_ID, GEO, MARKOV_ID, makeRows, until } from "./helpers.js";
+import { clientOptions, DRAFTER_GEOMETRY, GEO, makeRows, until } from "./helpers.js";
 
 const MEMBERS = 3;
 const TAGS = [0.25, 0.5, 0.75];
@@ -26,15 +26,7 @@ class TagDrafter extends NullDrafter {
   /** slot -> test rounds it was drafted in */
   readonly drafted = new Map<number, number[]>();
   constructor(tag: number) {
-    super({
-      drafterIdentity: DRAFTER_ID,
-      markovIdentity: MARKOV_ID,
-      window: GEO.window,
-      numSpec: GEO.numSpec,
-      vocabSize: GEO.vocabSize,
-      numTaps: GEO.numTaps,
-      hidden: GEO.hidden,
-    });
+    super(DRAFTER_GEOMETRY);
     this.tag = tag;
   }
   override draft(batch: readonly DraftBatchEntry[], out: DraftOutput): void {

@@ -7,6 +7,7 @@ const EMPTY = new Uint8Array(0);
 
 /** One STEP's consumed entries waiting for a drafter call (CONTRACT 12.1 "Batching"). */
 interface Job {
+  readonly port: Batcher;
   readonly batch: readonly DraftBatchEntry[];
   readonly out: DraftOutput;
   /** `performance.now()` when queued. */
@@ -23,6 +24,9 @@ interface BatcherMetrics {
   readonly batchEntries: Histogram;
   readonly batchSteps: Histogram;
   readonly queueTime: Histogram;
+  readonly callTime: Histogram;
+  readonly gathers: Counter;
+  readonly gatherTimeouts: Counter;
 }
 
 function batcherMetrics(r: Registry): BatcherMetrics {
@@ -48,6 +52,19 @@ function batcherMetrics(r: Registry): BatcherMetrics {
       unit: "seconds",
       buckets: BUCKETS.STEP_RTT_SECONDS,
     }),
+    callTime: r.histogram("batch_call_seconds", {
+      help: "wall time of one drafter call of the shared worker (CONTRACT 12.1 batching)",
+      unit: "seconds",
+      buckets: BUCKETS.STEP_RTT_SECONDS,
+    }),
+    gathers: r.counter(
+      "batch_gathers",
+      "drafter calls held back for STEPs of sessions the previous call answered (batch gather)",
+    ),
+    gatherTimeouts: r.counter(
+      "batch_gather_timeouts",
+      "batch gathers ended by their bound before every awaited session's STEP arrived",
+    ),
   };
 }
 
@@ -64,6 +81,29 @@ function atLeast<T extends Int32Array | Float32Array | Uint32Array | Uint8Array>
 }
 
 /**
+ * @internal What a STEP runner drafts through on a shared worker: one session's door into the
+ * {@link SharedBatcher} (step.ts calls `submit`; sessions.ts holds one per held session).
+ */
+export interface Batcher {
+  /** Drafts `batch` into `out` (the {@link Drafter.draft} contract), batched with other sessions. */
+  submit(batch: readonly DraftBatchEntry[], out: DraftOutput): void | Promise<void>;
+  /** The session will send no STEP soon (closed or dropped): never gather for it. */
+  leave(): void;
+}
+
+/** Default bound of a batch gather (µs; `--batch-gather-us`, docs/worker.md "Batch gather"). */
+export const DEFAULT_BATCH_GATHER_US = 2000;
+
+/** Weight of the newest call in the running mean of call times (the gather's adaptive bound). */
+const CALL_EWMA = 0.2;
+
+/**
+ * Consecutive calls of one session alone after which a synchronous call no longer holds the
+ * event-loop turn (a lone session's own next STEP cannot arrive in that turn).
+ */
+export const LONE_RUN = 8;
+
+/**
  * @internal Cross-session batching of a shared worker (CONTRACT 12.1 "Batching"). A STEP's
  * consumed entries are handed to {@link submit}: when no drafter call is running they are drafted
  * at once, alone, straight into the STEP's reply (the unshared path: no copy); otherwise they are
@@ -75,19 +115,44 @@ function atLeast<T extends Int32Array | Float32Array | Uint32Array | Uint8Array>
  *
  * A synchronous drafter never "runs" while a frame arrives, so after a synchronous call the
  * batcher stays busy until the event loop's check phase (`setImmediate`): the STEPs read from the
- * sockets in that turn are queued and drafted together in one call.
+ * sockets in that turn are queued and drafted together in one call. Not after {@link LONE_RUN}
+ * calls in a row of one session alone: nothing else is sending, and that session's next STEP
+ * cannot come before its reply, so holding the turn would only tax the unshared path; the first
+ * STEP of another session ends the run.
+ *
+ * Batch gather (docs/worker.md "Batch gather"): closed-loop sessions send their next STEP soon
+ * after their reply. The sessions a call answered are *awaited* until their next STEP arrives (or
+ * they {@link Batcher.leave}). A call is held back while any awaited session is still missing,
+ * at most `min(gatherUs, mean call time)` from the moment it could have started (one event-loop
+ * turn when that is below a timer's 1 ms), so that the
+ * sessions meet in one call instead of splitting into groups that alternate. A STEP arriving when
+ * nothing runs and no other session is awaited (a lone session) is drafted at once: the gather
+ * never delays it. `gatherUs` 0 turns gathering off.
  *
  * Fairness: a session has at most one STEP queued here (the worker serialises each session's
  * frames, sessions.ts), so a session flooding STEPs over many connections adds one STEP per call
- * and can never starve another.
+ * and can never starve another; a gather delays a queued STEP by at most its bound, once per call.
  */
-export class Batcher {
+export class SharedBatcher {
   readonly #drafter: Drafter;
   readonly #maxEntries: number;
+  readonly #gatherMs: number;
   readonly #m: BatcherMetrics;
   readonly #queue: Job[] = [];
   #head = 0;
+  /** A drafter call runs (or a synchronous call's event-loop turn is not over). */
   #busy = false;
+  /** Sessions answered by the last call whose next STEP has not arrived (the gather awaits them). */
+  readonly #awaited = new Set<Batcher>();
+  /** Cancels the pending gather's timer (null: no gather pending). */
+  #gather: (() => void) | null = null;
+  /** Running mean of drafter call wall times, ms (0 before the first call). */
+  #callMs = 0;
+  #callStart = 0;
+  /** The session of the last calls when they were all one session's alone (null: not so). */
+  #lonePort: Batcher | null = null;
+  /** How many calls in a row drafted {@link #lonePort} alone. */
+  #loneRun = 0;
   // Scratch of a merged call, grown on demand and then reused.
   #ids = new Int32Array(0);
   #conf = new Float32Array(0);
@@ -100,9 +165,19 @@ export class Batcher {
   readonly #merged: DraftBatchEntry[] = [];
   readonly #jobs: Job[] = [];
 
-  constructor(drafter: Drafter, maxBatchEntries: number, registry: Registry) {
+  /**
+   * `gatherUs`: bound of a batch gather in µs (0: never gather; default
+   * {@link DEFAULT_BATCH_GATHER_US}).
+   */
+  constructor(
+    drafter: Drafter,
+    maxBatchEntries: number,
+    registry: Registry,
+    gatherUs = DEFAULT_BATCH_GATHER_US,
+  ) {
     this.#drafter = drafter;
     this.#maxEntries = maxBatchEntries === 0 ? Number.POSITIVE_INFINITY : maxBatchEntries;
+    this.#gatherMs = gatherUs / 1000;
     this.#m = batcherMetrics(registry);
   }
 
@@ -111,16 +186,70 @@ export class Batcher {
     return this.#queue.length - this.#head;
   }
 
+  /** Sessions the batch gather awaits (tests, STATS totals). */
+  get awaited(): number {
+    return this.#awaited.size;
+  }
+
+  /** A new session's door (one per held session, sessions.ts). */
+  port(): Batcher {
+    const port: Batcher = {
+      submit: (batch, out) => this.#submit(port, batch, out),
+      leave: () => this.#leave(port),
+    };
+    return port;
+  }
+
   /**
-   * Drafts `batch` into `out` (the {@link Drafter.draft} contract): at once when no call runs,
-   * else in the next call with the other queued STEPs. Throws (or rejects) when the call that
-   * drafted it threw.
+   * Drafts `batch` into `out` (the {@link Drafter.draft} contract): at once when no call runs and
+   * no other session is awaited, else in the next call with the other queued STEPs. Throws (or
+   * rejects) when the call that drafted it threw.
    */
-  submit(batch: readonly DraftBatchEntry[], out: DraftOutput): void | Promise<void> {
-    if (!this.#busy && this.queued === 0) return this.#solo(batch, out);
-    return new Promise<void>((resolve, reject) => {
-      this.#queue.push({ batch, out, queuedAt: performance.now(), resolve, reject });
+  #submit(port: Batcher, batch: readonly DraftBatchEntry[], out: DraftOutput): void | Promise<void> {
+    this.#awaited.delete(port);
+    if (!this.#busy && this.queued === 0 && (this.#awaited.size === 0 || this.#gatherMs === 0)) {
+      this.#awaited.clear();
+      return this.#solo(port, batch, out);
+    }
+    const p = new Promise<void>((resolve, reject) => {
+      this.#queue.push({ port, batch, out, queuedAt: performance.now(), resolve, reject });
     });
+    if (!this.#busy) {
+      if (this.#gather === null) this.#next();
+      else if (this.#gatherDone()) this.#endGather(false);
+    }
+    return p;
+  }
+
+  #leave(port: Batcher): void {
+    if (!this.#awaited.delete(port)) return;
+    if (this.#gather !== null && this.#gatherDone()) this.#endGather(false);
+  }
+
+  /** Entries of the queued STEPs. */
+  #queuedEntries(): number {
+    let n = 0;
+    for (let i = this.#head; i < this.#queue.length; i++) n += this.#queue[i]!.batch.length;
+    return n;
+  }
+
+  /** A gather has nothing more to wait for: no session awaited, or the next call is full. */
+  #gatherDone(): boolean {
+    return this.#awaited.size === 0 || this.#queuedEntries() >= this.#maxEntries;
+  }
+
+  /** The gather's bound, ms: `gatherUs`, and never more than a mean call (0: do not gather). */
+  #gatherBound(): number {
+    return Math.min(this.#gatherMs, this.#callMs);
+  }
+
+  #endGather(timedOut: boolean): void {
+    if (this.#gather !== null) this.#gather();
+    this.#gather = null;
+    if (timedOut) this.#m.gatherTimeouts.inc();
+    // Sessions still missing are no longer awaited: a gather waits for them once.
+    this.#awaited.clear();
+    this.#next();
   }
 
   #count(entries: number, steps: number): void {
@@ -133,35 +262,73 @@ export class Batcher {
   }
 
   /** A call with one STEP, written straight into its reply. */
-  #solo(batch: readonly DraftBatchEntry[], out: DraftOutput): void | Promise<void> {
+  #solo(port: Batcher, batch: readonly DraftBatchEntry[], out: DraftOutput): void | Promise<void> {
     this.#busy = true;
     this.#count(batch.length, 1);
     this.#m.queueTime.observe(0);
+    this.#callStart = performance.now();
     let r: void | Promise<void>;
     try {
       r = this.#drafter.draft(batch, out);
     } catch (e) {
+      this.#called(port, null);
       this.#afterSync();
       throw e;
     }
     if (r instanceof Promise) {
       return r.then(
-        () => this.#next(),
+        () => {
+          this.#called(port, null);
+          this.#next();
+        },
         (e: unknown) => {
+          this.#called(port, null);
           this.#next();
           throw e;
         },
       );
     }
+    this.#called(port, null);
     this.#afterSync();
   }
 
-  /** After a synchronous call: stay busy for this event-loop turn so its arrivals batch. */
+  /**
+   * A call ended: its time joins the running mean, and the sessions it answered (`port`, or the
+   * ports of `jobs`) are the ones the next gather awaits.
+   */
+  #called(port: Batcher | null, jobs: readonly Job[] | null): void {
+    const ms = performance.now() - this.#callStart;
+    this.#m.callTime.observe(ms / 1000);
+    this.#callMs = this.#callMs === 0 ? ms : this.#callMs + CALL_EWMA * (ms - this.#callMs);
+    this.#awaited.clear();
+    if (port !== null) this.#awaited.add(port);
+    if (jobs !== null) for (const j of jobs) this.#awaited.add(j.port);
+    const one = port ?? (jobs !== null && jobs.length === 1 ? jobs[0]!.port : null);
+    if (one !== null && one === this.#lonePort) this.#loneRun++;
+    else {
+      this.#lonePort = one;
+      this.#loneRun = one === null ? 0 : 1;
+    }
+    // Those that already sent their next STEP (queued during the call) are not awaited.
+    for (let i = this.#head; i < this.#queue.length; i++) this.#awaited.delete(this.#queue[i]!.port);
+  }
+
+  /**
+   * After a synchronous call: stay busy for this event-loop turn so its arrivals batch, unless one
+   * session has been drafted alone {@link LONE_RUN} times in a row and nothing is queued.
+   */
   #afterSync(): void {
+    if (this.#loneRun >= LONE_RUN && this.queued === 0) {
+      this.#next();
+      return;
+    }
     setImmediate(() => this.#next());
   }
 
-  /** Starts the next call with the queued STEPs, or goes idle. */
+  /**
+   * Starts the next call with the queued STEPs, or gathers first (sessions the last call answered
+   * are still missing: wait at most the gather bound), or goes idle.
+   */
   #next(): void {
     if (this.queued === 0) {
       this.#busy = false;
@@ -169,6 +336,32 @@ export class Batcher {
       this.#head = 0;
       return;
     }
+    if (this.#gather === null && this.#gatherMs > 0 && !this.#gatherDone()) {
+      const bound = this.#gatherBound();
+      if (bound > 0) {
+        this.#busy = false;
+        this.#m.gathers.inc();
+        const fire = (): void => {
+          this.#gather = null;
+          this.#endGather(true);
+        };
+        // Timers tick in whole ms: a bound below 1 ms (a cheap drafter) gathers for one
+        // event-loop turn instead, so the wait stays near the bound, not a timer tick.
+        if (bound < 1) {
+          const h = setImmediate(fire);
+          this.#gather = () => clearImmediate(h);
+        } else {
+          const t = setTimeout(fire, bound);
+          this.#gather = () => clearTimeout(t);
+        }
+        return;
+      }
+    }
+    if (this.#gather !== null) {
+      this.#gather();
+      this.#gather = null;
+    }
+    this.#busy = true;
     const jobs = this.#jobs;
     jobs.length = 0;
     let entries = 0;
@@ -194,10 +387,12 @@ export class Batcher {
   }
 
   #runOne(j: Job): void {
+    this.#callStart = performance.now();
     let r: void | Promise<void>;
     try {
       r = this.#drafter.draft(j.batch, j.out);
     } catch (e) {
+      this.#called(j.port, null);
       j.reject(e);
       this.#afterSync();
       return;
@@ -205,16 +400,19 @@ export class Batcher {
     if (r instanceof Promise) {
       r.then(
         () => {
+          this.#called(j.port, null);
           j.resolve();
           this.#next();
         },
         (e: unknown) => {
+          this.#called(j.port, null);
           j.reject(e);
           this.#next();
         },
       );
       return;
     }
+    this.#called(j.port, null);
     j.resolve();
     this.#afterSync();
   }
@@ -268,10 +466,12 @@ export class Batcher {
       // No view of a session's windows outlives the call (a dropped session's memory returns).
       for (const m of merged) m.rows = EMPTY;
     };
+    this.#callStart = performance.now();
     let r: void | Promise<void>;
     try {
       r = this.#drafter.draft(merged, out);
     } catch (e) {
+      this.#called(null, jobs);
       done(e, true);
       this.#afterSync();
       return;
@@ -279,16 +479,19 @@ export class Batcher {
     if (r instanceof Promise) {
       r.then(
         () => {
+          this.#called(null, jobs);
           done(null, false);
           this.#next();
         },
         (e: unknown) => {
+          this.#called(null, jobs);
           done(e, true);
           this.#next();
         },
       );
       return;
     }
+    this.#called(null, jobs);
     done(null, false);
     this.#afterSync();
   }

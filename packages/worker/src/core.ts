@@ -13,7 +13,7 @@ import {
   peekHeader,
   STATS_MAX_BODY,
 } from "@tapwire/wire";
-import { Batcher } from "./batcher.js";
+import { SharedBatcher } from "./batcher.js";
 import type { Drafter } from "./drafter.js";
 import { WorkerError } from "./errors.js";
 import type { CoreMetrics } from "./metrics.js";
@@ -75,7 +75,7 @@ export class WorkerCore {
   #tail: Promise<void> | null = null;
   // CONTRACT 12.1: the sessions of a shared worker (max_sessions > 1), else null.
   readonly #table: SessionTable | null;
-  readonly #batcher: Batcher | null;
+  readonly #batcher: SharedBatcher | null;
   // Which held session a placed STEP belongs to (shared workers).
   readonly #placedBy = new WeakMap<StepPlacement, HeldSession>();
   /** CONTRACT 12.1 `max_sessions` (1: a 1.1 worker with one current session). */
@@ -106,7 +106,8 @@ export class WorkerCore {
     this.#placer = new Placer(cfg, this.#store, this.#session, this.#m);
     this.#steps = new StepRunner(cfg, this.#store, this.#session, this.#m);
     this.maxSessions = cfg.maxSessions;
-    this.#batcher = cfg.maxSessions > 1 ? new Batcher(d, cfg.maxBatchEntries, cfg.registry) : null;
+    this.#batcher =
+      cfg.maxSessions > 1 ? new SharedBatcher(d, cfg.maxBatchEntries, cfg.registry, cfg.batchGatherUs) : null;
     this.#table = this.#batcher !== null ? new SessionTable(cfg, this.#m, this.#batcher) : null;
   }
 

@@ -1,4 +1,5 @@
 import { Registry } from "@tapwire/stats";
+import { DEFAULT_BATCH_GATHER_US } from "./batcher.js";
 import type { Drafter } from "./drafter.js";
 import { checkDrafter } from "./drafter.js";
 import { WorkerError } from "./errors.js";
@@ -70,6 +71,13 @@ export interface WorkerCoreOptions {
    * with K > 1.
    */
   maxBatchEntries?: number;
+  /**
+   * Bound of the batch gather in µs (default 2000; 0 turns it off): a drafter call waits at most
+   * this long, and never longer than a mean call, for the next STEP of sessions the previous call
+   * answered, so closed-loop sessions meet in one call; a lone session is never delayed (see
+   * docs/worker.md "Batch gather"). Only with K > 1.
+   */
+  batchGatherUs?: number;
 }
 
 /** Defaults of {@link WorkerCoreOptions} (also what `tapwire-worker --help` states). */
@@ -82,6 +90,7 @@ export const CORE_DEFAULTS = {
   maxSessions: 1,
   sessionIdleMs: 60_000,
   maxBatchEntries: 0,
+  batchGatherUs: DEFAULT_BATCH_GATHER_US,
 } as const;
 
 const U32_MAX = 0xffffffff;
@@ -109,6 +118,8 @@ export interface CoreConfig {
   readonly sessionIdleMs: number;
   /** CONTRACT 12.1 `max_batch_entries` (0: no bound). */
   readonly maxBatchEntries: number;
+  /** Bound of the batch gather, µs (0: off). */
+  readonly batchGatherUs: number;
 }
 
 /** A logger that drops everything. */
@@ -201,11 +212,19 @@ export function resolveCoreOptions(options: WorkerCoreOptions): CoreConfig {
     0,
     U32_MAX,
   );
+  const batchGatherUs = intOption(
+    "batchGatherUs",
+    options.batchGatherUs,
+    CORE_DEFAULTS.batchGatherUs,
+    0,
+    1_000_000,
+  );
   return {
     maxSessions,
     maxWindowBytes,
     sessionIdleMs,
     maxBatchEntries,
+    batchGatherUs,
     drafter: d,
     maxSlots,
     maxRowsPerStep,

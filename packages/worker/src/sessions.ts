@@ -1,7 +1,7 @@
 import type { Counter, Gauge, Registry } from "@tapwire/stats";
 import type { Hello } from "@tapwire/wire";
 import { FrameStatus, Op, serialNewer } from "@tapwire/wire";
-import type { Batcher } from "./batcher.js";
+import type { Batcher, SharedBatcher } from "./batcher.js";
 import type { CoreMetrics } from "./metrics.js";
 import type { CoreConfig } from "./options.js";
 import { Placer } from "./placement.js";
@@ -45,12 +45,15 @@ export class HeldSession {
   tail: Promise<void> | null = null;
   /** False once dropped. */
   held = true;
+  /** Its door into the shared batcher (CONTRACT 12.1 batching; the batch gather awaits it). */
+  readonly port: Batcher;
 
-  constructor(cfg: CoreConfig, metrics: CoreMetrics, batcher: Batcher) {
+  constructor(cfg: CoreConfig, metrics: CoreMetrics, batcher: SharedBatcher) {
     this.store = new WindowStore(cfg.maxSlots, cfg.drafter.window, cfg.rowBytes, cfg.slotBufferWindows);
     this.session = new Session(cfg, this.store, metrics);
     this.placer = new Placer(cfg, this.store, this.session, metrics);
-    this.steps = new StepRunner(cfg, this.store, this.session, metrics, batcher);
+    this.port = batcher.port();
+    this.steps = new StepRunner(cfg, this.store, this.session, metrics, this.port);
   }
 
   /** The session id (0 once dropped). */
@@ -111,7 +114,7 @@ export class SessionTable {
   readonly #cfg: CoreConfig;
   readonly #m: CoreMetrics;
   readonly #tm: TableMetrics;
-  readonly #batcher: Batcher;
+  readonly #batcher: SharedBatcher;
   readonly #held: HeldSession[] = [];
   readonly #byConn = new Map<FrameConn, HeldSession>();
   // Checks HELLOs (CONTRACT 6.1); reads configuration only.
@@ -120,7 +123,7 @@ export class SessionTable {
   #reserved = 0;
   readonly #prefix: string;
 
-  constructor(cfg: CoreConfig, metrics: CoreMetrics, batcher: Batcher) {
+  constructor(cfg: CoreConfig, metrics: CoreMetrics, batcher: SharedBatcher) {
     this.#cfg = cfg;
     this.#m = metrics;
     this.#tm = tableMetrics(cfg.registry);
@@ -171,6 +174,8 @@ export class SessionTable {
     if (h === undefined) return;
     this.#byConn.delete(conn);
     h.session.forget(conn);
+    // No connection left: it sends no STEP soon, so the batch gather does not wait for it.
+    if (h.session.boundConnections === 0) h.port.leave();
   }
 
   /** `max_slots * W * row_bytes` of a HELLO. */
@@ -352,6 +357,7 @@ export class SessionTable {
       windows_held: windows,
       slot_bytes: bytes,
       batch_queued: this.#batcher.queued,
+      batch_awaited: this.#batcher.awaited,
     };
   }
 
@@ -370,6 +376,7 @@ export class SessionTable {
       "session dropped",
     );
     h.session.drop();
+    h.port.leave();
     h.held = false;
     this.#reserved -= h.reservation;
     h.reservation = 0;

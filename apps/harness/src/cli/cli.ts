@@ -163,9 +163,6 @@ export function validate(cfg: HarnessConfig): void {
   if (cfg.discovery !== "none" && cfg.topology !== "local") {
     throw usage("--discovery: multi-instance runs use the local topology");
   }
-  if (cfg.discovery !== "none" && cfg.encoders > 0 && cfg.encoders !== cfg.engines) {
-    throw usage(`--encoders: ${cfg.encoders}: 0 or one per engine (${cfg.engines}) in a multi-instance run`);
-  }
   if (cfg.discovery === "none" && cfg.encoders === 0) {
     throw usage("--encoders: 0 (local media) only in a multi-instance run; a classic run has 1 or more");
   }

@@ -51,7 +51,7 @@ export interface HarnessConfig {
   /**
    * Encoder processes. -1 (default): one, or one per engine in a multi-instance run. In a classic
    * run 2 or more place transfers through their residency events (EC-CONTRACT 10); in a
-   * multi-instance run 0 (local media) or one per engine.
+   * multi-instance run M encoders shared by every engine process (0: local media; issue 21).
    */
   encoders: number;
   /** Requests in the run. */

@@ -93,7 +93,7 @@ export const FLAGS: Record<string, FlagSpec> = {
     -1,
     16,
     "N",
-    "encoder processes (-1: one, or one per engine with --engines); N >= 2 places transfers through their residency events (EC-CONTRACT 10); multi-instance: 0 (local media) or one per engine",
+    "encoder processes (-1: one, or one per engine with --engines); N >= 2 places transfers through their residency events (EC-CONTRACT 10); multi-instance: M encoders shared by every engine (-1: as many as engines; 0: local media)",
   ),
   "--requests": int("requests", 1, 1_000_000, "N", "requests in the run"),
   "--rate": num("rate", 0, 1e6, "R", "arrivals per second (Poisson); 0 = all at once"),

@@ -170,7 +170,7 @@ export class ChildService {
     const [cmd, ...rest] =
       this.opts.netns === undefined ? argv : ["ip", "netns", "exec", this.opts.netns, ...argv];
     const child = spawn(cmd!, rest, {
-      // the stdin pipe is never written nor closed: its end is the harness's death (issue 19);
+      // the stdin pipe is never closed (written only by send(), to a child that reads it): its end is the harness's death (issue 19);
       // `ip netns exec` execs the bin, which keeps the pipe as its stdin
       stdio: [parentPipe ? "pipe" : "ignore", "pipe", "pipe"],
       ...(this.opts.env !== undefined ? { env: { ...process.env, ...this.opts.env } } : {}),
@@ -270,6 +270,17 @@ export class ChildService {
         log?.(`[${name}] ${l}`);
       });
     });
+  }
+
+  /**
+   * Writes one line to the child's stdin pipe (`exitWithParent` children only; issue 21: the
+   * engine processes of a multi-instance run read their commands there). False when not running.
+   */
+  send(line: string): boolean {
+    const stdin = this.child?.stdin;
+    if (stdin === null || stdin === undefined || !stdin.writable) return false;
+    stdin.write(`${line}\n`);
+    return true;
   }
 
   /** Sends `signal` and waits for the exit (SIGKILL after `graceMs` for other signals). */

@@ -243,6 +243,14 @@ export const FLAGS = {
     CORE_DEFAULTS.maxBatchEntries,
     "shared: most entries per cross-session drafter call (0 = no bound; CONTRACT 12.1)",
   ),
+  "batch-gather-us": int(
+    "Sessions and limits",
+    "US",
+    0,
+    1_000_000,
+    CORE_DEFAULTS.batchGatherUs,
+    "shared: a drafter call waits at most this long (and never more than a mean call) for sessions the last call answered; a lone session never waits (0 = off)",
+  ),
   name: {
     section: "Sessions and limits",
     arg: "NAME",

@@ -309,6 +309,7 @@ async function run(p: ParsedFlags, log: Logger, stopSignal: Promise<string>): Pr
         maxWindowBytes: intFlag(p, "max-window-bytes"),
         sessionIdleMs: intFlag(p, "session-idle-ms"),
         maxBatchEntries: intFlag(p, "max-batch-entries"),
+        batchGatherUs: intFlag(p, "batch-gather-us"),
         name: strFlag(p, "name"),
         slotBufferWindows: intFlag(p, "slot-buffer-windows"),
         receiveInPlace: inPlace === "yes",
