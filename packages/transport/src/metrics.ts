@@ -111,6 +111,7 @@ export interface ClientMetrics {
   bytesOut: Counter;
   timeouts: Counter;
   errors: Counter;
+  gatheredWrites: Counter;
 }
 
 export function clientMetrics(r: Registry): ClientMetrics {
@@ -121,5 +122,9 @@ export function clientMetrics(r: Registry): ClientMetrics {
     bytesOut: r.counter("transport_client_bytes_out", "request bytes sent, length prefixes included"),
     timeouts: r.counter("transport_client_timeouts", "requests that timed out"),
     errors: r.counter("transport_client_errors", "requests failed for any reason but timeout or busy"),
+    gatheredWrites: r.counter(
+      "transport_client_gathered_writes",
+      "requests of many parts written with one writev(2) from the caller's buffers (tcp/unix, with koffi)",
+    ),
   };
 }

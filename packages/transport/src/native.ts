@@ -11,6 +11,8 @@ export interface NativeLibc {
   getsockopt(fd: number, level: number, name: number, val: Int32Array, len: Uint32Array): number;
   /** readv(2): -1 on error (EAGAIN when nothing is queued), 0 at EOF, else the bytes read. */
   readv(fd: number, iov: Uint32Array, iovcnt: number): number;
+  /** writev(2): -1 on error (EAGAIN when the send buffer is full), else the bytes written. */
+  writev(fd: number, iov: Uint32Array, iovcnt: number): number;
   /** memmove(2) with n = 0 returns `dst`: the address of an ArrayBuffer's backing store. */
   memmove(dst: ArrayBuffer, src: ArrayBuffer, n: number): number;
 }
@@ -40,6 +42,7 @@ export function nativeLibc(): NativeLibc | null {
         "int getsockopt(int fd, int level, int name, void *val, uint32_t *len)",
       ) as NativeLibc["getsockopt"],
       readv: c.func("intptr_t readv(int fd, const void *iov, int iovcnt)") as NativeLibc["readv"],
+      writev: c.func("intptr_t writev(int fd, const void *iov, int iovcnt)") as NativeLibc["writev"],
       memmove: c.func("uintptr_t memmove(void *dst, const void *src, size_t n)") as NativeLibc["memmove"],
     };
   } catch {

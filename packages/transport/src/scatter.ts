@@ -105,3 +105,58 @@ export class ScatterReader {
     return a;
   }
 }
+
+/**
+ * writev(2) of a request's parts straight from the caller's buffers (issue 23, client side): one
+ * syscall for the prefix and every part, without a Node stream write (and its bookkeeping) per
+ * part. Used only while nothing is queued in the socket, so the bytes keep their order; whatever
+ * the kernel did not take goes through the socket's ordinary writes.
+ */
+export class GatherWriter {
+  readonly #libc: NativeLibc;
+  readonly #fd: number;
+  readonly #iov = new Uint32Array(MAX_IOV * 4);
+  readonly #addr = new WeakMap<ArrayBufferLike, number>();
+
+  constructor(libc: NativeLibc, fd: number) {
+    this.#libc = libc;
+    this.#fd = fd;
+  }
+
+  /**
+   * Writes `head` then `parts` (empty ones skipped) in one writev. Returns the bytes the kernel
+   * took (0 on EAGAIN or an error, which the socket's own write then reports), or -1 when nothing
+   * was tried (too many parts, or a part this writer cannot address: the caller writes as usual).
+   */
+  write(head: Uint8Array, parts: readonly Uint8Array[]): number {
+    if (parts.length + 1 > MAX_IOV) return -1;
+    const iov = this.#iov;
+    let n = 0;
+    for (let i = -1; i < parts.length; i++) {
+      const p = i < 0 ? head : (parts[i] as Uint8Array);
+      if (p.length === 0) continue;
+      const base = addressOf(this.#libc, this.#addr, p.buffer);
+      if (base < 0) return -1;
+      const a = base + p.byteOffset;
+      const w = n * 4;
+      iov[w] = a % 0x100000000;
+      iov[w + 1] = Math.floor(a / 0x100000000);
+      iov[w + 2] = p.length;
+      iov[w + 3] = 0;
+      n++;
+    }
+    const got = this.#libc.writev(this.#fd, iov, n);
+    return got > 0 ? got : 0;
+  }
+}
+
+/** A stable backing store's address (cached), or -1 (small in-heap, detached, shared). */
+function addressOf(libc: NativeLibc, cache: WeakMap<ArrayBufferLike, number>, ab: ArrayBufferLike): number {
+  let a = cache.get(ab);
+  if (a !== undefined) return ab.byteLength === 0 ? -1 : a;
+  if (ab.byteLength < MIN_STABLE_BYTES || !(ab instanceof ArrayBuffer)) return -1;
+  a = libc.memmove(ab, ab, 0);
+  if (!(typeof a === "number" && a > 0)) return -1;
+  cache.set(ab, a);
+  return a;
+}
