@@ -56,7 +56,7 @@ export class ScatterReader {
       const off = i === cur.idx ? cur.off : 0;
       const len = seg.length - off;
       if (len <= 0) continue;
-      const base = this.#base(seg.buffer);
+      const base = addressOf(this.#libc, this.#addr, seg.buffer);
       if (base < 0) {
         if (n === 0) return 0;
         break;
@@ -92,17 +92,6 @@ export class ScatterReader {
     cur.idx = i;
     cur.off = off;
     return got;
-  }
-
-  /** The backing store's address, or -1 for one that may move or is gone (detached). */
-  #base(ab: ArrayBufferLike): number {
-    let a = this.#addr.get(ab);
-    if (a !== undefined) return ab.byteLength === 0 ? -1 : a;
-    if (ab.byteLength < MIN_STABLE_BYTES || !(ab instanceof ArrayBuffer)) return -1;
-    a = this.#libc.memmove(ab, ab, 0);
-    if (!(typeof a === "number" && a > 0)) return -1;
-    this.#addr.set(ab, a);
-    return a;
   }
 }
 
@@ -146,7 +135,7 @@ export class GatherWriter {
       n++;
     }
     const got = this.#libc.writev(this.#fd, iov, n);
-    return got > 0 ? got : 0;
+    return Math.max(got, 0);
   }
 }
 
