@@ -9,18 +9,20 @@ import * as tls from "node:tls";
 import * as zmq from "zeromq";
 import { ConformanceError } from "./errors.js";
 import { lePrefix, u32 } from "./frames.js";
+import type { ShmClientOptions } from "./shm.js";
+import { connectShm } from "./shm.js";
 
 /** An endpoint of CONTRACT 3. */
 export interface Endpoint {
   /** The transport. */
-  scheme: "tcp" | "unix" | "tls" | "zmq+tcp" | "zmq+ipc";
+  scheme: "tcp" | "unix" | "tls" | "zmq+tcp" | "zmq+ipc" | "shm+unix";
   /** The URL as given. */
   url: string;
   /** Host of tcp, tls and zmq+tcp ("" otherwise). */
   host: string;
   /** Port of tcp, tls and zmq+tcp (0 otherwise). */
   port: number;
-  /** Path of unix and zmq+ipc ("" otherwise). */
+  /** Path of unix, zmq+ipc and shm+unix ("" otherwise). */
   path: string;
 }
 
@@ -43,11 +45,11 @@ export function parseEndpoint(url: string): Endpoint {
     const host = m[2]!.replace(/^\[|\]$/g, "");
     return { scheme: m[1] as Endpoint["scheme"], url, host, port: Number(m[3]), path: "" };
   }
-  const u = /^(unix|zmq\+ipc):\/\/(\/.+)$/.exec(url);
+  const u = /^(unix|zmq\+ipc|shm\+unix):\/\/(\/.+)$/.exec(url);
   if (u !== null) return { scheme: u[1] as Endpoint["scheme"], url, host: "", port: 0, path: u[2]! };
   throw new ConformanceError(
     "CONFORMANCE_BAD_ENDPOINT",
-    `endpoint ${url} is not tcp://host:port, unix:///path, tls://host:port, zmq+tcp://host:port or zmq+ipc:///path`,
+    `endpoint ${url} is not tcp://host:port, unix:///path, tls://host:port, zmq+tcp://host:port, zmq+ipc:///path or shm+unix:///path`,
   );
 }
 
@@ -267,12 +269,22 @@ class ZmqConn implements RawConn {
   }
 }
 
-/** Opens a raw connection to `ep` (ZeroMQ: a new DEALER, i.e. a new peer identity). */
+/** A plain unix stream connection to `path` (the socket of a `shm+unix://` endpoint). */
+export function connectStream(path: string, timeoutMs: number): Promise<RawConn> {
+  return connect({ scheme: "unix", url: `unix://${path}`, host: "", port: 0, path }, timeoutMs);
+}
+
+/**
+ * Opens a raw connection to `ep` (ZeroMQ: a new DEALER, i.e. a new peer identity; shm+unix: a
+ * session file ATTACHed, see `shm.ts`).
+ */
 export async function connect(
   ep: Endpoint,
   timeoutMs: number,
   tlsOpts: TlsClientOptions = {},
+  shmOpts: ShmClientOptions = {},
 ): Promise<RawConn> {
+  if (ep.scheme === "shm+unix") return connectShm(ep, timeoutMs, shmOpts);
   if (ep.scheme === "zmq+tcp" || ep.scheme === "zmq+ipc") {
     const d = new zmq.Dealer({ linger: 0 });
     const addr =

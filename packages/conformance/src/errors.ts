@@ -8,6 +8,8 @@ export const ConformanceErrorCode = {
   CONNECT: "CONFORMANCE_CONNECT",
   /** The peer's parameters could not be discovered (and were not given as flags). */
   DISCOVERY: "CONFORMANCE_DISCOVERY",
+  /** A `shm+unix://` session file could not be created (room in `/dev/shm`, permissions; issue 23). */
+  SHM: "CONFORMANCE_SHM",
 } as const;
 /** One of the {@link ConformanceErrorCode} values. */
 export type ConformanceErrorCode = (typeof ConformanceErrorCode)[keyof typeof ConformanceErrorCode];

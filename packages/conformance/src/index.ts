@@ -25,6 +25,7 @@ export type { RunReport } from "./report.js";
 export { formatJunit, formatText, makeReport, totalsOf } from "./report.js";
 export type { CaseDef, CaseResult, RunOptions } from "./runner.js";
 export { CaseCheck, caseFilter, runCases, sectionOf, Verdict } from "./runner.js";
+export type { ShmClientOptions } from "./shm.js";
 export type { FramingCase } from "./worker/cases-framing.js";
 export { framingVectors } from "./worker/cases-framing.js";
 export type { WorkerSuiteOptions } from "./worker/context.js";

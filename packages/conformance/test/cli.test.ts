@@ -28,7 +28,9 @@ describe("tapwire-conformance --list", () => {
     expect(lines.length).toBeGreaterThanOrEqual(150);
     const ids = lines.map((l) => l.split(" ")[0]!);
     expect(new Set(ids).size).toBe(ids.length);
-    for (const l of lines) expect(l).toMatch(/^\d+(\.\d+)+ .+ — .*CONTRACT \d/);
+    // 3.shm.N: the shm+unix transport's own cases (issue 23, docs/transport.md "shm").
+    for (const l of lines) expect(l).toMatch(/^\d+(\.(\d+|shm))+ .+ — .*CONTRACT \d/);
+    expect(ids.filter((i) => i.startsWith("3.shm.")).length).toBe(25);
     const sections = new Set(ids.map((i) => i.split(".")[0]));
     for (const s of ["3", "4", "5", "6", "7", "8", "10", "11"]) expect(sections).toContain(s);
     expect(lines.find((l) => l.startsWith("6.2.3 "))).toMatch(/never said HELLO → NO_SESSION/);

@@ -53,7 +53,7 @@ export function tlsFilesForTest(): { cert: string; key: string } {
   return tlsFiles;
 }
 
-/** Spawns tapwire-worker listening on tcp, unix, tls and zmq+tcp; returns it and its endpoints by scheme. */
+/** Spawns tapwire-worker listening on tcp, unix, tls, zmq+tcp and shm+unix; returns it and its endpoints by scheme. */
 export async function spawnWorker(
   drafter: "null" | "reference",
   extra: string[] = [],
@@ -72,6 +72,8 @@ export async function spawnWorker(
       "tls://127.0.0.1:0",
       "--listen",
       "zmq+tcp://127.0.0.1:0",
+      "--listen",
+      `shm+unix://${uniqueSocketPath("conf-shm")}`,
       "--tls-cert",
       tls.cert,
       "--tls-key",

@@ -48,6 +48,12 @@ describe("tapwire-worker --max-sessions 4 under worker --shared", () => {
     expect(rep.results.map((r) => `${r.id} ${r.verdict}`)).toEqual(SHARED_CASES.map((c) => `${c.id} OK`));
   });
 
+  it("shm+unix (issue 23): every CONTRACT 12.1 case OK through the tester's doorbell client", async () => {
+    const rep = await runWorkerSharedSuite({ endpoint: w.endpoints["shm+unix"]!, ...SHARED_FLAGS });
+    expect(failed(rep.results)).toEqual([]);
+    expect(rep.results.map((r) => `${r.id} ${r.verdict}`)).toEqual(SHARED_CASES.map((c) => `${c.id} OK`));
+  });
+
   it("the CLI: worker --shared over unix exits 0; --list --shared lists the 12.1 cases", () => {
     const run = spawnSync(
       process.execPath,

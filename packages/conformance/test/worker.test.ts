@@ -12,6 +12,8 @@ import { spawnWorker, tlsFilesForTest } from "./helpers.js";
 const failed = (rs: CaseResult[]) =>
   rs.filter((r) => r.verdict === "FAILED").map((r) => `${r.id}: expected ${r.expected}; got ${r.got}`);
 
+const failedIds = (rs: CaseResult[]) => rs.filter((r) => r.verdict === "FAILED").map((r) => r.id);
+
 afterAll(async () => {
   await killAllChildren();
 });
@@ -25,13 +27,22 @@ for (const drafter of ["null", "reference"] as const) {
     afterAll(async () => {
       await w?.child.kill("SIGTERM");
     });
-    for (const scheme of ["tcp", "unix", "tls", "zmq+tcp"]) {
+    for (const scheme of ["tcp", "unix", "tls", "zmq+tcp", "shm+unix"]) {
       for (const sampleMode of ["greedy", "top32"] as const) {
         it(`${scheme}, ${sampleMode}: no case FAILED`, async () => {
           const endpoint = w.endpoints[scheme]!;
           expect(endpoint).toBeDefined();
           const rep = await runWorkerSuite({ endpoint, sampleMode });
-          expect(failed(rep.results)).toEqual([]);
+          if (scheme === "shm+unix") {
+            // 11.4 and 3.shm.23: an inline doorbell past the unbound limit is answered from the
+            // request's own header (this tester found it closed without an answer, now fixed).
+            expect(failedIds(rep.results)).toEqual([]);
+            // The shm cases ran (docs/transport.md "shm"), and the worker outlived every close.
+            const shm = rep.results.filter((r) => r.id.startsWith("3.shm."));
+            expect(shm.length).toBe(25);
+            expect(shm.filter((r) => r.verdict === "OK").length).toBe(25);
+            expect(w.child.child.exitCode).toBeNull();
+          } else expect(failed(rep.results)).toEqual([]);
           expect(rep.results.length).toBeGreaterThanOrEqual(150);
           // The geometry was discovered, not given: it is the worker's.
           expect(rep.peer).toMatchObject({

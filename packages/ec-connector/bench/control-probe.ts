@@ -81,8 +81,9 @@ const conn = await ConsumerConnector.create({
   numBlocks: 64,
   blockBytes: 65536,
   compatibility: String(prod.line["compatibilityHash"]),
-  // PROBE_READ_AHEAD=1: the transfer with read-ahead (docs/ec-protocol.md 3.2)
-  readAhead: process.env["PROBE_READ_AHEAD"] === "1",
+  // The default connector (read-ahead + ack-ahead since issue 23, docs/ec-protocol.md 3.2, 3.3);
+  // PROBE_READ_AHEAD=0: the 1.1 sequence.
+  readAhead: process.env["PROBE_READ_AHEAD"] !== "0",
 });
 const endpoint = String(prod.line["control"]);
 
@@ -146,7 +147,7 @@ process.stdout.write(
   `${JSON.stringify(
     {
       iterations: ITERS,
-      read_ahead: process.env["PROBE_READ_AHEAD"] === "1",
+      read_ahead: process.env["PROBE_READ_AHEAD"] !== "0",
       transfer_1k_ms_p50: Number(ecP50.toFixed(3)),
       zmq_round_trip_ms_p50: Number(rawP50.toFixed(3)),
       ratio: Number((ecP50 / rawP50).toFixed(2)),

@@ -67,9 +67,10 @@ export interface ConsumerConnectorOptions {
   /** Verify each read's CRC-32 (default true). */
   verifyChecksum?: boolean;
   /**
-   * Read-ahead (docs/ec-protocol.md 3.2, default false): open each read with its XferReq when the
-   * producer offers it. Off by default: on the shared 2-core dev VM it measured no faster than the
-   * 1.1 sequence (docs/benchmarks/ec-connector.md, issue 23).
+   * Read-ahead (docs/ec-protocol.md 3.2 and 3.3, default true since issue 23): open each read with
+   * its XferReq when the producer offers it, and take the ack from the data connection when the
+   * producer offers that (`ack_ahead`): the transfer then costs one ZeroMQ hop and one data-plane
+   * hop instead of two round trips (docs/benchmarks/ec-connector.md). `false`: the 1.1 sequence.
    */
   readAhead?: boolean;
   /** Delays between re-requests of retryable outcomes (default {@link RETRY_DEFAULTS}). */

@@ -140,7 +140,7 @@ export class ConsumerConnector {
     if (options.readAhead !== undefined && typeof options.readAhead !== "boolean") {
       throw new EcError("EC_BAD_OPTION", "option readAhead: expected a boolean");
     }
-    this.#readAhead = options.readAhead ?? false;
+    this.#readAhead = options.readAhead ?? true;
     this.#retry = {
       initialMs: checkNumberOption(
         "retry.initialMs",

@@ -125,6 +125,8 @@ export class ConsumerXfer {
   postedAt = 0;
   /** `handle` is a READ_AHEAD posted with the XferReq (docs/ec-protocol.md 3.2). */
   readAhead = false;
+  /** docs/ec-protocol.md 3.3: the `xfer_id` its XferReq carried (undefined: none). */
+  xferId: number | undefined = undefined;
   /** Why the xfer ended as it did. */
   reason = "";
   readonly #log: Logger;
@@ -209,6 +211,10 @@ export class ConsumerSession {
   #agentMeta: Uint8Array | null = null;
   /** The producer's last OK ack offered read-ahead (docs/ec-protocol.md 3.2). */
   #peerAhead = false;
+  /** docs/ec-protocol.md 3.3: the last OK ack offered `ack_ahead`. */
+  #peerAckAhead = false;
+  /** docs/ec-protocol.md 3.3: the next XferReq's `xfer_id` (u32, wraps). */
+  #nextXferId = 1;
   readonly #xfers = new Map<string, ConsumerXfer>();
   #quarantined: ConsumerXfer[] = [];
   #results: ConsumerSessionResults = emptyResults();
@@ -299,6 +305,21 @@ export class ConsumerSession {
     this.#m.requests.inc();
     const canAhead =
       this.#aheadWanted && this.#data.readAhead === true && typeof this.#data.postReadAhead === "function";
+    // docs/ec-protocol.md 3.3: with read-ahead, ask for the ack on the data plane too, naming the
+    // request so that a late ack of an earlier request for the same mm_hash is not taken for it.
+    const canAck =
+      canAhead && this.#data.ackAhead === true && typeof this.#data.takeReadAheadAck === "function";
+    if (canAck) {
+      xfer.xferId = this.#nextXferId;
+      this.#nextXferId = this.#nextXferId >= 0xffff_ffff ? 0 : this.#nextXferId + 1;
+    }
+    // docs/ec-protocol.md 3.3 (issue 23): with the ack on the data plane the READ_AHEAD goes out
+    // first. It waits at the producer for the grant, and the XferReq's ZeroMQ send (which wakes
+    // the ZeroMQ I/O thread, and on a busy 2-core host often gives it this thread's core for
+    // 100-300 us) no longer delays it. Without 3.3 the read follows the XferReq, as in 3.2.
+    const aheadFirst = canAck && this.#peerAckAhead;
+    const ahead = canAhead && this.#peerAhead && this.#agentName !== null && expectedNbytes !== undefined;
+    if (ahead && aheadFirst) this.#postAhead(xfer, expectedNbytes);
     try {
       this.#send(
         encodeXferReq({
@@ -307,6 +328,7 @@ export class ConsumerSession {
           sessionId: this.sessionId,
           connectorVersion: EC_CONNECTOR_VERSION,
           ...(canAhead ? { readAhead: true } : {}),
+          ...(canAck ? { ackAhead: true, xferId: xfer.xferId! } : {}),
         }),
       );
     } catch (err) {
@@ -314,9 +336,7 @@ export class ConsumerSession {
       this.#log.warn({ err, mmHash }, "XferReq send failed");
     }
     // After the XferReq (the control round trip is the longer leg): the read follows it.
-    if (canAhead && this.#peerAhead && this.#agentName !== null && expectedNbytes !== undefined) {
-      this.#postAhead(xfer, expectedNbytes);
-    }
+    if (ahead && !aheadFirst) this.#postAhead(xfer, expectedNbytes);
     return xfer;
   }
 
@@ -330,7 +350,13 @@ export class ConsumerSession {
         xfer.localBlocks,
         this.#agentName!,
         Buffer.from(`${this.sessionId}:${xfer.mmHash}`),
-        { nbytes, checksum: this.#verify, waitMs: READ_AHEAD_WAIT_MS },
+        {
+          nbytes,
+          checksum: this.#verify,
+          waitMs: READ_AHEAD_WAIT_MS,
+          // 3.3: the ACK frame before DATA, once this producer offered it.
+          ...(this.#peerAckAhead && xfer.xferId !== undefined ? { ackFirst: true } : {}),
+        },
       );
       xfer.readAhead = true;
       this.#m.readAheads.inc();
@@ -372,6 +398,7 @@ export class ConsumerSession {
       this.#dispatch(ack, now);
     }
     for (const [mmHash, xfer] of this.#xfers) {
+      if (xfer.state === XferState.WAITING_ACK && xfer.readAhead) this.#takeDataAck(xfer, now);
       if (xfer.state === XferState.WAITING_ACK) {
         if (now > xfer.deadline) {
           if (!this.#endAhead(xfer)) {
@@ -454,8 +481,49 @@ export class ConsumerSession {
     }
   }
 
+  /**
+   * docs/ec-protocol.md 3.3: an ACK frame that came with the read-ahead is this request's XferAck,
+   * handled exactly as one from the control plane (6.2); the control plane's copy is then a
+   * duplicate. A malformed one is dropped and counted (the control plane's copy still comes).
+   */
+  #takeDataAck(xfer: ConsumerXfer, now: number): void {
+    let raw: Uint8Array | null = null;
+    try {
+      raw = this.#data.takeReadAheadAck?.(xfer.handle!) ?? null;
+    } catch {
+      raw = null;
+    }
+    if (raw === null) return;
+    let ack: XferAck;
+    try {
+      ack = decodeXferAck(raw, this.#numBlocks);
+    } catch (err) {
+      this.#m.malformed.inc();
+      this.#log.warn({ err: (err as Error).message }, "dropped malformed XferAck (data plane)");
+      return;
+    }
+    // Only this request's own ack (its xfer_id, its mm_hash) counts as one.
+    if (ack.xferId !== xfer.xferId || ack.mmHash !== xfer.mmHash) {
+      this.#m.staleAcks.inc();
+      return;
+    }
+    this.#m.dataAcks.inc();
+    this.#dispatch(ack, now);
+  }
+
   #dispatch(ack: XferAck, now: number): void {
     const xfer = this.#xfers.get(ack.mmHash);
+    if (
+      xfer !== undefined &&
+      xfer.xferId !== undefined &&
+      ack.xferId !== undefined &&
+      ack.xferId !== xfer.xferId
+    ) {
+      // 3.3: the ack of an earlier request for this mm_hash (e.g. its control-plane copy after
+      // the data-plane ACK completed it): never this request's.
+      this.#m.staleAcks.inc();
+      return;
+    }
     const foreign =
       ack.status === XferStatus.OK
         ? ack.sessionId !== this.sessionId
@@ -504,6 +572,7 @@ export class ConsumerSession {
       return;
     }
     this.#peerAhead = ack.readAhead === true;
+    this.#peerAckAhead = ack.ackAhead === true;
     if (xfer.handle !== null) {
       // A read-ahead is already reading this grant: keep it if it went to the agent that granted.
       const sameAgent = this.#agentMeta !== null && Buffer.compare(this.#agentMeta, ack.agentMetadata) === 0;

@@ -31,6 +31,8 @@ export function crcImplInfo(r: Registry): InfoValue {
 export interface ProducerMetrics {
   requests: Counter;
   grants: Counter;
+  /** OK acks delivered only as an ACK frame on the data plane (docs/ec-protocol.md 3.3). */
+  dataAcks: Counter;
   regrants: Counter;
   nacks: Record<number, Counter>;
   completions: Counter;
@@ -56,6 +58,10 @@ export function producerMetrics(r: Registry): ProducerMetrics {
   return {
     requests: r.counter("producer_requests", "XferReqs received (EC-CONTRACT 4.2)"),
     grants: r.counter("producer_grants", "OK acks sent: blocks pinned and granted"),
+    dataAcks: r.counter(
+      "producer_data_acks",
+      "OK acks delivered as an ACK frame on the data plane only, no control-plane copy (docs/ec-protocol.md 3.3)",
+    ),
     regrants: r.counter("producer_regrants", "re-requests of a held grant (old pin released first)"),
     nacks: {
       1: r.counter("producer_nacks_missing", "NACK_MISSING sent"),
@@ -118,6 +124,10 @@ export interface ConsumerMetrics {
   readAheads: Counter;
   /** READ_AHEADs that failed and were replaced by a READ after the ack. */
   readAheadFallbacks: Counter;
+  /** XferAcks taken from an ACK frame on the data plane (docs/ec-protocol.md 3.3). */
+  dataAcks: Counter;
+  /** Acks ignored because their `xfer_id` names another request (docs/ec-protocol.md 3.3). */
+  staleAcks: Counter;
   checksumFailures: Counter;
   quarantines: Counter;
   settles: Counter;
@@ -159,6 +169,14 @@ export function consumerMetrics(r: Registry): ConsumerMetrics {
       "consumer_read_ahead_fallbacks",
       "read-aheads that failed and were replaced by a read after the ack",
     ),
+    dataAcks: r.counter(
+      "consumer_data_acks",
+      "XferAcks taken from an ACK frame on the data plane (docs/ec-protocol.md 3.3)",
+    ),
+    staleAcks: r.counter(
+      "consumer_stale_acks",
+      "acks ignored: their xfer_id names an earlier request (docs/ec-protocol.md 3.3)",
+    ),
     checksumFailures: r.counter("consumer_checksum_failures", "reads whose CRC-32 differed from the ack's"),
     quarantines: r.counter("consumer_quarantines", "reads quarantined (PROC past deadline or peer down)"),
     settles: r.counter("consumer_settles", "quarantined reads that left PROC (blocks freed)"),
@@ -195,6 +213,8 @@ export interface DataMetrics {
   readAheadParked: Counter;
   /** READ_AHEADs served (docs/ec-protocol.md 3.2). */
   readAheadServed: Counter;
+  /** ACK frames written before DATA (docs/ec-protocol.md 3.3). */
+  ackFrames: Counter;
 }
 
 /** Registers (idempotently) and returns the data-plane metrics. */
@@ -208,6 +228,10 @@ export function dataMetrics(r: Registry): DataMetrics {
     readAheadServed: r.counter(
       "data_read_ahead_served",
       "READ_AHEADs served under their grant (docs/ec-protocol.md 3.2)",
+    ),
+    ackFrames: r.counter(
+      "data_ack_frames",
+      "XferAcks sent as an ACK frame before DATA on a READ_AHEAD (docs/ec-protocol.md 3.3)",
     ),
     refused: r.counter("data_reads_refused", "data-plane reads refused: no grant, wrong blocks, expired"),
     bytesSent: r.counter("data_sent_bytes", "block bytes streamed by the data server"),

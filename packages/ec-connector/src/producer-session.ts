@@ -13,6 +13,7 @@ import {
   int,
   MAX_CONTROL_MESSAGE_BYTES,
   nackAck,
+  optionalXferId,
   str,
   unpackMap,
   XFER_STATUS_NAMES,
@@ -226,9 +227,14 @@ export class ProducerSession {
       connectorVersion: int(m, "connector_version", "XferReq", Number.MIN_SAFE_INTEGER),
       // docs/ec-protocol.md 3.2: the optional capability key (only the integer 1 means yes).
       ...(m["read_ahead"] === 1 ? { readAhead: true } : {}),
+      // docs/ec-protocol.md 3.3: the ack on the data plane, and the request's id.
+      ...(m["ack_ahead"] === 1 ? { ackAhead: true } : {}),
+      ...optionalXferId(m),
     };
     this.#m.requests.inc();
-    let ack = this.#grantOrNack(req, Buffer.from(msg.identity).toString("hex"), now);
+    // 3.3: a producer that offers ack-ahead echoes xfer_id in every ack (OK or NACK).
+    const echo = this.#data.ackAhead === true && req.xferId !== undefined ? { xferId: req.xferId } : {};
+    let ack: XferAck = { ...this.#grantOrNack(req, Buffer.from(msg.identity).toString("hex"), now), ...echo };
     let bytes = encodeXferAck(ack);
     if (ack.status === XferStatus.OK && bytes.length > MAX_CONTROL_MESSAGE_BYTES) {
       // EC-CONTRACT 9.1: the consumer's socket would drop an ack over 64 KiB (an entry of more
@@ -243,8 +249,19 @@ export class ProducerSession {
         { mmHash: req.mmHash, blocks: ack.srcBlockIndices.length, bytes: bytes.length },
         "ack over the 64 KiB control-message limit; NACK_INTERNAL",
       );
-      ack = nackAck(req.mmHash, XferStatus.NACK_INTERNAL);
+      ack = { ...nackAck(req.mmHash, XferStatus.NACK_INTERNAL), ...echo };
       bytes = encodeXferAck(ack);
+    }
+    // 3.3: READ_AHEADs of this grant that asked for the ACK frame get these bytes (those waiting
+    // are served now). When one was, the ack is on its way on the data plane: no control-plane
+    // copy (one ZeroMQ send, and two I/O-thread wakeups, fewer on the transfer's path).
+    if (ack.status === XferStatus.OK && ack.ackAhead === true) {
+      const delivered = this.#data.grantAck?.(`${req.sessionId}:${req.mmHash}`, bytes) === true;
+      if (delivered) {
+        this.#m.grants.inc();
+        this.#m.dataAcks.inc();
+        return null;
+      }
     }
     if (ack.status === XferStatus.OK) this.#m.grants.inc();
     else this.#m.nacks[ack.status]?.inc();
@@ -336,6 +353,14 @@ export class ProducerSession {
       crc32: entry.crc32 ?? 0,
       // docs/ec-protocol.md 3.2: offered only to a consumer that asked (a 1.1 one never sees it).
       ...(req.readAhead === true && this.#data.readAhead === true ? { readAhead: true } : {}),
+      // 3.3: offered only to a consumer that asked for both (a 1.1 one never sees it).
+      ...(req.readAhead === true &&
+      req.ackAhead === true &&
+      this.#data.readAhead === true &&
+      this.#data.ackAhead === true &&
+      typeof this.#data.grantAck === "function"
+        ? { ackAhead: true }
+        : {}),
     };
   }
 

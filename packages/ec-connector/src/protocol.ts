@@ -90,6 +90,19 @@ export interface XferReq {
    * can open its read before the ack. Sent only when true; a 1.1 producer ignores it.
    */
   readAhead?: boolean;
+  /**
+   * Optional key `ack_ahead` = 1 (tapwire 1.2 capability, docs/ec-protocol.md 3.3; sent only with
+   * `read_ahead` = 1 and `xfer_id`): the consumer can take this request's ack on its READ_AHEAD's
+   * data connection (an ACK frame before DATA). A producer without it ignores the key.
+   */
+  ackAhead?: boolean;
+  /**
+   * Optional key `xfer_id` (docs/ec-protocol.md 3.3, an integer 0 ... 2^32 - 1, sent with
+   * `ack_ahead`): names this request; a producer that offers `ack_ahead` echoes it in every ack
+   * (OK or NACK) to it, so the consumer tells this request's ack from a late one of an earlier
+   * request for the same `mm_hash`.
+   */
+  xferId?: number;
 }
 
 /** EC-CONTRACT 3: a transfer answer (producer → consumer). On a NACK only mmHash and status mean anything. */
@@ -99,6 +112,14 @@ export interface XferAck {
    * READ_AHEAD. Sent only on an OK ack to an XferReq that carried `read_ahead` = 1.
    */
   readAhead?: boolean;
+  /**
+   * Optional key `ack_ahead` = 1 (docs/ec-protocol.md 3.3): the producer sends the ack of a
+   * request carrying `ack_ahead` also as an ACK frame on a READ_AHEAD asking for it. Sent only on
+   * an OK ack to an XferReq that carried `ack_ahead` = 1.
+   */
+  ackAhead?: boolean;
+  /** Optional key `xfer_id` (docs/ec-protocol.md 3.3): the request's `xfer_id`, echoed. */
+  xferId?: number;
   /** `mm_hash` of the request. */
   mmHash: string;
   /** `status`: OK or a NACK. */
@@ -191,6 +212,8 @@ export function encodeXferReq(req: XferReq): Uint8Array {
     session_id: req.sessionId,
     connector_version: req.connectorVersion,
     ...(req.readAhead === true ? { read_ahead: 1 } : {}),
+    ...(req.ackAhead === true ? { ack_ahead: 1 } : {}),
+    ...(req.xferId === undefined ? {} : { xfer_id: req.xferId }),
   });
 }
 
@@ -206,6 +229,8 @@ export function encodeXferAck(ack: XferAck): Uint8Array {
     nbytes: ack.nbytes,
     crc32: ack.crc32,
     ...(ack.readAhead === true ? { read_ahead: 1 } : {}),
+    ...(ack.ackAhead === true ? { ack_ahead: 1 } : {}),
+    ...(ack.xferId === undefined ? {} : { xfer_id: ack.xferId }),
   });
 }
 
@@ -218,7 +243,18 @@ export function decodeXferReq(bytes: Uint8Array): XferReq {
     sessionId: str(m, "session_id", "XferReq"),
     connectorVersion: int(m, "connector_version", "XferReq", Number.MIN_SAFE_INTEGER),
     ...(optionalFlag(m, "read_ahead") ? { readAhead: true } : {}),
+    ...(optionalFlag(m, "ack_ahead") ? { ackAhead: true } : {}),
+    ...optionalXferId(m),
   };
+}
+
+/**
+ * docs/ec-protocol.md 3.3: the optional `xfer_id`, an integer 0 ... 2^32 - 1; any other value is
+ * as if absent (an optional key never makes a message malformed).
+ */
+export function optionalXferId(m: Record<string, unknown>): { xferId?: number } {
+  const v = m["xfer_id"];
+  return Object.hasOwn(m, "xfer_id") && isIntInRange(v, 0, 0xffff_ffff) ? { xferId: v as number } : {};
 }
 
 /** An optional capability key: absent or any value but the integer 1 means "no" (never malformed). */
@@ -261,6 +297,9 @@ export function decodeXferAck(bytes: Uint8Array, maxBlocks: number): XferAck {
   if (has("nbytes")) ack.nbytes = int(m, "nbytes", "XferAck", 0);
   if (has("crc32")) ack.crc32 = int(m, "crc32", "XferAck", 0, 0xffffffff);
   if (need && optionalFlag(m, "read_ahead")) ack.readAhead = true;
+  if (need && optionalFlag(m, "ack_ahead")) ack.ackAhead = true;
+  const id = optionalXferId(m);
+  if (id.xferId !== undefined) ack.xferId = id.xferId;
   return ack;
 }
 

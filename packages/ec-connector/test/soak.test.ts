@@ -90,6 +90,14 @@ it(`soak: ${N} transfers with random faults end with the invariants of EC-CONTRA
     inflight.set(h, { mmHash: key.slice(key.indexOf(":") + 1), blocks: [...local] });
     return h;
   };
+  // Issue 23: read-ahead is the default, so most reads are posted here (docs/ec-protocol.md 3.2).
+  const postReadAhead = data.postReadAhead.bind(data);
+  data.postReadAhead = (local, agent, notif, options) => {
+    const h = postReadAhead(local, agent, notif, options);
+    const key = new TextDecoder().decode(notif);
+    inflight.set(h, { mmHash: key.slice(key.indexOf(":") + 1), blocks: [...local] });
+    return h;
+  };
   const releaseHandle = data.releaseXferHandle.bind(data);
   data.releaseXferHandle = (h) => {
     inflight.delete(h);

@@ -94,9 +94,9 @@ export class ShmServer implements RpcServer {
         }
         user.onClose?.(c);
       },
-      // An inline request above the unbound limit: its frame header sits behind the doorbell
-      // header, so there is no readable CONTRACT 4 header to answer; just close.
-      onOversize: () => null,
+      // CONTRACT 11: an inline request above the unbound limit gets the user's onOversize answer
+      // built from its own 24-byte frame header, which sits behind the doorbell header (16 + 8n).
+      onOversize: (head, _declared, conn) => this.#innerOversize(head, conn),
       // the inner config's own counters go to a throwaway registry; the real ones are cfg's
       registry: new Registry(),
     };
@@ -106,6 +106,12 @@ export class ShmServer implements RpcServer {
       ...serverConfig(ep, inner),
       registry: cfg.registry,
       metrics: cfg.metrics,
+      // the bell's fixed part, then its regions and the request's 24-byte header (16 + 8n + 24)
+      oversizeHeadBytes: BELL_FIXED,
+      oversizeHeadMore: (head) => {
+        const n = head.length >= BELL_FIXED ? head[12]! | (head[13]! << 8) : 0;
+        return n > MAX_REGIONS ? head.length : BELL_FIXED + 8 * n + FRAME_HEADER_BYTES;
+      },
     });
     this.registry = cfg.registry;
   }
@@ -327,6 +333,24 @@ export class ShmServer implements RpcServer {
     m.placedBytes.inc(sum);
     m.placedCopiedBytes.inc(sum);
     return this.#run(s, head.subarray(0, hb as number), conn, plan);
+  }
+
+  /**
+   * The inner socket's oversize unbound message (an inline doorbell past the limit): `head` holds
+   * its first 16 + 8n + 24 bytes (or fewer when the bell is malformed). Answers with the user's onOversize for the request's own
+   * header when that header is inline; anything else (not a BELL, a header in the mapping) closes.
+   */
+  #innerOversize(head: Uint8Array, conn: ConnInfo): Uint8Array | null {
+    const hook = this.#cfg.options.onOversize;
+    if (hook === undefined || head.length < BELL_FIXED) return null;
+    const b = Buffer.from(head.buffer, head.byteOffset, head.length);
+    if (b.readUInt32LE(0) !== ShmKind.BELL) return null;
+    const n = b.readUInt16LE(12);
+    if (n > MAX_REGIONS) return null;
+    const at = BELL_FIXED + 8 * n;
+    if (head.length < at + FRAME_HEADER_BYTES) return null;
+    // (tooLarge was counted by the inner connection, which shares these metrics)
+    return hook(head.subarray(at, at + FRAME_HEADER_BYTES), b.readUInt32LE(8), conn);
   }
 
   #oversize(s: ConnShm, inline: Uint8Array, n: number, total: number, conn: ConnInfo): Reply {

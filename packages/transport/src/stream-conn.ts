@@ -525,7 +525,7 @@ export class Conn implements ConnInfo, Limited {
 
   /** CONTRACT 11: an unbound connection's oversize prefix; read its frame header for onOversize. */
   #startOversize(declared: number): void {
-    this.#ovHead = Buffer.allocUnsafe(Math.min(FRAME_HEADER_BYTES, declared));
+    this.#ovHead = Buffer.allocUnsafe(Math.min(this.#cfg.oversizeHeadBytes ?? FRAME_HEADER_BYTES, declared));
     this.#ovGot = 0;
     const idle = this.#cfg.unboundIdleMs;
     this.#ovTimer = setTimeout(
@@ -541,6 +541,14 @@ export class Conn implements ConnInfo, Limited {
     chunk.copy(head, this.#ovGot, off, off + n);
     this.#ovGot += n;
     if (this.#ovGot < head.length) return;
+    const more = this.#cfg.oversizeHeadMore?.(head);
+    if (more !== undefined && more > head.length && more <= Math.min(4096, this.#pfx.len)) {
+      const grown = Buffer.allocUnsafe(more);
+      head.copy(grown, 0, 0, head.length);
+      this.#ovHead = grown;
+      this.#feedOversizeHead(chunk, off + n, end);
+      return;
+    }
     if (this.#ovTimer !== null) clearTimeout(this.#ovTimer);
     this.#ovTimer = null;
     const hook = this.#cfg.options.onOversize;

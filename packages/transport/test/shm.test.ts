@@ -407,6 +407,51 @@ describe("shm+unix: CONTRACT 11 limits apply to the request a doorbell describes
     expect(await sampleOf(srv, "transport_server_too_large")).toBe(1);
   });
 
+  test("unbound: an inline doorbell past the limit (the fallback shape) gets onOversize's reply for the request's own header", async () => {
+    // Bytes from docs/transport.md "shm" (BELL: kind 2, seq, total, region count, reserved; inline
+    // request behind it), written by hand on a plain unix socket that never ATTACHes: only the
+    // prefix, the BELL header and the request's 24-byte header are sent (found by
+    // tapwire-conformance 11.4 / 3.shm.23: the inner socket closed without an answer).
+    const heads: [string, number][] = [];
+    const path = uniqueSocketPath("shmo");
+    const srv = await listen(`shm+unix://${path}`, echo, {
+      unboundMaxMessageBytes: 4096,
+      onOversize: (head, declared) => {
+        heads.push([Buffer.from(head).toString("hex"), declared]);
+        return Buffer.from("too large");
+      },
+    });
+    open.push(srv);
+    const total = 1 << 20;
+    const head = payload(24, 9);
+    const bell = Buffer.alloc(16);
+    bell.writeUInt32LE(2, 0); // BELL
+    bell.writeUInt32LE(1, 4); // seq 1
+    bell.writeUInt32LE(total, 8);
+    const prefix = Buffer.alloc(4);
+    prefix.writeUInt32LE(16 + total, 0);
+    const sock = net.connect(path);
+    const got: Buffer[] = [];
+    let closed = false;
+    sock.on("data", (d) => got.push(d));
+    sock.on("error", () => {});
+    sock.on("close", () => {
+      closed = true;
+    });
+    await new Promise<void>((r) => sock.once("connect", () => r()));
+    // split writes: the header must be read across them
+    sock.write(Buffer.concat([prefix, bell.subarray(0, 10)]));
+    await new Promise((r) => setTimeout(r, 20));
+    sock.write(Buffer.concat([bell.subarray(10), head.subarray(0, 5)]));
+    await new Promise((r) => setTimeout(r, 20));
+    sock.write(head.subarray(5));
+    await waitUntil(() => closed, { timeoutMs: 10_000 });
+    const all = Buffer.concat(got);
+    expect(all.readUInt32LE(0)).toBe(9);
+    expect(all.subarray(4).toString()).toBe("too large");
+    expect(heads).toEqual([[head.toString("hex"), total]]);
+  });
+
   test("a receiveInto plan that does not add up closes the connection with TRANSPORT_BAD_OPTION; the handler never runs", async () => {
     const errors: unknown[] = [];
     let ran = 0;

@@ -47,7 +47,8 @@ export interface WorkerCoreOptions {
   /** Monotonic clock in ms for the session lease (default `performance.now`). */
   now?: () => number;
   /**
-   * A slot's row buffer holds up to this many windows (2..16, default 4). The last W rows stay
+   * A slot's row buffer holds up to this many windows (2..16, default 4; 2 when `maxSessions` > 1,
+   * so a shared worker's slot memory stays within 2x `maxWindowBytes`). The last W rows stay
    * contiguous by compacting when the buffer end is reached; more windows mean fewer
    * compactions (cheaper multi-row appends) for more memory.
    */
@@ -81,6 +82,12 @@ export interface WorkerCoreOptions {
 }
 
 /** Defaults of {@link WorkerCoreOptions} (also what `tapwire-worker --help` states). */
+/**
+ * @internal The default `slotBufferWindows` of a shared worker (`maxSessions` > 1): slot memory at
+ * most 2x the reservations (CONTRACT 12.1 memory; docs/worker.md "Sizing a shared worker").
+ */
+export const SHARED_SLOT_BUFFER_WINDOWS = 2;
+
 export const CORE_DEFAULTS = {
   maxSlots: 256,
   maxRowsPerStep: 4096,
@@ -238,7 +245,8 @@ export function resolveCoreOptions(options: WorkerCoreOptions): CoreConfig {
     slotBufferWindows: intOption(
       "slotBufferWindows",
       options.slotBufferWindows,
-      CORE_DEFAULTS.slotBufferWindows,
+      // CONTRACT 12.1 memory: a shared worker's slot memory stays near max_window_bytes.
+      maxSessions > 1 ? SHARED_SLOT_BUFFER_WINDOWS : CORE_DEFAULTS.slotBufferWindows,
       2,
       16,
     ),

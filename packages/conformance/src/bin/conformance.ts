@@ -20,7 +20,7 @@ import { runWorkerSuite } from "../worker/suite.js";
 const HELP = `Usage: tapwire-conformance <mode> [endpoint] [options]
 
 Modes
-  worker <endpoint>            test a drafter worker (CONTRACT 3-11) at tcp://, unix://, tls://, zmq+tcp://, zmq+ipc://
+  worker <endpoint>            test a drafter worker (CONTRACT 3-11) at tcp://, unix://, tls://, zmq+tcp://, zmq+ipc://, shm+unix://
   client --listen <endpoint>   act as a scripted worker; a rank-0 client connects and is judged (CONTRACT 9)
   ec-producer <endpoint>       test an encoder-cache producer's control socket (EC-CONTRACT 3, 4, 9)
   ec-consumer --listen <endpoint>  act as a scripted producer (control ROUTER + data server) for a consumer (EC-CONTRACT 3, 6, 9)
@@ -39,6 +39,8 @@ Worker options (flag names as tapwire-worker's; anything not given is discovered
   --session-idle-ms MS         --shared: the worker's session_idle_ms (12.1.18 waits it out when given)
   --max-window-bytes BYTES     --shared: the worker's max_window_bytes (12.1.17 checks it when given)
   --tls-ca FILE --tls-cert FILE --tls-key FILE --tls-servername NAME
+  --shm-bytes BYTES            shm+unix: bytes of each area of a connection's mapping (default 1048576, a page multiple)
+  --shm-dir DIR                shm+unix: the worker's shmDir (default /dev/shm)
 
 Client options
   --listen URL              where the scripted worker listens (tcp://, unix://, zmq+tcp://, zmq+ipc://)
@@ -117,6 +119,8 @@ const OPTIONS = {
   "max-sessions": str,
   "session-idle-ms": str,
   "max-window-bytes": str,
+  "shm-bytes": str,
+  "shm-dir": str,
   "tls-ca": str,
   "tls-cert": str,
   "tls-key": str,
@@ -223,6 +227,8 @@ function worker(v: Values, positionals: readonly string[], c: Common): Promise<R
       maxConnections: int("max-connections", v["max-connections"], 1, 1 << 20),
       timeoutMs: c.timeoutMs,
       seed: c.seed,
+      shmBytes: int("shm-bytes", v["shm-bytes"], 65536, 1 << 30),
+      shmDir: v["shm-dir"],
       tls: defined({
         caFile: v["tls-ca"],
         certFile: v["tls-cert"],

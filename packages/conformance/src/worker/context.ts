@@ -55,6 +55,10 @@ export interface WorkerSuiteOptions {
   tls?: TlsClientOptions;
   /** Seed of rows, session ids and fuzz input (default 1). */
   seed?: number;
+  /** shm+unix: bytes of each area of a connection's mapping (default 1 MiB; issue 23). */
+  shmBytes?: number;
+  /** shm+unix: the worker's `shmDir` (default `/dev/shm`). */
+  shmDir?: string;
 }
 
 /** A reply as received and validated. */
@@ -253,6 +257,24 @@ export class WorkerCtx {
     return this.ep.scheme === "tcp" || this.ep.scheme === "unix" || this.ep.scheme === "tls";
   }
 
+  /** True on `shm+unix://`: a unix socket whose every message is a doorbell (docs/transport.md "shm"). */
+  get shm(): boolean {
+    return this.ep.scheme === "shm+unix";
+  }
+
+  /** True where the worker has a connection it can close (every scheme but ZeroMQ). */
+  get closes(): boolean {
+    return this.stream || this.shm;
+  }
+
+  /** The shm client options of the run. */
+  get shmOptions(): { shmBytes?: number; shmDir?: string } {
+    const o: { shmBytes?: number; shmDir?: string } = {};
+    if (this.opts.shmBytes !== undefined) o.shmBytes = this.opts.shmBytes;
+    if (this.opts.shmDir !== undefined) o.shmDir = this.opts.shmDir;
+    return o;
+  }
+
   get hasTop32(): boolean {
     return (this.g.capabilities & 2) !== 0;
   }
@@ -267,7 +289,13 @@ export class WorkerCtx {
 
   /** A new raw connection (closed after the case). */
   async conn(): Promise<RawConn> {
-    const c = await connect(this.ep, this.timeoutMs * 2, this.opts.tls ?? {});
+    const c = await connect(this.ep, this.timeoutMs * 2, this.opts.tls ?? {}, this.shmOptions);
+    this.open.push(c);
+    return c;
+  }
+
+  /** Closes `c` after the case like the connections of {@link conn} (cases that connect themselves). */
+  adopt<T extends RawConn>(c: T): T {
     this.open.push(c);
     return c;
   }
@@ -373,7 +401,7 @@ export class WorkerCtx {
   async bound(t: CaseCheck, o: ShapeOptions = {}): Promise<Bound> {
     // ZeroMQ peers never close: a DEALER the tester dropped stays bound at the worker and counts
     // against its max_connections (CONTRACT 11). A new main session now and then unbinds them all.
-    if (!this.stream && o.sess === undefined && ++this.zmqBinds > 12) {
+    if (!this.closes && o.sess === undefined && ++this.zmqBinds > 12) {
       this.zmqBinds = 0;
       this.main = this.newSess();
     }
@@ -541,7 +569,7 @@ export class WorkerCtx {
   /** Discovers the worker's geometry (flags first, then a mismatched HELLO's HelloReply). */
   async init(): Promise<void> {
     const o = this.opts;
-    const c = await connect(this.ep, this.timeoutMs * 2, o.tls ?? {});
+    const c = await connect(this.ep, this.timeoutMs * 2, o.tls ?? {}, this.shmOptions);
     try {
       const idOf = (name: string, v: string | undefined): Uint8Array | null => {
         if (v === undefined) return null;

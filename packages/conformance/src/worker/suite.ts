@@ -7,6 +7,7 @@ import { framingCases, headerCases } from "./cases-framing.js";
 import { helloCases, statusCases, statusSummaryCase } from "./cases-hello.js";
 import { miscCases } from "./cases-misc.js";
 import { sessionCases } from "./cases-session.js";
+import { shmCases } from "./cases-shm.js";
 import { stepCases } from "./cases-step.js";
 import type { WorkerSuiteOptions } from "./context.js";
 import { WorkerCtx } from "./context.js";
@@ -20,6 +21,7 @@ export const WORKER_CASES: readonly CaseDef<WorkerCtx>[] = [
   ...sessionCases,
   ...stepCases,
   ...miscCases,
+  ...shmCases,
   statusSummaryCase,
 ];
 

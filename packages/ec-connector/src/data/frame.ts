@@ -41,6 +41,11 @@ export interface ReadAheadFrame {
   readonly waitMs: number;
   readonly reader: string;
   readonly instance: string;
+  /**
+   * docs/ec-protocol.md 3.3 (flags bit 0, `ack_first`): the server sends the grant's XferAck as an
+   * ACK frame before DATA. Only to a producer whose XferAck carried `ack_ahead` = 1.
+   */
+  readonly ackFirst?: boolean;
 }
 /** NOTIF (reader → server): the read of `msg` (the grant key) is complete. */
 export interface NotifFrame {
@@ -52,6 +57,14 @@ export interface DataFrame {
   readonly op: "data";
   readonly nbytes: number;
 }
+/**
+ * ACK (server → reader, docs/ec-protocol.md 3.3): the XferAck of the grant a READ_AHEAD with
+ * `ack_first` waits for, the same MessagePack bytes the control plane carries; DATA follows.
+ */
+export interface AckFrame {
+  readonly op: "ack";
+  readonly ack: Uint8Array;
+}
 /** ERROR (server → reader): the READ is refused; the server then closes. */
 export interface ErrorFrame {
   readonly op: "error";
@@ -61,10 +74,24 @@ export interface ErrorFrame {
 /** Frames a data server receives. */
 export type ToServer = ReadFrame | NotifFrame | ReadAheadFrame;
 /** Frames a reader receives. */
-export type ToReader = DataFrame | ErrorFrame;
+export type ToReader = DataFrame | ErrorFrame | AckFrame;
 
 /** Frame op codes (the first body byte; docs/ec-protocol.md "Data plane wire format"). */
-export const DATA_OPS = { read: 0x01, data: 0x02, error: 0x03, notif: 0x04, read_ahead: 0x05 } as const;
+export const DATA_OPS = {
+  read: 0x01,
+  data: 0x02,
+  error: 0x03,
+  notif: 0x04,
+  read_ahead: 0x05,
+  ack: 0x06,
+} as const;
+
+/** Longest XferAck an ACK frame carries: the control plane's 64 KiB limit (EC-CONTRACT 9.1). */
+export const MAX_ACK_BYTES = 64 * 1024;
+/** Fixed part of an ACK body: op and 3 reserved bytes. */
+export const ACK_FIXED = 4;
+/** Largest ACK body a reader accepts (only on a READ_AHEAD that asked for it). */
+export const MAX_ACK_FRAME_BYTES = ACK_FIXED + MAX_ACK_BYTES;
 
 /** Longest wait a READ_AHEAD may ask for, ms (docs/ec-protocol.md 3.2). */
 export const MAX_READ_AHEAD_WAIT_MS = 60_000;
@@ -161,6 +188,7 @@ export function encodeFrame(f: ToServer | ToReader): Buffer {
       const b = Buffer.alloc(LEN_BYTES + body);
       b.writeUInt32LE(body, 0);
       b[4] = DATA_OPS.read_ahead;
+      b[5] = f.ackFirst === true ? 1 : 0;
       b.writeUInt16LE(f.key.length, 6);
       b.writeUInt16LE(reader.length, 8);
       b.writeUInt16LE(instance.length, 10);
@@ -179,6 +207,19 @@ export function encodeFrame(f: ToServer | ToReader): Buffer {
       b.writeUInt32LE(DATA_FIXED, 0);
       b[4] = DATA_OPS.data;
       writeU64(b, f.nbytes, 8);
+      return b;
+    }
+    case "ack": {
+      if (f.ack.length < 1 || f.ack.length > MAX_ACK_BYTES) {
+        throw new EcError(
+          "EC_BAD_ARGUMENT",
+          `ACK frame: ack of ${f.ack.length} bytes outside [1, ${MAX_ACK_BYTES}]`,
+        );
+      }
+      const b = Buffer.alloc(LEN_BYTES + ACK_FIXED + f.ack.length);
+      b.writeUInt32LE(ACK_FIXED + f.ack.length, 0);
+      b[4] = DATA_OPS.ack;
+      b.set(f.ack, LEN_BYTES + ACK_FIXED);
       return b;
     }
     case "error": {
@@ -261,7 +302,8 @@ export function decodeToServer(body: Uint8Array, numBlocks: number): ToServer {
 
 function decodeReadAhead(b: Buffer): ReadAheadFrame {
   if (b.length < READ_FIXED) malformed("READ_AHEAD shorter than its fixed part");
-  if (b[1] !== 0) malformed("READ_AHEAD reserved byte is not 0");
+  // 3.3: the flags byte; bit 0 ack_first, every other bit 0.
+  if ((b[1]! & ~1) !== 0) malformed("READ_AHEAD flags other than ack_first are set");
   const keyLen = b.readUInt16LE(2);
   const readerLen = b.readUInt16LE(4);
   const instanceLen = b.readUInt16LE(6);
@@ -286,7 +328,15 @@ function decodeReadAhead(b: Buffer): ReadAheadFrame {
   off += readerLen;
   // Not UTF-8 cannot be this server's (hex) instance: answered ERROR 1, not closed (3.1).
   const instance = UTF8_LOOSE.decode(b.subarray(off, off + instanceLen));
-  return { op: "read_ahead", key, nbytes, waitMs, reader, instance };
+  return {
+    op: "read_ahead",
+    key,
+    nbytes,
+    waitMs,
+    reader,
+    instance,
+    ...(b[1] === 1 ? { ackFirst: true } : {}),
+  };
 }
 
 /** Decodes a frame body received by a reader (DATA or ERROR); throws `EC_MALFORMED`. */
@@ -307,6 +357,13 @@ export function decodeToReader(body: Uint8Array): ToReader {
       malformed("ERROR body_len does not match message_len");
     }
     return { op: "error", code, message: utf8(b, ERROR_FIXED, len, "ERROR message") };
+  }
+  if (b[0] === DATA_OPS.ack) {
+    if (b.length <= ACK_FIXED || b.length > MAX_ACK_FRAME_BYTES) {
+      malformed(`ACK body_len ${b.length} outside [${ACK_FIXED + 1}, ${MAX_ACK_FRAME_BYTES}]`);
+    }
+    if (b[1] !== 0 || b[2] !== 0 || b[3] !== 0) malformed("ACK reserved bytes are not 0");
+    return { op: "ack", ack: Uint8Array.from(b.subarray(ACK_FIXED)) };
   }
   return malformed("unexpected data-plane answer");
 }

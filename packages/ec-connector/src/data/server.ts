@@ -15,6 +15,14 @@ export interface DataGrant {
   readonly deadline: number;
   /** The entry's bytes (the ack's `nbytes`): a READ must ask for exactly these; -1 when unknown. */
   readonly nbytes: number;
+  /** docs/ec-protocol.md 3.3: the grant's XferAck, for READ_AHEADs that ask for an ACK frame. */
+  ack?: Uint8Array;
+  /**
+   * docs/ec-protocol.md 3.2 (issue 23): the server received this grant's notification. A
+   * READ_AHEAD is never served under such a grant (it waits for the key's next grant), even while
+   * the producer's step has not yet ended it.
+   */
+  notified?: boolean;
 }
 
 /** A READ_AHEAD waiting for its grant (docs/ec-protocol.md 3.2). */
@@ -110,20 +118,48 @@ export class DataServer {
     }
     this.#grants.set(key, { blocks: [...blocks], deadline, nbytes });
     // docs/ec-protocol.md 3.2: a READ_AHEAD that waited for this grant is served now, under it.
-    const waiting = this.#parked.get(key);
-    if (waiting === undefined) return;
-    this.#parked.delete(key);
+    if (!this.#parked.has(key)) return;
     // In a microtask: the producer's step that made the grant sends its ack first (the ack and
     // the bytes then travel together), and the checks below see the grant as the step left it.
+    // (3.3: those that asked for the ACK frame are served earlier, by grantAck.)
     queueMicrotask(() => {
-      for (const c of waiting) {
-        const p = c.parked;
-        if (p === null) continue;
-        clearTimeout(p.timer);
-        c.parked = null;
-        if (!c.socket.destroyed && !this.#closed) this.#readAhead(c, p.frame, key, false);
-      }
+      const waiting = this.#parked.get(key);
+      if (waiting === undefined) return;
+      this.#parked.delete(key);
+      for (const c of waiting) this.#serveParked(c, key);
     });
+  }
+
+  /**
+   * docs/ec-protocol.md 3.3: `ack` is the XferAck of the grant `key` just made. READ_AHEADs of
+   * `key` asking for it (`ack_first`) get it as an ACK frame before DATA; those already waiting
+   * are served now, synchronously, so their bytes leave before the control plane's copy of the ack.
+   * Returns true when at least one of them was served (its ACK frame written): the producer then
+   * sends no control-plane copy.
+   */
+  grantAck(key: string, ack: Uint8Array): boolean {
+    const g = this.#grants.get(key);
+    if (g === undefined) return false;
+    g.ack = ack;
+    const waiting = this.#parked.get(key);
+    if (waiting === undefined) return false;
+    let delivered = false;
+    for (const c of waiting) {
+      if (c.parked?.frame.ackFirst !== true) continue;
+      waiting.delete(c);
+      if (this.#serveParked(c, key)) delivered = true;
+    }
+    if (waiting.size === 0) this.#parked.delete(key);
+    return delivered;
+  }
+
+  /** Serves a parked READ_AHEAD; true when it was served with an ACK frame. */
+  #serveParked(c: ServerConn, key: string): boolean {
+    const p = c.parked;
+    if (p === null) return false;
+    clearTimeout(p.timer);
+    c.parked = null;
+    return !c.socket.destroyed && !this.#closed && this.#readAhead(c, p.frame, key, false);
   }
 
   revoke(key: string): void {
@@ -237,6 +273,7 @@ export class DataServer {
       this.#streams.get(c.keyStr)?.delete(c);
       c.key = null;
       this.#notifs.push({ from: c.reader, key: c.keyStr, msg: Uint8Array.from(f.msg), grant: c.grant });
+      if (c.grant !== null) c.grant.notified = true;
       c.grant = null;
       this.#m.notifications.inc();
       this.#o.onNotification();
@@ -277,6 +314,7 @@ export class DataServer {
     reader: string,
     blocks: readonly number[],
     nbytes: number,
+    ack: Uint8Array | null = null,
   ): void {
     this.#unproven.delete(c);
     c.key = Uint8Array.from(key);
@@ -291,7 +329,7 @@ export class DataServer {
     }
     set.add(c);
     this.#m.served.inc();
-    void this.#stream(c, blocks, nbytes);
+    void this.#stream(c, blocks, nbytes, ack);
   }
 
   /**
@@ -299,20 +337,24 @@ export class DataServer {
    * (instance first, then the grant, its deadline and its byte count); without a grant yet it
    * waits on the connection (at most `waitMs`, then ERROR 2) and is served when the grant is made.
    * A waiting connection is still unproven (EC-CONTRACT 9.5: it counts against the idle cap).
+   * Returns true when it was served with an ACK frame (3.3).
    */
-  #readAhead(c: ServerConn, f: ReadAheadFrame, keyStr: string, mayPark: boolean): void {
+  #readAhead(c: ServerConn, f: ReadAheadFrame, keyStr: string, mayPark: boolean): boolean {
     if (f.instance !== this.#o.instance) {
       this.#refuse(c, keyStr, {
         code: "instance_mismatch",
         message: `this agent is instance ${this.#o.instance}`,
       });
-      return;
+      return false;
     }
-    const g = this.#grants.get(keyStr);
+    // 3.2: a grant whose notification arrived is done: a READ_AHEAD (often in the same segment
+    // as that notification, for the next request of the key) waits for the key's next grant.
+    const live = this.#grants.get(keyStr);
+    const g = live?.notified === true ? undefined : live;
     if (g === undefined) {
       if (!mayPark || keyStr === "") {
         this.#refuse(c, keyStr, { code: "no_grant", message: `no grant for key ${keyStr}` });
-        return;
+        return false;
       }
       const timer = setTimeout(() => {
         if (c.parked === null) return;
@@ -331,11 +373,11 @@ export class DataServer {
       }
       set.add(c);
       this.#m.readAheadParked.inc();
-      return;
+      return false;
     }
     if (this.#o.now() > g.deadline) {
       this.#refuse(c, keyStr, { code: "expired", message: `grant ${keyStr} expired` });
-      return;
+      return false;
     }
     const bb = this.#o.blockBytes;
     const n = g.blocks.length;
@@ -345,10 +387,13 @@ export class DataServer {
         code: "bad_nbytes",
         message: `nbytes ${f.nbytes} is not grant ${keyStr}'s ${want}`,
       });
-      return;
+      return false;
     }
     this.#m.readAheadServed.inc();
-    this.#serve(c, f.key, keyStr, g, f.reader, g.blocks, f.nbytes);
+    // 3.3: the ACK frame first when asked for and the producer gave the grant's ack.
+    const ack = f.ackFirst === true ? (g.ack ?? null) : null;
+    this.#serve(c, f.key, keyStr, g, f.reader, g.blocks, f.nbytes, ack);
+    return ack !== null;
   }
 
   #unpark(c: ServerConn): void {
@@ -385,13 +430,22 @@ export class DataServer {
     return null;
   }
 
-  async #stream(c: ServerConn, blocks: readonly number[], nbytes: number): Promise<void> {
+  async #stream(
+    c: ServerConn,
+    blocks: readonly number[],
+    nbytes: number,
+    ack: Uint8Array | null = null,
+  ): Promise<void> {
     const s = c.socket;
     const region = this.#o.region;
     const chunk = this.#o.chunkBytes;
     const throttle = this.#o.throttleBytesPerSec;
     // The header and the first chunk leave in one writev (one syscall instead of two).
     s.cork();
+    if (ack !== null) {
+      s.write(encodeFrame({ op: "ack", ack }));
+      this.#m.ackFrames.inc();
+    }
     s.write(encodeFrame({ op: "data", nbytes }));
     let corked = true;
     const { segStart, segLen } = segments(blocks, this.#o.blockBytes, nbytes);

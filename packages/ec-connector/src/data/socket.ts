@@ -342,10 +342,23 @@ export class SocketDataTransport implements DataTransport {
     localBlocks: readonly number[],
     agentName: string,
     notifMsg: Uint8Array,
-    options: ReadOptions & { nbytes: number; waitMs: number },
+    options: ReadOptions & { nbytes: number; waitMs: number; ackFirst?: boolean },
   ): XferHandle {
     if (this.#closed) throw new EcError("EC_CLOSED", "data transport: closed");
     return this.#reader.postReadAhead(localBlocks, agentName, notifMsg, options);
+  }
+
+  /** Ack-ahead (docs/ec-protocol.md 3.3): this transport sends and takes ACK frames. */
+  readonly ackAhead = true;
+
+  /** Ack-ahead (docs/ec-protocol.md 3.3): see {@link DataTransport.grantAck}. */
+  grantAck(key: string, ack: Uint8Array): boolean {
+    return this.#server.grantAck(key, ack);
+  }
+
+  /** Ack-ahead (docs/ec-protocol.md 3.3): see {@link DataTransport.takeReadAheadAck}. */
+  takeReadAheadAck(handle: XferHandle): Uint8Array | null {
+    return this.#reader.takeReadAheadAck(handle);
   }
 
   revoke(key: string): void {

@@ -79,8 +79,24 @@ export interface DataTransport {
     localBlocks: readonly number[],
     agentName: string,
     notifMsg: Uint8Array,
-    options: ReadOptions & { nbytes: number; waitMs: number },
+    options: ReadOptions & { nbytes: number; waitMs: number; ackFirst?: boolean },
   ): XferHandle;
+  /**
+   * Ack-ahead (docs/ec-protocol.md 3.3), optional: true when this transport's server sends a
+   * grant's XferAck as an ACK frame to a READ_AHEAD asking for it ({@link DataTransport.grantAck})
+   * and its reader can ask for and take one ({@link DataTransport.takeReadAheadAck}).
+   */
+  readonly ackAhead?: boolean;
+  /**
+   * Ack-ahead, producer side: `ack` is the XferAck (MessagePack) of the grant `key` just made;
+   * READ_AHEADs of `key` that asked for it get it as an ACK frame before DATA, and those already
+   * waiting are served now (before the control plane would send the same ack). Returns true when
+   * one was served with it: the ack reached the consumer's data connection, and the producer then
+   * sends no control-plane copy.
+   */
+  grantAck?(key: string, ack: Uint8Array): boolean;
+  /** Ack-ahead, consumer side: the XferAck an ACK frame brought for this READ_AHEAD (once), else null. */
+  takeReadAheadAck?(handle: XferHandle): Uint8Array | null;
   /** Producer side: withdraws a grant and stops reads of it that are still streaming. */
   revoke(key: string): void;
   /** Called (if set) whenever a notification arrives, so a driver can schedule a step. */

@@ -79,6 +79,7 @@ export function handError(code: number, message: string): Buffer {
 /** A parsed frame a server sent: op and the body's fields, read by offset from the tables. */
 export type HandFrame =
   | { op: "data"; nbytes: number; size: number }
+  | { op: "ack"; ack: Buffer; size: number }
   | { op: "error"; code: number; message: string; size: number };
 
 /** Parses the server frame at the start of `b` (undefined while incomplete). */
@@ -89,6 +90,11 @@ export function parseServerFrame(b: Buffer): HandFrame | undefined {
   const v = new DataView(b.buffer, b.byteOffset + 4, len);
   const op = v.getUint8(0);
   if (op === 0x02) return { op: "data", nbytes: Number(v.getBigUint64(4, true)), size: 4 + len };
+  // docs/ec-protocol.md 3.3: ACK = op, 3 reserved zero bytes, the XferAck's MessagePack bytes.
+  if (op === 0x06) {
+    if (v.getUint8(1) !== 0 || v.getUint8(2) !== 0 || v.getUint8(3) !== 0) throw new Error("ACK reserved");
+    return { op: "ack", ack: Buffer.from(b.subarray(8, 4 + len)), size: 4 + len };
+  }
   if (op === 0x03) {
     const n = v.getUint16(2, true);
     return {
@@ -111,6 +117,8 @@ export function handReadAhead(f: {
   instance: string | Uint8Array;
   nbytes: number;
   waitMs: number;
+  /** docs/ec-protocol.md 3.3: the flags byte at body offset 1 (bit 0 `ack_first`; default 0). */
+  flags?: number;
 }): Buffer {
   const key = te.encode(f.key);
   const reader = te.encode(f.reader);
@@ -118,6 +126,7 @@ export function handReadAhead(f: {
   const body = new Uint8Array(20 + key.length + reader.length + instance.length);
   const v = new DataView(body.buffer);
   v.setUint8(0, 0x05);
+  v.setUint8(1, f.flags ?? 0);
   v.setUint16(2, key.length, true);
   v.setUint16(4, reader.length, true);
   v.setUint16(6, instance.length, true);
@@ -159,4 +168,13 @@ export function handReadRawInstance(f: {
     off += 4;
   }
   return frame(body);
+}
+
+/** ACK (op 0x06, docs/ec-protocol.md 3.3): op, 3 reserved zero bytes, then the XferAck bytes. */
+export function handAck(ack: Uint8Array, bodyLen = 4 + ack.length): Buffer {
+  const out = Buffer.alloc(4 + 4 + ack.length);
+  new DataView(out.buffer, out.byteOffset).setUint32(0, bodyLen, true);
+  out[4] = 0x06;
+  out.set(ack, 8);
+  return out;
 }

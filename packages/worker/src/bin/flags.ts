@@ -258,14 +258,13 @@ export const FLAGS = {
     default: CORE_DEFAULTS.name,
     help: "worker_name in HelloReply",
   },
-  "slot-buffer-windows": int(
-    "Sessions and limits",
-    "N",
-    2,
-    16,
-    CORE_DEFAULTS.slotBufferWindows,
-    "slot buffers hold up to N windows of rows",
-  ),
+  "slot-buffer-windows": {
+    section: "Sessions and limits",
+    arg: "N",
+    kind: { t: "int", min: 2, max: 16 },
+    note: "4; 2 when max-sessions > 1",
+    help: "slot buffers hold up to N windows of rows",
+  },
   "receive-in-place": {
     section: "Sessions and limits",
     arg: "yes|no",
