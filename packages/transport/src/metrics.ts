@@ -13,6 +13,7 @@ export interface ServerMetrics {
   placedMessages: Counter;
   placedBytes: Counter;
   placedCopiedBytes: Counter;
+  placedScatterReads: Counter;
   allocFailures: Counter;
   bufferedBytes: Gauge;
   budgetWaits: Counter;
@@ -50,6 +51,10 @@ export function serverMetrics(r: Registry): ServerMetrics {
     placedCopiedBytes: r.counter(
       "transport_server_placed_copied_bytes",
       "the part of transport_server_placed_bytes copied from a read buffer, not read in place",
+    ),
+    placedScatterReads: r.counter(
+      "transport_server_placed_scatter_reads",
+      "readv(2) calls that read placed bytes into several receiveInto segments at once (with koffi)",
     ),
     allocFailures: r.counter(
       "transport_server_alloc_failures",
@@ -106,6 +111,7 @@ export interface ClientMetrics {
   bytesOut: Counter;
   timeouts: Counter;
   errors: Counter;
+  gatheredWrites: Counter;
 }
 
 export function clientMetrics(r: Registry): ClientMetrics {
@@ -116,5 +122,9 @@ export function clientMetrics(r: Registry): ClientMetrics {
     bytesOut: r.counter("transport_client_bytes_out", "request bytes sent, length prefixes included"),
     timeouts: r.counter("transport_client_timeouts", "requests that timed out"),
     errors: r.counter("transport_client_errors", "requests failed for any reason but timeout or busy"),
+    gatheredWrites: r.counter(
+      "transport_client_gathered_writes",
+      "requests of many parts written with one writev(2) from the caller's buffers (tcp/unix, with koffi)",
+    ),
   };
 }

@@ -5,10 +5,17 @@ import type { ClientConfig } from "./config.js";
 import type { Endpoint } from "./endpoint.js";
 import { type CallSite, type Failure, TransportError, type TransportErrorCode } from "./errors.js";
 import type { ClientMetrics } from "./metrics.js";
+import { nativeLibc } from "./native.js";
 import type { ClientTlsOptions, RpcClient } from "./options.js";
 import { HEADER_BYTES, LengthPrefix } from "./prefix.js";
 import { RequestCore, replyOrThrow, State } from "./request.js";
+import { GatherWriter } from "./scatter.js";
+import { fdOf, setSocketBuffer, socketBuffer } from "./sockopt.js";
 
+// A unix socket's send buffer is asked to hold a whole request up to this size (see sockopt.ts).
+const UNIX_SEND_BUFFER_MAX = 4 * 1024 * 1024;
+// Requests of at least this many parts go out through one writev(2) when koffi is installed.
+const GATHER_MIN_PARTS = 8;
 // Size of the reused receive buffer handed to the kernel (onread): one read takes at most this much.
 const RECV_CHUNK = 64 * 1024;
 
@@ -50,6 +57,9 @@ export class StreamClient implements RpcClient {
   #connectAbort: ((code: TransportErrorCode, why: string) => void) | null = null;
   #closeReason = "not connected (call connect() first)";
   readonly #recvBuf = Buffer.allocUnsafe(RECV_CHUNK);
+  /** writev of many parts in one syscall (tcp/unix with koffi); undefined until first needed. */
+  #gather: GatherWriter | null | undefined;
+  #gatherSock: net.Socket | null = null;
   readonly #header = Buffer.allocUnsafe(HEADER_BYTES);
 
   // The outstanding request, if any, and how much of its reply arrived.
@@ -71,6 +81,16 @@ export class StreamClient implements RpcClient {
 
   get connected(): boolean {
     return this.#state === State.OPEN;
+  }
+
+  /**
+   * Diagnostic: the connection's send buffer (SO_SNDBUF) as the kernel reports it, or -1 when it
+   * cannot be read here (not connected, no `koffi`, not Linux). A unix connection asks for one
+   * that holds a whole request of up to 4 MiB (issue 23, see sockopt.ts).
+   */
+  get sendBufferBytes(): number {
+    const s = this.#sock;
+    return s === null || this.#state !== State.OPEN ? -1 : socketBuffer(s, "send");
   }
 
   connect(timeoutMs?: number): Promise<void> {
@@ -192,6 +212,10 @@ export class StreamClient implements RpcClient {
     this.#sock = sock;
     this.#state = State.OPEN;
     this.#m.connects.inc();
+    // Issue 23: a whole request leaves in one writev, not one per 208 KiB the peer has read.
+    if (this.#ep.scheme === "unix") {
+      setSocketBuffer(sock, "send", Math.min(this.#maxMessageBytes + HEADER_BYTES, UNIX_SEND_BUFFER_MAX));
+    }
     sock.on("error", (e: Error) => {
       if (this.#sock === sock)
         this.#drop("TRANSPORT_CLOSED", `connection to ${this.endpoint} failed: ${e.message}`, e);
@@ -254,19 +278,56 @@ export class StreamClient implements RpcClient {
     // A still-queued previous write may reference the shared header; never overwrite it then.
     const header = sock.writableLength === 0 ? this.#header : Buffer.allocUnsafe(HEADER_BYTES);
     header.writeUInt32LE(total, 0);
+    let sent = -1;
+    if (msg === null && parts.length >= GATHER_MIN_PARTS && sock.writableLength === 0) {
+      const g = this.#gatherFor(sock);
+      if (g !== null) sent = g.write(header, parts);
+      if (sent >= 0) this.#m.gatheredWrites.inc();
+    }
     sock.cork();
-    sock.write(header);
-    if (msg !== null) {
-      if (msg.length > 0) sock.write(msg);
+    if (sent >= 0) {
+      // Issue 23: the kernel took `sent` bytes in one writev; the rest goes as usual, in order.
+      this.#writeFrom(sock, header, parts, sent);
     } else {
-      for (let i = 0; i < parts.length; i++) {
-        const p = parts[i] as Uint8Array;
-        if (p.length > 0) sock.write(p);
+      sock.write(header);
+      if (msg !== null) {
+        if (msg.length > 0) sock.write(msg);
+      } else {
+        for (let i = 0; i < parts.length; i++) {
+          const p = parts[i] as Uint8Array;
+          if (p.length > 0) sock.write(p);
+        }
       }
     }
     sock.uncork();
     this.#m.bytesOut.inc(total + HEADER_BYTES);
     return reply;
+  }
+
+  /** The gather writer of `sock` (tcp/unix with koffi), or null. */
+  #gatherFor(sock: net.Socket): GatherWriter | null {
+    if (this.#gatherSock !== sock) {
+      this.#gatherSock = sock;
+      const libc = this.#ep.scheme === "tls" ? null : nativeLibc();
+      const fd = libc === null ? -1 : fdOf(sock);
+      this.#gather = libc === null || fd < 0 ? null : new GatherWriter(libc, fd);
+    }
+    return this.#gather ?? null;
+  }
+
+  /** Writes what a gathered writev left: `header` then `parts` from byte `skip` on. */
+  #writeFrom(sock: net.Socket, header: Uint8Array, parts: readonly Uint8Array[], skip: number): void {
+    let left = skip;
+    for (let i = -1; i < parts.length; i++) {
+      const p = i < 0 ? header : (parts[i] as Uint8Array);
+      if (left >= p.length) {
+        left -= p.length;
+        continue;
+      }
+      // A copy of the unsent header (the shared one may be rewritten by the next request).
+      sock.write(i < 0 ? Buffer.from(p.subarray(left)) : p.subarray(left));
+      left = 0;
+    }
   }
 
   readonly #onTimeout = (): void => {

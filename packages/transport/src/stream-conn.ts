@@ -7,6 +7,7 @@ import { isIntIn, isThenable, replyBytes } from "./check.js";
 import type { ServerConfig } from "./config.js";
 import { TransportError } from "./errors.js";
 import type { Limited, ServerLimits } from "./limits.js";
+import { nativeLibc } from "./native.js";
 import {
   type ConnInfo,
   type Handler,
@@ -16,6 +17,8 @@ import {
   type Reply,
 } from "./options.js";
 import { HEADER_BYTES, LengthPrefix } from "./prefix.js";
+import { ScatterReader, type SegmentCursor } from "./scatter.js";
+import { fdOf } from "./sockopt.js";
 
 // First size of a connection's reassembly buffer; it grows by doubling as bytes arrive (up to the
 // largest message seen) and is reused.
@@ -39,6 +42,11 @@ export interface StreamServerConfig extends ServerConfig {
   dataEvents?: boolean;
   /** Internal, for tests: allocates receive buffers (default Buffer.allocUnsafe). */
   allocate?: (size: number) => Buffer;
+  /**
+   * Internal, for tests and benches: false reads placed segments one libuv read each, as without
+   * koffi (default true: readv into many segments at once when koffi is installed, scatter.ts).
+   */
+  scatterReads?: boolean;
 }
 
 /** What a connection needs of its server. */
@@ -103,6 +111,10 @@ export class Conn implements ConnInfo, Limited {
   #segs: readonly Uint8Array[] = NO_SEGMENTS;
   #segIdx = 0;
   #segOff = 0;
+  /** readv into the plan's segments (onread sockets with koffi); undefined until first needed. */
+  #scatter: ScatterReader | null | undefined;
+  readonly #cursor: SegmentCursor = { idx: 0, off: 0 };
+  readonly #want = { want: 0 };
   /** A socket error was seen (and counted). */
   #errored = false;
   closeAfterReply = false;
@@ -365,16 +377,52 @@ export class Conn implements ConnInfo, Limited {
       if (this.#place === PLACE_SEGMENTS) {
         this.#segOff += n;
         if (this.#got === this.#pfx.len) this.#dispatchPlaced();
+        else this.#scatterRest();
       } else if (this.#got === this.#pfx.len) {
         this.#pfx.got = 0;
         this.#dispatch((this.#asm as Buffer).subarray(0, this.#pfx.len));
-      } else if (this.#place === PLACE_HEAD && this.#got >= this.#headWant) {
-        this.#consult();
+      } else if (this.#place === PLACE_HEAD && this.#got >= this.#headWant && this.#consult()) {
+        if ((this.#place as number) === PLACE_SEGMENTS) this.#scatterRest();
       }
     } else {
       this.#feed(buf as Buffer, 0, n);
+      if (this.#place === PLACE_SEGMENTS && !this.#busy && !this.#closed) this.#scatterRest();
     }
     return !this.#busy && !this.#closed;
+  }
+
+  /**
+   * PLACE_SEGMENTS on an `onread` socket: reads what the socket holds into the plan's remaining
+   * segments with readv(2), many per call (scatter.ts), until the message is complete or the
+   * socket is drained; then libuv's own reads go on from the advanced position. Only called from
+   * the onread callback, and never reads past the message's end.
+   */
+  #scatterRest(): void {
+    let r = this.#scatter;
+    if (r === undefined) {
+      const libc = this.#rbuf !== null && this.#cfg.scatterReads !== false ? nativeLibc() : null;
+      const fd = libc === null ? -1 : fdOf(this.#sock);
+      r = libc === null || fd < 0 ? null : new ScatterReader(libc, fd);
+      this.#scatter = r;
+    }
+    if (r === null) return;
+    const cur = this.#cursor;
+    const m = this.#cfg.metrics;
+    while (this.#place === PLACE_SEGMENTS && !this.#closed) {
+      cur.idx = this.#segIdx;
+      cur.off = this.#segOff;
+      const n = r.read(this.#segs, cur, this.#want);
+      if (n === 0) return;
+      m.placedScatterReads.inc();
+      this.#segIdx = cur.idx;
+      this.#segOff = cur.off;
+      this.#got += n;
+      if (this.#got === this.#pfx.len) {
+        this.#dispatchPlaced();
+        return;
+      }
+      if (n < this.#want.want) return; // drained: wait for the next readable
+    }
   }
 
   #feed(chunk: Buffer, off: number, end: number): void {

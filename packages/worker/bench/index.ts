@@ -194,6 +194,10 @@ function nullCase(
   }
   const w = (median(worker) * 1000) / slots;
   const c = (median(copy) * 1000) / slots;
+  // Issue 23: the median of the per-STEP differences (worker minus copy of the same iteration,
+  // measured back to back): a load swing between iterations moves both halves of a pair, so it
+  // cancels here but not in the difference of the two medians above.
+  const paired = (median(worker.map((x, k) => x - (copy[k] as number))) * 1000) / slots;
   const meanIdle = (idle.reduce((x, y) => x + y, 0) * 1000) / idle.length / slots;
   const meanW = (worker.reduce((x, y) => x + y, 0) * 1000) / worker.length / slots;
   const meanC = (copy.reduce((x, y) => x + y, 0) * 1000) / copy.length / slots;
@@ -203,6 +207,7 @@ function nullCase(
     worker_us_per_entry: round(w),
     copy_us_per_entry: round(c),
     overhead_us_per_entry: round(w - c),
+    overhead_us_per_entry_paired: round(paired),
     ratio_worker_to_copy: round(w / c),
     worker_us_per_step: round(median(worker) * 1000),
     // Means (every compaction counted) and the idle-time work of prepareWindows() per entry.

@@ -81,13 +81,13 @@ export interface WorkerCoreOptions {
   batchGatherUs?: number;
 }
 
-/** Defaults of {@link WorkerCoreOptions} (also what `tapwire-worker --help` states). */
 /**
  * @internal The default `slotBufferWindows` of a shared worker (`maxSessions` > 1): slot memory at
  * most 2x the reservations (CONTRACT 12.1 memory; docs/worker.md "Sizing a shared worker").
  */
 export const SHARED_SLOT_BUFFER_WINDOWS = 2;
 
+/** Defaults of {@link WorkerCoreOptions} (also what `tapwire-worker --help` states). */
 export const CORE_DEFAULTS = {
   maxSlots: 256,
   maxRowsPerStep: 4096,
