@@ -398,6 +398,7 @@ async function runSteps(
   ui?.finish(report);
   if (ec?.placement) {
     // EC-CONTRACT 10.4: a request to a producer whose trusted view lacked the item fails the run
+    await ec.placement.settleLate();
     report.placement = ec.placement.report(regs.ec.snapshot().counters);
     if (report.placement.sentWithoutHolder > 0) report.ok = false;
     const more = await ec.placement.leakCheck();

@@ -22,6 +22,9 @@ afterAll(() => {
 
 test("pnpm start -- --ui: the page in headless Chromium updates live and ends with the report's numbers", async () => {
   const json = join(dir, "report.json");
+  // Chromium first: launching it can take longer than the run on a loaded machine, and the view
+  // lingers only while a page is open (--ui-linger-ms).
+  const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: ["--no-sandbox"] });
   const run = startBin([
     "--requests",
     "48",
@@ -41,12 +44,22 @@ test("pnpm start -- --ui: the page in headless Chromium updates live and ends wi
   ]);
   started.push(run.child);
   const url = (await run.waitFor(/live view on (http:\/\/\S+)/, 60_000))[1]!;
-  const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: ["--no-sandbox"] });
   let shown: number[] = [];
   let lossless = "";
   try {
     const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
-    await page.goto(url);
+    // The URL is printed once the server listens; a refused first attempt under load is retried
+    // (bounded), and a harness that died is named with its exit code.
+    for (let i = 0; ; i++) {
+      try {
+        await page.goto(url);
+        break;
+      } catch (e) {
+        if (i >= 20 || run.child.exitCode !== null)
+          throw new Error(`live view ${url}: ${(e as Error).message}; harness exit ${run.child.exitCode}`);
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    }
     await page.waitForSelector("#acc-pos .acc", { timeout: 120_000 });
     // Server-Sent Events at least once a second while the run goes (2 Hz is sent)
     // (page-side code as strings: this package's tsconfig has no DOM types)

@@ -234,23 +234,42 @@ export class Placement {
     return problems;
   }
 
+  /** How the late directory's trusted views differ from the main one's, now. */
+  #lateDiff(): { differences: number; trusted: number } {
+    let differences = 0;
+    let trusted = 0;
+    if (this.late === null) return { differences, trusted };
+    for (const v of this.late.views()) {
+      const main = this.directory.view(v.producer);
+      if (!v.trusted || main?.trusted !== true) continue;
+      trusted++;
+      const a = this.late.residentSet(v.producer);
+      const b = this.directory.residentSet(v.producer);
+      for (const h of a) if (!b.has(h)) differences++;
+      for (const h of b) if (!a.has(h)) differences++;
+    }
+    return { differences, trusted };
+  }
+
+  /**
+   * Before the report: the two directories are separate subscribers, so an event published in the
+   * last moment may have reached one and not yet the other. Waits (at most `ms`, polling) until
+   * they agree; a real disagreement stays and is reported.
+   */
+  async settleLate(ms = 3_000): Promise<void> {
+    const end = performance.now() + ms;
+    while (this.late !== null && this.#lateDiff().differences > 0 && performance.now() < end) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+
   /** The report section (`consumerCounters`: the connector registry's counters). */
   report(consumerCounters: Record<string, number>): PlacementReport {
     const views = this.directory.views();
     const t = this.trustTimes;
     let late: PlacementReport["late"] = null;
     if (this.late !== null) {
-      let differences = 0;
-      let trusted = 0;
-      for (const v of this.late.views()) {
-        const main = this.directory.view(v.producer);
-        if (!v.trusted || main?.trusted !== true) continue;
-        trusted++;
-        const a = this.late.residentSet(v.producer);
-        const b = this.directory.residentSet(v.producer);
-        for (const h of a) if (!b.has(h)) differences++;
-        for (const h of b) if (!a.has(h)) differences++;
-      }
+      const { differences, trusted } = this.#lateDiff();
       late = { snapshots: this.late.views().reduce((n, v) => n + v.snapshots, 0), differences, trusted };
     }
     return {
