@@ -93,7 +93,7 @@ describe("tapwire-worker with a short unbound idle timeout and a small max_conne
   afterAll(async () => {
     await w?.child.kill("SIGTERM");
   });
-  for (const scheme of ["tcp", "unix"]) {
+  for (const scheme of ["tcp", "unix", "tls", "shm+unix"]) {
     it(`${scheme}: the idle and connection-limit cases pass`, async () => {
       const rep = await runWorkerSuite(
         { endpoint: w.endpoints[scheme]!, unboundIdleMs: 500, maxConnections: 20 },

@@ -665,7 +665,8 @@ export const miscCases: W[] = [
       const idle = ctx.opts.unboundIdleMs;
       if (idle === undefined || idle > 15_000)
         t.info("the worker's unbound_idle_ms under 15 s (--unbound-idle-ms)", String(idle ?? "not given"));
-      if (!ctx.stream) t.info("a stream transport (a ZeroMQ peer has no connection to close)", ctx.ep.scheme);
+      if (!ctx.closes)
+        t.info("a stream or shm transport (a ZeroMQ peer has no connection to close)", ctx.ep.scheme);
       const b = await ctx.bound(t);
       const p = await ctx.peer();
       p.raw.sendRaw(Uint8Array.of(0x40, 0)); // half a length prefix: never a whole message
@@ -684,7 +685,7 @@ export const miscCases: W[] = [
       const max = ctx.opts.maxConnections;
       if (max === undefined || max > 256)
         t.info("the worker's max_connections (--max-connections, at most 256)", String(max ?? "not given"));
-      if (!ctx.stream) t.info("a stream transport", ctx.ep.scheme);
+      if (!ctx.closes) t.info("a stream or shm transport", ctx.ep.scheme);
       const b = await ctx.bound(t);
       const half = Math.floor(max! / 2);
       const first = await ctx.conn();
