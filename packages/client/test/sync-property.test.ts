@@ -15,9 +15,8 @@ import {
 import {
   checkOutcomesAgainstTable,
   clientOptions,
-  DRAFTER_ID,
+  DRAFTER_GEOMETRY,
   GEO,
-  MARKOV_ID,
   makeRows,
   ROW_BYTES,
   until,
@@ -30,15 +29,7 @@ let proxy: Proxy;
 
 beforeAll(async () => {
   worker = await createWorker({
-    drafter: new NullDrafter({
-      drafterIdentity: DRAFTER_ID,
-      markovIdentity: MARKOV_ID,
-      window: GEO.window,
-      numSpec: GEO.numSpec,
-      vocabSize: GEO.vocabSize,
-      numTaps: GEO.numTaps,
-      hidden: GEO.hidden,
-    }),
+    drafter: new NullDrafter(DRAFTER_GEOMETRY),
     listen: ["tcp://127.0.0.1:0"],
   });
   proxy = await startFaultProxy({ host: "127.0.0.1", port: Number(new URL(worker.endpoints[0]!).port) });

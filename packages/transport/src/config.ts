@@ -96,14 +96,6 @@ export interface ServerConfig {
   options: ServerOptions;
   metrics: ServerMetrics;
   registry: Registry;
-  /**
-   * @internal Bytes of an oversize unbound message read for onOversize (default 24, the CONTRACT 4
-   * header). The shm server's socket carries doorbells: their frame header sits behind the bell,
-   * so it reads the bell's fixed part first and then asks {@link ServerConfig.oversizeHeadMore}.
-   */
-  oversizeHeadBytes?: number;
-  /** @internal Given the first oversizeHeadBytes, the bytes onOversize needs in all (at most 4096). */
-  oversizeHeadMore?: (head: Uint8Array) => number;
 }
 
 /**

@@ -27,4 +27,15 @@ export {
   OVERSIZE_HEAD_WAIT_MS,
   TlsFailureReason,
 } from "./options.js";
-export { createShmArena, ShmArena } from "./shm.js";
+export type { Libc, ShmSpaceWords } from "./shm.js";
+// The shm session-file rules, shared with @tapwire/ec-connector's shm data plane (one owner).
+export {
+  attachSessionFile,
+  bindLibc,
+  createSessionFile,
+  createShmArena,
+  DEFAULT_SHM_DIR,
+  ShmArena,
+  ShmRange,
+  sweepStaleShmFiles,
+} from "./shm.js";

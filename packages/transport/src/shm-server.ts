@@ -53,6 +53,15 @@ function protocol(why: string): TransportError {
   return new TransportError("TRANSPORT_PROTOCOL", `shm doorbell: ${why}`);
 }
 
+// The doorbell framing for the inner stream connection's oversize read (its `oversizeHead`): an
+// inline BELL past the unbound limit is read as the bell's fixed part, then its regions and the
+// request's own 24-byte frame header (16 + 8n + 24), which #innerOversize hands to onOversize.
+function bellOversizeHead(head: Uint8Array): number {
+  if (head.length < BELL_FIXED) return BELL_FIXED;
+  const n = head[12]! | (head[13]! << 8);
+  return n > MAX_REGIONS ? head.length : BELL_FIXED + 8 * n + FRAME_HEADER_BYTES;
+}
+
 /**
  * A server on `shm+unix:///path`: the doorbell socket is a unix socket at `path`; every CONTRACT
  * 11 limit applies to the request a doorbell describes (inline bytes plus regions), not to the
@@ -106,12 +115,7 @@ export class ShmServer implements RpcServer {
       ...serverConfig(ep, inner),
       registry: cfg.registry,
       metrics: cfg.metrics,
-      // the bell's fixed part, then its regions and the request's 24-byte header (16 + 8n + 24)
-      oversizeHeadBytes: BELL_FIXED,
-      oversizeHeadMore: (head) => {
-        const n = head.length >= BELL_FIXED ? head[12]! | (head[13]! << 8) : 0;
-        return n > MAX_REGIONS ? head.length : BELL_FIXED + 8 * n + FRAME_HEADER_BYTES;
-      },
+      oversizeHead: bellOversizeHead,
     });
     this.registry = cfg.registry;
   }

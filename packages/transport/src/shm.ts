@@ -1,7 +1,9 @@
 // The shm transport's shared memory (issue 23): koffi, an optional peer dependency loaded on
 // first use of a shm+ endpoint like zeromq for zmq+, maps per-session /dev/shm files; this file
 // holds the loader, the mapping and the doorbell codec. Client and server: shm-client.ts,
-// shm-server.ts; the protocol is docs/transport.md "shm".
+// shm-server.ts; the protocol is docs/transport.md "shm". The session-file rules (naming, 0600 and
+// ownership checks, dead-pid sweep, the room check) are exported: @tapwire/ec-connector's shm data
+// plane maps its rings with them instead of a second copy.
 import { randomBytes } from "node:crypto";
 import * as fs from "node:fs";
 import { createRequire } from "node:module";
@@ -20,8 +22,9 @@ export const KOFFI_MISSING_MESSAGE =
   'shm+unix:// endpoints map shared memory through the optional peer dependency "koffi" (3.x): ' +
   "install it next to @tapwire/transport with `npm i koffi` or `pnpm add koffi`";
 
-/** The libc calls the mapping needs, bound through koffi. */
+/** The libc calls the mapping needs, bound through koffi ({@link bindLibc}). */
 export interface Libc {
+  /** mmap(2); koffi's pointer, or one whose address is MAP_FAILED. */
   readonly mmap: (
     addr: unknown,
     len: number,
@@ -30,9 +33,13 @@ export interface Libc {
     fd: number,
     off: number,
   ) => unknown;
+  /** munmap(2). */
   readonly munmap: (addr: unknown, len: number) => number;
+  /** posix_fallocate(3): 0, or the errno (28: ENOSPC). */
   readonly posixFallocate: (fd: number, off: number, len: number) => number;
+  /** The address of a pointer mmap returned. */
   readonly address: (p: unknown) => bigint;
+  /** An ArrayBuffer over `len` bytes at a pointer mmap returned (no copy). */
   readonly view: (p: unknown, len: number) => ArrayBuffer;
 }
 
@@ -69,7 +76,7 @@ export function loadLibc(): Promise<Libc> {
   if (loaded !== null) return Promise.resolve(loaded);
   if (loading === null) {
     loading = loader().then(
-      (m) => bind(m),
+      (m) => bindLibc(m),
       (e: unknown) => {
         loading = null;
         throw new TransportError("TRANSPORT_SHM_UNAVAILABLE", KOFFI_MISSING_MESSAGE, { cause: e });
@@ -79,7 +86,13 @@ export function loadLibc(): Promise<Libc> {
   return loading;
 }
 
-function bind(m: unknown): Libc {
+/**
+ * Binds libc through the koffi module `m` (as `import("koffi")` or `require("koffi")` gives it),
+ * once per process: later calls return the first binding. For a package that loads koffi itself
+ * (its own optional peer, its own missing-koffi error); others use the shm endpoints.
+ * @throws the koffi error when libc cannot be bound (not Linux, no glibc).
+ */
+export function bindLibc(m: unknown): Libc {
   if (loaded !== null) return loaded;
   const k = (
     (m as { load?: unknown }).load !== undefined ? m : (m as { default: unknown }).default
@@ -105,7 +118,7 @@ function bind(m: unknown): Libc {
 export function loadLibcSync(): Libc {
   if (loaded !== null) return loaded;
   try {
-    return bind(createRequire(import.meta.url)("koffi"));
+    return bindLibc(createRequire(import.meta.url)("koffi"));
   } catch (e) {
     throw new TransportError("TRANSPORT_SHM_UNAVAILABLE", KOFFI_MISSING_MESSAGE, { cause: e });
   }
@@ -133,14 +146,19 @@ function pidAlive(pid: number): boolean {
 
 const swept = new Set<string>();
 
-/**
- * Unlinks `tapwire-<pid>-*` files in `dir` whose creator pid is dead: what a SIGKILL between
- * creating a session file and unlinking it leaves (once per directory and process). Returns how
- * many went.
- */
-export function sweepStale(dir: string): number {
-  if (swept.has(dir)) return 0;
+/** {@link sweepStaleShmFiles} the first time this process creates a session file in `dir`. */
+function sweepOnce(dir: string): void {
+  if (swept.has(dir)) return;
   swept.add(dir);
+  sweepStaleShmFiles(dir);
+}
+
+/**
+ * Unlinks the `tapwire-<pid>-<16 hex>` files in `dir` whose creator pid is dead: what a SIGKILL
+ * between creating a shm file and unlinking it leaves, whichever package created it (transport's
+ * sessions, ec-connector's rings). Returns how many went; an unreadable `dir` is 0.
+ */
+export function sweepStaleShmFiles(dir: string): number {
   let n = 0;
   let names: string[];
   try {
@@ -181,12 +199,17 @@ export function freeBytes(dir: string): number | null {
 export class ShmRange {
   /** The whole range as bytes (valid until {@link free}). */
   readonly bytes: Uint8Array;
+  /** Bytes of the range (a file mapped over it must have at least as many). */
   readonly size: number;
   readonly #libc: Libc;
   readonly #addr: unknown;
   #mapped = false;
   #freed = false;
 
+  /**
+   * Reserves `size` bytes (a page multiple) of private anonymous memory.
+   * @throws {TransportError} `TRANSPORT_SHM_UNAVAILABLE` when mmap refuses.
+   */
   constructor(libc: Libc, size: number) {
     const p = libc.mmap(
       null,
@@ -250,19 +273,38 @@ export class ShmRange {
   }
 }
 
+/** What a {@link createSessionFile} room error calls the mapping and how its user makes it smaller. */
+export interface ShmSpaceWords {
+  /** The mapping, as in "a session mapping needs N". */
+  readonly mapping: string;
+  /** The advice to shrink it, as in "lower the shm bytes option". */
+  readonly lower: string;
+}
+
+/** A transport session's words (docs/transport.md "Fallback"). */
+const SESSION_WORDS: ShmSpaceWords = { mapping: "a session mapping", lower: "lower the shm bytes option" };
+
 /**
- * Creates a session file of `size` bytes in `dir` (0600, exclusive, its pages allocated so that a
- * full /dev/shm fails here and not with SIGBUS later) and maps it over `range`. Returns its name;
- * the caller unlinks it once the peer holds it.
+ * Creates a session file of `range.size` bytes in `dir` named `tapwire-<pid>-<16 hex>` (0600,
+ * exclusive, its pages allocated so that a full /dev/shm fails here and not with SIGBUS later),
+ * after sweeping `dir` once per process ({@link sweepStaleShmFiles}), and maps it read/write over
+ * `range`, keeping the range's first `keep` bytes. Returns its name; the caller unlinks it once
+ * the peer holds it.
  *
- * @throws {TransportError} `TRANSPORT_SHM_SPACE` naming the size needed and the size available;
- *   `TRANSPORT_SHM_UNAVAILABLE` for any other failure.
+ * @throws {TransportError} `TRANSPORT_SHM_SPACE` naming the size needed and the size available
+ *   (in `words`, default a transport session's); `TRANSPORT_SHM_UNAVAILABLE` for any other failure.
  */
-export function createSessionFile(libc: Libc, dir: string, range: ShmRange, keep = 0): string {
-  sweepStale(dir);
+export function createSessionFile(
+  libc: Libc,
+  dir: string,
+  range: ShmRange,
+  keep = 0,
+  words: ShmSpaceWords = SESSION_WORDS,
+): string {
+  sweepOnce(dir);
   const size = range.size;
   const free = freeBytes(dir);
-  if (free !== null && free < size) throw spaceError(dir, size, free);
+  if (free !== null && free < size) throw spaceError(dir, size, free, words);
   const name = `tapwire-${process.pid}-${randomBytes(8).toString("hex")}`;
   const path = join(dir, name);
   let fd: number;
@@ -277,7 +319,7 @@ export function createSessionFile(libc: Libc, dir: string, range: ShmRange, keep
     const err = libc.posixFallocate(fd, 0, size);
     if (err !== 0) {
       throw err === 28 // ENOSPC
-        ? spaceError(dir, size, freeBytes(dir) ?? 0)
+        ? spaceError(dir, size, freeBytes(dir) ?? 0, words)
         : new TransportError(
             "TRANSPORT_SHM_UNAVAILABLE",
             `posix_fallocate(${path}, ${size}) failed: errno ${err}`,
@@ -295,11 +337,11 @@ export function createSessionFile(libc: Libc, dir: string, range: ShmRange, keep
   }
 }
 
-function spaceError(dir: string, need: number, free: number): TransportError {
+function spaceError(dir: string, need: number, free: number, words: ShmSpaceWords): TransportError {
   return new TransportError(
     "TRANSPORT_SHM_SPACE",
-    `shm: ${dir} has ${free} bytes free, a session mapping needs ${need} (raise the size of ${dir}, e.g. ` +
-      "docker --shm-size, lower the shm bytes option, or use unix://); falling back to the socket",
+    `shm: ${dir} has ${free} bytes free, ${words.mapping} needs ${need} (raise the size of ${dir}, e.g. ` +
+      `docker --shm-size, ${words.lower}, or use unix://); falling back to the socket`,
   );
 }
 
@@ -307,7 +349,8 @@ function spaceError(dir: string, need: number, free: number): TransportError {
  * Opens the peer's session file `name` in `dir` read-only and maps it over `range`: it must be a
  * regular file of exactly `range.size` bytes, owned by this process's user, with no group or
  * other permission bits.
- * @throws {TransportError} `TRANSPORT_PROTOCOL` naming the refused check.
+ * @throws {TransportError} `TRANSPORT_PROTOCOL` naming the refused check;
+ *   `TRANSPORT_SHM_UNAVAILABLE` when mmap refuses.
  */
 export function attachSessionFile(dir: string, name: string, range: ShmRange): void {
   if (!SHM_NAME.test(name))

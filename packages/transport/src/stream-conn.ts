@@ -31,6 +31,7 @@ const PLACE_HEAD = 1;
 /** A plan was accepted: the rest of the message goes into its segments. */
 const PLACE_SEGMENTS = 2;
 const NO_SEGMENTS: readonly Uint8Array[] = [];
+const NO_HEAD = new Uint8Array(0);
 // CONTRACT 4: the frame header an oversize prefix's onOversize hook gets (CONTRACT 11).
 const FRAME_HEADER_BYTES = 24;
 
@@ -47,6 +48,14 @@ export interface StreamServerConfig extends ServerConfig {
    * koffi (default true: readv into many segments at once when koffi is installed, scatter.ts).
    */
   scatterReads?: boolean;
+  /**
+   * The framing inside the length prefix, for an oversize unbound message (CONTRACT 11): given
+   * the bytes of its head read so far (none at first), how many onOversize needs in all (at most
+   * 4096; a count not above those read means enough). The server's onOversize gets them. Default:
+   * the CONTRACT 4 frame header (24 bytes); a server whose messages wrap the request in a header
+   * of their own (a doorbell) brings its codec's.
+   */
+  oversizeHead?: (head: Uint8Array) => number;
 }
 
 /** What a connection needs of its server. */
@@ -525,7 +534,8 @@ export class Conn implements ConnInfo, Limited {
 
   /** CONTRACT 11: an unbound connection's oversize prefix; read its frame header for onOversize. */
   #startOversize(declared: number): void {
-    this.#ovHead = Buffer.allocUnsafe(Math.min(this.#cfg.oversizeHeadBytes ?? FRAME_HEADER_BYTES, declared));
+    const first = this.#cfg.oversizeHead?.(NO_HEAD) ?? FRAME_HEADER_BYTES;
+    this.#ovHead = Buffer.allocUnsafe(Math.min(first, declared));
     this.#ovGot = 0;
     const idle = this.#cfg.unboundIdleMs;
     this.#ovTimer = setTimeout(
@@ -541,7 +551,7 @@ export class Conn implements ConnInfo, Limited {
     chunk.copy(head, this.#ovGot, off, off + n);
     this.#ovGot += n;
     if (this.#ovGot < head.length) return;
-    const more = this.#cfg.oversizeHeadMore?.(head);
+    const more = this.#cfg.oversizeHead?.(head);
     if (more !== undefined && more > head.length && more <= Math.min(4096, this.#pfx.len)) {
       const grown = Buffer.allocUnsafe(more);
       head.copy(grown, 0, 0, head.length);

@@ -1,53 +1,40 @@
-// Shared memory of the EC shm data plane (issue 23, docs/ec-protocol.md 3.4): koffi, an optional
-// peer dependency loaded on first use, maps per-connection /dev/shm files.
+// Shared memory of the EC shm data plane (issue 23, docs/ec-protocol.md 3.4): the producer's
+// read/write ring file and the consumer's read-only mapping of it.
 //
-// One owner of mmap: this is the same libc binding, file naming (`tapwire-<pid>-<16 hex>`), stale
-// sweep and space check as @tapwire/transport's src/shm.ts, kept to what the data plane needs (a
-// producer-created read/write mapping, a consumer's read-only one). ec-connector does not depend
-// on @tapwire/transport (adding the workspace dependency changes the lockfile, which this round
-// may not); once it does, this file becomes re-exports of that one. Both sweeps recognise each
-// other's files (same name pattern), so either cleans what a killed process of the other left.
-import { randomBytes } from "node:crypto";
+// One owner of mmap: the libc binding, the file naming (`tapwire-<pid>-<16 hex>`), the 0600 and
+// ownership checks, the dead-pid sweep and the /dev/shm room check are @tapwire/transport's
+// (src/shm.ts, docs/transport.md "shm"). What stays here is the data plane's own: koffi loaded from
+// this package (an optional peer, on first use), its missing-koffi text, its room-error words and
+// its error codes (EcError).
 import * as fs from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
-import { EcError } from "../errors.js";
+import {
+  attachSessionFile,
+  bindLibc,
+  createSessionFile,
+  type Libc,
+  ShmRange,
+  type ShmSpaceWords,
+  TransportError,
+  type TransportErrorCode,
+} from "@tapwire/transport";
+import { EcError, type EcErrorCode } from "../errors.js";
 
-/** Where shm files are created and looked up by default. */
-export const DEFAULT_SHM_DIR = "/dev/shm";
-/** Name of a session file: `tapwire-<creator pid>-<16 hex>` (as @tapwire/transport's). */
-export const SHM_NAME = /^tapwire-([0-9]{1,10})-[0-9a-f]{16}$/;
+export { DEFAULT_SHM_DIR, sweepStaleShmFiles } from "@tapwire/transport";
 
 /** What a user whose install lacks koffi reads (the data plane then uses the socket). */
 export const KOFFI_MISSING_MESSAGE =
   'shm+unix:// data endpoints map shared memory through the optional peer dependency "koffi" (3.x): ' +
   "install it next to @tapwire/ec-connector with `npm i koffi` or `pnpm add koffi`";
 
-interface Libc {
-  readonly mmap: (
-    addr: unknown,
-    len: number,
-    prot: number,
-    flags: number,
-    fd: number,
-    off: number,
-  ) => unknown;
-  readonly munmap: (addr: unknown, len: number) => number;
-  readonly posixFallocate: (fd: number, off: number, len: number) => number;
-  readonly address: (p: unknown) => bigint;
-  readonly view: (p: unknown, len: number) => ArrayBuffer;
-}
-
-type KoffiLike = {
-  load(path: string): { func(decl: string): (...args: unknown[]) => unknown };
-  address(p: unknown): bigint;
-  view(p: unknown, len: number): ArrayBuffer;
+// docs/ec-protocol.md 3.4: "shm: /dev/shm has N bytes free, a data-plane ring needs M ..."
+const RING_WORDS: ShmSpaceWords = { mapping: "a data-plane ring", lower: "lower shmSlotBytes" };
+// The transport's shm failures as this package's codes (any other: EC_SHM_UNAVAILABLE).
+const EC_CODE: Partial<Record<TransportErrorCode, EcErrorCode>> = {
+  TRANSPORT_SHM_SPACE: "EC_SHM_SPACE",
+  TRANSPORT_PROTOCOL: "EC_MALFORMED",
 };
-
-const PROT_READ = 1;
-const PROT_WRITE = 2;
-const MAP_SHARED = 1;
-const MAP_FAILED = 0xffff_ffff_ffff_ffffn;
 
 let loaded: Libc | null = null;
 let failure: unknown = null;
@@ -62,22 +49,7 @@ export function loadLibc(): Libc {
   if (loaded !== null) return loaded;
   if (failure === null) {
     try {
-      const m = requireKoffi();
-      const k = (
-        (m as { load?: unknown }).load !== undefined ? m : (m as { default: unknown }).default
-      ) as KoffiLike;
-      const libc = k.load("libc.so.6");
-      loaded = {
-        mmap: libc.func(
-          "void *mmap(void *addr, size_t len, int prot, int flags, int fd, int64_t off)",
-        ) as Libc["mmap"],
-        munmap: libc.func("int munmap(void *addr, size_t len)") as Libc["munmap"],
-        posixFallocate: libc.func(
-          "int posix_fallocate(int fd, int64_t off, int64_t len)",
-        ) as Libc["posixFallocate"],
-        address: (p) => k.address(p),
-        view: (p, len) => k.view(p, len),
-      };
+      loaded = bindLibc(requireKoffi());
       return loaded;
     } catch (e) {
       failure = e;
@@ -103,57 +75,10 @@ export function setKoffiRequire(fn?: () => unknown): void {
   failure = null;
 }
 
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
-
-/**
- * Unlinks `tapwire-<pid>-*` files in `dir` whose creator pid is dead (what a SIGKILL between
- * creating a session file and unlinking it leaves). Returns how many went.
- */
-export function sweepStale(dir: string): number {
-  let names: string[];
-  try {
-    names = fs.readdirSync(dir);
-  } catch {
-    return 0;
-  }
-  let n = 0;
-  for (const name of names) {
-    const m = SHM_NAME.exec(name);
-    if (m === null) continue;
-    const pid = Number(m[1]);
-    if (pid === process.pid || pidAlive(pid)) continue;
-    try {
-      fs.unlinkSync(join(dir, name));
-      n++;
-    } catch {
-      // raced with another sweeper
-    }
-  }
-  return n;
-}
-
-function freeBytes(dir: string): number | null {
-  try {
-    const s = fs.statfsSync(dir);
-    return s.bavail * s.bsize;
-  } catch {
-    return null;
-  }
-}
-
-function spaceError(dir: string, need: number, free: number): EcError {
-  return new EcError(
-    "EC_SHM_SPACE",
-    `shm: ${dir} has ${free} bytes free, a data-plane ring needs ${need} (raise the size of ${dir}, ` +
-      "e.g. docker --shm-size, lower shmSlotBytes, or use unix://); falling back to the socket",
-  );
+function ecError(e: unknown): EcError {
+  if (e instanceof EcError) return e;
+  const code = (e instanceof TransportError ? EC_CODE[e.code] : undefined) ?? "EC_SHM_UNAVAILABLE";
+  return new EcError(code, e instanceof Error ? e.message : String(e), { cause: e });
 }
 
 /**
@@ -168,18 +93,26 @@ export class ShmMapping {
   /** The file's name in its directory (`tapwire-<pid>-<16 hex>`). */
   readonly name: string;
   readonly #path: string;
-  readonly #libc: Libc;
-  readonly #addr: unknown;
-  readonly #size: number;
-  #closed = false;
+  readonly #range: ShmRange;
 
-  private constructor(libc: Libc, addr: unknown, size: number, path: string, name: string) {
-    this.#libc = libc;
-    this.#addr = addr;
-    this.#size = size;
-    this.#path = path;
+  private constructor(range: ShmRange, dir: string, name: string) {
+    this.#range = range;
+    this.#path = join(dir, name);
     this.name = name;
-    this.bytes = new Uint8Array(libc.view(addr, size));
+    this.bytes = range.bytes;
+  }
+
+  /** Maps a new range of `size` bytes with `map` (which names the file); freed if it throws. */
+  static #mapped(dir: string, size: number, map: (libc: Libc, range: ShmRange) => string): ShmMapping {
+    let range: ShmRange | null = null;
+    try {
+      const libc = loadLibc();
+      range = new ShmRange(libc, size);
+      return new ShmMapping(range, dir, map(libc, range));
+    } catch (e) {
+      range?.free();
+      throw ecError(e);
+    }
   }
 
   /**
@@ -187,35 +120,7 @@ export class ShmMapping {
    * @throws {EcError} `EC_SHM_SPACE` naming the size needed and the size free; `EC_SHM_UNAVAILABLE` otherwise.
    */
   static create(dir: string, size: number): ShmMapping {
-    const libc = loadLibc();
-    const free = freeBytes(dir);
-    if (free !== null && free < size) throw spaceError(dir, size, free);
-    const name = `tapwire-${process.pid}-${randomBytes(8).toString("hex")}`;
-    const path = join(dir, name);
-    let fd: number;
-    try {
-      fd = fs.openSync(path, "wx+", 0o600);
-    } catch (e) {
-      throw new EcError("EC_SHM_UNAVAILABLE", `shm: cannot create ${path}: ${String(e)}`, { cause: e });
-    }
-    try {
-      const err = libc.posixFallocate(fd, 0, size);
-      if (err === 28) throw spaceError(dir, size, freeBytes(dir) ?? 0); // ENOSPC
-      if (err !== 0)
-        throw new EcError(
-          "EC_SHM_UNAVAILABLE",
-          `shm: posix_fallocate(${path}, ${size}) failed: errno ${err}`,
-        );
-      const p = libc.mmap(null, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (p === null || libc.address(p) === MAP_FAILED)
-        throw new EcError("EC_SHM_UNAVAILABLE", `shm: mmap of ${size} bytes failed`);
-      return new ShmMapping(libc, p, size, path, name);
-    } catch (e) {
-      fs.rmSync(path, { force: true });
-      throw e;
-    } finally {
-      fs.closeSync(fd);
-    }
+    return ShmMapping.#mapped(dir, size, (libc, range) => createSessionFile(libc, dir, range, 0, RING_WORDS));
   }
 
   /**
@@ -224,30 +129,10 @@ export class ShmMapping {
    * @throws {EcError} `EC_MALFORMED` naming the failed check; `EC_SHM_UNAVAILABLE` without koffi.
    */
   static open(dir: string, name: string, size: number): ShmMapping {
-    const libc = loadLibc();
-    if (!SHM_NAME.test(name)) throw new EcError("EC_MALFORMED", `shm: bad file name ${JSON.stringify(name)}`);
-    const path = join(dir, name);
-    let fd: number;
-    try {
-      fd = fs.openSync(path, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
-    } catch (e) {
-      throw new EcError("EC_MALFORMED", `shm: cannot open ${path}: ${String(e)}`, { cause: e });
-    }
-    try {
-      const st = fs.fstatSync(fd);
-      const uid = process.getuid?.() ?? st.uid;
-      if (!st.isFile()) throw new EcError("EC_MALFORMED", `shm: ${path} is not a regular file`);
-      if (st.uid !== uid || (st.mode & 0o077) !== 0)
-        throw new EcError("EC_MALFORMED", `shm: ${path} is not private to uid ${uid} (mode 0600)`);
-      if (st.size !== size)
-        throw new EcError("EC_MALFORMED", `shm: ${path} is ${st.size} bytes, announced ${size}`);
-      const p = libc.mmap(null, size, PROT_READ, MAP_SHARED, fd, 0);
-      if (p === null || libc.address(p) === MAP_FAILED)
-        throw new EcError("EC_SHM_UNAVAILABLE", `shm: mmap of ${path} failed`);
-      return new ShmMapping(libc, p, size, path, name);
-    } finally {
-      fs.closeSync(fd);
-    }
+    return ShmMapping.#mapped(dir, size, (_libc, range) => {
+      attachSessionFile(dir, name, range);
+      return name;
+    });
   }
 
   /** Removes the file's name (the mappings keep its pages); idempotent. */
@@ -261,8 +146,6 @@ export class ShmMapping {
 
   /** Unmaps (the caller no longer reads {@link bytes}); idempotent. */
   close(): void {
-    if (this.#closed) return;
-    this.#closed = true;
-    this.#libc.munmap(this.#addr, this.#size);
+    this.#range.free();
   }
 }

@@ -15,7 +15,7 @@ import {
   OfferStatus,
   SHM_DATA_VERSION,
 } from "./shm-frame.js";
-import { ShmMapping, sweepStale } from "./shm-map.js";
+import { ShmMapping, sweepStaleShmFiles } from "./shm-map.js";
 
 /** Metrics of the shm data plane (both sides). */
 export interface ShmMetrics {
@@ -96,7 +96,7 @@ export class ShmDataServer {
   constructor(o: ShmServerOptions) {
     this.#o = o;
     // What a killed predecessor left between creating a ring file and the reader's SHM_ATTACHED.
-    const n = sweepStale(o.dir);
+    const n = sweepStaleShmFiles(o.dir);
     if (n > 0) o.logger.info({ files: n, dir: o.dir }, "removed stale shm files of dead processes");
   }
 
