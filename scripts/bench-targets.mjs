@@ -325,6 +325,7 @@ function runBench(name, run, opts, logDir) {
 }
 
 const fmtLoad = (l) => (l === null ? "?" : l[0].toFixed(2));
+const fmtDuration = (s) => (s < 120 ? `${s} s` : `${Math.round(s / 6) / 10} min`);
 const fmtNum = (v) => (typeof v === "number" ? String(Math.round(v * 1000) / 1000) : "n/a");
 
 function markdown(doc) {
@@ -354,8 +355,13 @@ function markdown(doc) {
   lines.push("");
   lines.push(
     `Met in every run: ${doc.summary.met} of ${doc.summary.targets}; missed: ${doc.summary.missed}; n/a: ${doc.summary.na}. ` +
-      `Load: 1-minute average from /proc/loadavg at the start and end of that row's bench run. Total ${Math.round(doc.seconds / 6) / 10} min.`,
+      `Load: 1-minute average from /proc/loadavg at the start and end of that row's bench run. Total ${fmtDuration(doc.seconds)}.`,
   );
+  const byBench = new Map();
+  for (const r of doc.bench_runs)
+    byBench.set(r.bench, [...(byBench.get(r.bench) ?? []), Math.round(r.seconds)]);
+  const times = [...byBench].map(([b, xs]) => `${b} ${xs.join(" / ")}`);
+  lines.push("", `Seconds per bench run: ${times.join("; ")}.`);
   if (doc.warnings.length > 0) {
     lines.push("", "Warnings:", "");
     for (const w of doc.warnings) lines.push(`- ${w}`);
@@ -382,11 +388,16 @@ async function main() {
     }
   }
   const warnings = [];
-  for (const { res } of benchRuns) {
-    if (res.load_start !== null && res.load_start[0] > IDLE_LOAD)
+  for (const name of opts.only) {
+    const busy = benchRuns.filter(
+      (r) => r.res.bench === name && r.res.load_start !== null && r.res.load_start[0] > IDLE_LOAD,
+    );
+    if (busy.length > 0)
       warnings.push(
-        `not idle: run ${res.run} of ${res.bench} started at load ${fmtLoad(res.load_start)} (> ${IDLE_LOAD})`,
+        `not idle: ${name} run ${busy.map((r) => r.res.run).join(", ")} started at load ${busy.map((r) => fmtLoad(r.res.load_start)).join(", ")} (> ${IDLE_LOAD}): its numbers are not the idle-machine ones`,
       );
+  }
+  for (const { res } of benchRuns) {
     if (res.error) warnings.push(`run ${res.run} of ${res.bench}: ${res.error} (log ${res.stderr_log})`);
     if (res.warning) warnings.push(`run ${res.run} of ${res.bench}: ${res.warning}`);
   }
@@ -395,7 +406,9 @@ async function main() {
     const mine = parseTarget(t.target);
     let used = mine;
     let source = "script";
+    let targetText = t.target;
     const runs = [];
+    const missing = [];
     for (const { res, report } of benchRuns.filter((r) => r.res.bench === t.bench)) {
       const fromBench = t.targetPath && report ? parseTarget(get(report, t.targetPath)) : null;
       if (fromBench !== null) {
@@ -404,10 +417,12 @@ async function main() {
             `${t.id}: the bench's target is ${fromBench.op} ${fromBench.limit}, the script's ${t.target}`,
           );
         used = fromBench;
+        targetText = get(report, t.targetPath).trim();
         source = "bench";
       }
       const v = report ? get(report, t.path) : undefined;
       const value = typeof v === "number" && Number.isFinite(v) ? v : null;
+      if (report && value === null) missing.push(res.run);
       runs.push({
         run: res.run,
         value,
@@ -416,8 +431,10 @@ async function main() {
         load_end: res.load_end,
       });
     }
-    if (runs.some((r) => r.value === null))
-      warnings.push(`${t.id}: no value at ${t.path} in ${t.bench}'s report in some run(s) (field renamed?)`);
+    if (missing.length > 0)
+      warnings.push(
+        `${t.id}: no number at ${t.path} in ${t.bench}'s report (run ${missing.join(", ")}): field renamed? (TARGETS in the script)`,
+      );
     const met_every_run = runs.some((r) => r.met === false)
       ? false
       : runs.length > 0 && runs.every((r) => r.met === true)
@@ -428,7 +445,7 @@ async function main() {
       label: t.label,
       bench: t.bench,
       path: t.path,
-      target: `${used.op} ${used.limit}`,
+      target: targetText,
       target_source: source,
       runs,
       met_every_run,
@@ -453,7 +470,7 @@ async function main() {
     },
     targets,
     bench_runs: benchRuns.map((r) => r.res),
-    warnings,
+    warnings: [...new Set(warnings)],
   };
   const md = markdown(doc);
   fs.writeFileSync(path.join(outDir, "targets.json"), `${JSON.stringify(doc, null, 2)}\n`);
