@@ -268,6 +268,7 @@ function runBench(name, run, opts, logDir) {
   return new Promise((resolve) => {
     // its own process group, so that a timeout ends the bench and the children it started
     const child = spawn(b.cmd[0], b.cmd.slice(1), { env, stdio: ["ignore", "pipe", errFd], detached: true });
+    running = child;
     const chunks = [];
     child.stdout.on("data", (c) => chunks.push(c));
     let timedOut = false;
@@ -278,6 +279,7 @@ function runBench(name, run, opts, logDir) {
       } catch {}
     }, opts.timeoutMin * 60_000);
     const finish = (code, signal, spawnError) => {
+      running = null;
       clearTimeout(timer);
       fs.closeSync(errFd);
       const out = Buffer.concat(chunks).toString("utf8");
@@ -294,14 +296,8 @@ function runBench(name, run, opts, logDir) {
         ...(signal ? { signal } : {}),
         stderr_log: errFile,
       };
-      let report = null;
-      const start = out.indexOf("{");
-      if (start >= 0) {
-        try {
-          report = JSON.parse(out.slice(start));
-        } catch {}
-      }
-      if (report === null || typeof report !== "object") {
+      const report = parseReport(out);
+      if (report === null) {
         res.error = spawnError
           ? `could not start: ${spawnError.message}`
           : timedOut
@@ -321,6 +317,33 @@ function runBench(name, run, opts, logDir) {
     };
     child.on("error", (e) => finish(null, null, e));
     child.on("close", (code, signal) => finish(code, signal, null));
+  });
+}
+
+/** The bench's JSON report: from the first line that starts with "{" (or the first "{"), or null. */
+function parseReport(out) {
+  for (const start of [out.search(/^\{/m), out.indexOf("{")]) {
+    if (start < 0) continue;
+    try {
+      const r = JSON.parse(out.slice(start));
+      if (r !== null && typeof r === "object") return r;
+    } catch {}
+  }
+  return null;
+}
+
+// The bench run in progress: it is in a process group of its own, so a Ctrl-C here does not reach
+// it; end it (the group, by its id) before exiting.
+let running = null;
+for (const sig of ["SIGINT", "SIGTERM"]) {
+  process.on(sig, () => {
+    if (running !== null) {
+      try {
+        process.kill(-running.pid, "SIGTERM");
+      } catch {}
+    }
+    process.stderr.write(`bench-targets: ${sig}, stopped\n`);
+    process.exit(130);
   });
 }
 
