@@ -180,6 +180,8 @@ export interface ConsumerSessionOptions {
   verifyChecksum?: boolean;
   /** Read-ahead when the producer offers it (default false; docs/ec-protocol.md 3.2). */
   readAhead?: boolean;
+  /** With read-ahead: requests on the data connection when the producer offers them (default true; 3.5). */
+  dataRequests?: boolean;
   /** Session id (default: a fresh UUID, made once per session). */
   sessionId?: string;
   /** Where the `consumer_*` metrics go (default: a fresh Registry). */
@@ -207,6 +209,7 @@ export class ConsumerSession {
   readonly #quarantineTimeout: number;
   readonly #verify: boolean;
   readonly #aheadWanted: boolean;
+  readonly #dataReqWanted: boolean;
   readonly #m: ConsumerMetrics;
   readonly #log: Logger;
   #agentName: string | null = null;
@@ -259,6 +262,10 @@ export class ConsumerSession {
       throw new EcError("EC_BAD_OPTION", "option readAhead: expected a boolean");
     }
     this.#aheadWanted = options.readAhead ?? false;
+    if (options.dataRequests !== undefined && typeof options.dataRequests !== "boolean") {
+      throw new EcError("EC_BAD_OPTION", "option dataRequests: expected a boolean");
+    }
+    this.#dataReqWanted = options.dataRequests ?? true;
     this.sessionId = options.sessionId ?? randomUUID();
     if (typeof this.sessionId !== "string" || this.sessionId.length === 0 || this.sessionId.includes(":")) {
       throw new EcError("EC_BAD_OPTION", "option sessionId: expected a non-empty string without ':'");
@@ -324,7 +331,10 @@ export class ConsumerSession {
     const aheadFirst = canAck && this.#peerAckAhead;
     const ahead = canAhead && this.#peerAhead && this.#agentName !== null && expectedNbytes !== undefined;
     // docs/ec-protocol.md 3.5: requests on the data connection, asked for with ack-ahead.
-    const canReq = canAck && this.#data.dataRequests === true && typeof this.#data.postRequest === "function";
+    const canReq =
+      canAck &&
+      this.#dataReqWanted &&
+      this.#data.dataRequests === true && typeof this.#data.postRequest === "function";
     const reqBytes = encodeXferReq({
       mmHash,
       compatibilityHash: this.#compat,
