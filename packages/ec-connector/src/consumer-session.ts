@@ -334,7 +334,8 @@ export class ConsumerSession {
     const canReq =
       canAck &&
       this.#dataReqWanted &&
-      this.#data.dataRequests === true && typeof this.#data.postRequest === "function";
+      this.#data.dataRequests === true &&
+      typeof this.#data.postRequest === "function";
     const reqBytes = encodeXferReq({
       mmHash,
       compatibilityHash: this.#compat,
@@ -346,7 +347,8 @@ export class ConsumerSession {
     });
     // 3.5: once the producer offered it, the request itself travels on a data connection (one
     // round trip, no ZeroMQ hop); the control plane stays the fallback (a failed post).
-    if (ahead && canReq && this.#peerDataReq && this.#postRequest(xfer, expectedNbytes, reqBytes)) return xfer;
+    if (ahead && canReq && this.#peerDataReq && this.#postRequest(xfer, expectedNbytes, reqBytes))
+      return xfer;
     if (ahead && aheadFirst) this.#postAhead(xfer, expectedNbytes);
     try {
       this.#send(reqBytes);

@@ -342,7 +342,10 @@ export class DataReader {
     }
     for (const b of localBlocks) {
       if (!isIntInRange(b, 0, this.#o.numBlocks - 1)) {
-        throw new EcError("EC_BAD_ARGUMENT", `postRequest: local block ${b} outside [0, ${this.#o.numBlocks})`);
+        throw new EcError(
+          "EC_BAD_ARGUMENT",
+          `postRequest: local block ${b} outside [0, ${this.#o.numBlocks})`,
+        );
       }
     }
     // Built before the post: a request the frame cannot carry throws here, with nothing posted.

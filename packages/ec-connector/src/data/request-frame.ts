@@ -16,7 +16,8 @@ export const MAX_XFER_REQ_BYTES = 2048;
 /** Longest instance id, bytes (as for READ). */
 const MAX_INSTANCE_BYTES = 256;
 /** Largest XFER_REQ body (a server buffers at most this for one). */
-export const MAX_XFER_REQ_FRAME_BYTES = XFER_REQ_FIXED + MAX_READER_BYTES + MAX_INSTANCE_BYTES + MAX_XFER_REQ_BYTES;
+export const MAX_XFER_REQ_FRAME_BYTES =
+  XFER_REQ_FIXED + MAX_READER_BYTES + MAX_INSTANCE_BYTES + MAX_XFER_REQ_BYTES;
 
 /** A decoded XFER_REQ (docs/ec-protocol.md 3.5). */
 export interface XferReqFrame {
@@ -56,7 +57,10 @@ export function encodeXferReqFrame(f: {
     throw new EcError("EC_BAD_ARGUMENT", "XFER_REQ: reader or instance out of range");
   }
   if (f.req.length < 1 || f.req.length > MAX_XFER_REQ_BYTES) {
-    throw new EcError("EC_BAD_ARGUMENT", `XFER_REQ: request of ${f.req.length} bytes outside [1, ${MAX_XFER_REQ_BYTES}]`);
+    throw new EcError(
+      "EC_BAD_ARGUMENT",
+      `XFER_REQ: request of ${f.req.length} bytes outside [1, ${MAX_XFER_REQ_BYTES}]`,
+    );
   }
   const body = XFER_REQ_FIXED + reader.length + instance.length + f.req.length;
   const b = Buffer.allocUnsafe(LEN_BYTES + body);

@@ -357,7 +357,10 @@ export class DataServer {
     if (c.key !== null) this.#streams.get(c.keyStr)?.delete(c); // the previous notification was lost
     c.key = null;
     if (f.instance !== this.#o.instance) {
-      this.#refuse(c, "", { code: "instance_mismatch", message: `this agent is instance ${this.#o.instance}` });
+      this.#refuse(c, "", {
+        code: "instance_mismatch",
+        message: `this agent is instance ${this.#o.instance}`,
+      });
       return;
     }
     let peer = this.#connIds.get(c);
