@@ -60,4 +60,40 @@ describe("tapwire-conformance ec-producer against tapwire-ec-producer", () => {
     expect(rep.results.map((r) => [r.id, r.verdict])).toEqual([["3.1", "FAILED"]]);
     expect(rep.results[0]!.got).toMatch(/nbytes 10000 does not fit 3 blocks of 1000/);
   });
+  it("docs/ec-protocol.md 3.5 is optional: against --no-data-requests its cases are UNIMPLEMENTED, never FAILED", async () => {
+    const q = await spawnBin(
+      binPath("@tapwire/ec-connector", "tapwire-ec-producer"),
+      [
+        "--num-blocks",
+        "64",
+        "--block-bytes",
+        "4096",
+        "--prepopulate",
+        "conformance-ready:10000",
+        "--no-data-requests",
+        "--log-level",
+        "error",
+      ],
+      { timeoutMs: 30_000 },
+    );
+    try {
+      const rep = await runEcProducerSuite(
+        {
+          endpoint: String(q.readyLine.json?.control),
+          compatibilityHash: String(q.readyLine.json?.compatibilityHash),
+          mmHash: "conformance-ready",
+          blockBytes: 4096,
+        },
+        { cases: "5.3.10,5.3.11,5.3.12,5.3.13" },
+      );
+      expect(rep.results.map((r) => [r.id, r.verdict])).toEqual([
+        ["5.3.10", "OK"],
+        ["5.3.11", "UNIMPLEMENTED"],
+        ["5.3.12", "UNIMPLEMENTED"],
+        ["5.3.13", "UNIMPLEMENTED"],
+      ]);
+    } finally {
+      await q.kill("SIGTERM");
+    }
+  });
 });

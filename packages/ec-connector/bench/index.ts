@@ -472,6 +472,14 @@ async function main(): Promise<void> {
         compatibility: producer.compatibilityHash,
         readAhead: false,
       }),
+      // Issue 23 item 1: `crc` sends its requests on the data connection (docs/ec-protocol.md 3.5);
+      // this one is the previous default (3.2 + 3.3: XferReq on ZeroMQ, ack on the data plane).
+      crcAckAhead: await ConsumerConnector.create({
+        numBlocks: BLOCKS,
+        blockBytes: BB,
+        compatibility: producer.compatibilityHash,
+        dataRequests: false,
+      }),
       crcThread: await ConsumerConnector.create({
         numBlocks: BLOCKS,
         blockBytes: BB,
@@ -497,6 +505,7 @@ async function main(): Promise<void> {
       const crcThreadTimes: number[] = [];
       const noCrcTimes: number[] = [];
       const classicTimes: number[] = [];
+      const ackAheadTimes: number[] = [];
       // interleave so background load hits all three alike
       for (let i = 0; i < iters; i++) {
         const t0 = performance.now();
@@ -506,6 +515,7 @@ async function main(): Promise<void> {
         crcThreadTimes.push(await fetchOne(conns.crcThread, producer.controlEndpoint, `emb-${n}`, n));
         noCrcTimes.push(await fetchOne(conns.nocrc, producer.controlEndpoint, `emb-${n}`, n));
         classicTimes.push(await fetchOne(conns.crcClassic, producer.controlEndpoint, `emb-${n}`, n));
+        ackAheadTimes.push(await fetchOne(conns.crcAckAhead, producer.controlEndpoint, `emb-${n}`, n));
       }
       const gbps = (ms: number) => round(n / (ms / 1000) / 1e9, 3);
       const raw = median(rawTimes);
@@ -530,6 +540,8 @@ async function main(): Promise<void> {
         ratio_nocrc_vs_raw: round(raw / nocrc),
         ec_crc_classic_median_ms: round(median(classicTimes)),
         ratio_crc_classic_vs_raw: round(raw / median(classicTimes)),
+        ec_crc_ack_ahead_median_ms: round(median(ackAheadTimes)),
+        ratio_crc_ack_ahead_vs_raw: round(raw / median(ackAheadTimes)),
         // time the control plane + protocol add per transfer (CRC off: data bytes are the same)
         overhead_ms_nocrc: round(nocrc - raw),
         // best-of-N: what the path does when the (shared) machine leaves it alone
@@ -559,9 +571,11 @@ async function main(): Promise<void> {
         const ecXs: number[] = [];
         const zXs: number[] = [];
         const oldXs: number[] = [];
+        const aaXs: number[] = [];
         for (let i = 0; i < 2 * LAT_ITER; i++) {
           ecXs.push(await fetchOne(conns.crc, producer.controlEndpoint, h, n));
           oldXs.push(await fetchOne(conns.crcClassic, producer.controlEndpoint, h, n));
+          aaXs.push(await fetchOne(conns.crcAckAhead, producer.controlEndpoint, h, n));
           zXs.push(await zmqRtt());
         }
         control.push({
@@ -572,6 +586,8 @@ async function main(): Promise<void> {
           ratio_ec_1k_to_raw_zmq: round(median(ecXs) / median(zXs)),
           ec_1k_classic_p50_ms: round(median(oldXs)),
           ratio_classic_to_raw_zmq: round(median(oldXs) / median(zXs)),
+          ec_1k_ack_ahead_p50_ms: round(median(aaXs)),
+          ratio_ack_ahead_to_raw_zmq: round(median(aaXs) / median(zXs)),
           target: "<= 1.5",
         });
       }
@@ -592,6 +608,7 @@ async function main(): Promise<void> {
     prodChild.proc.kill("SIGTERM");
   }
   results["node"] = process.version;
+  results["loadavg"] = loadavg();
   results["block_bytes"] = BB;
   results["crc_impl"] = crc32Info.impl;
   results["producer_crc_impl"] = producerCrcImpl;

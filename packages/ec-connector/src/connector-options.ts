@@ -73,6 +73,13 @@ export interface ConsumerConnectorOptions {
    * hop instead of two round trips (docs/benchmarks/ec-connector.md). `false`: the 1.1 sequence.
    */
   readAhead?: boolean;
+  /**
+   * Requests on the data connection (docs/ec-protocol.md 3.5, default true; only with `readAhead`):
+   * once a producer offers `data_req`, each transfer's request is an XFER_REQ frame on a data
+   * connection and the producer answers there (one round trip, no ZeroMQ hop); ZeroMQ stays the
+   * fallback. `false`: requests always go on ZeroMQ (sections 3.2, 3.3).
+   */
+  dataRequests?: boolean;
   /** Delays between re-requests of retryable outcomes (default {@link RETRY_DEFAULTS}). */
   retry?: RetryPolicy;
   /** Close a producer's session after this long without requests (default 60 000 ms). */

@@ -78,6 +78,7 @@ export class ConsumerConnector {
   readonly #quarantineTimeout: number;
   readonly #verify: boolean;
   readonly #readAhead: boolean;
+  readonly #dataRequests: boolean;
   readonly #retry: BackoffPolicy;
   readonly #idleClose: number;
   readonly #now: () => number;
@@ -141,6 +142,10 @@ export class ConsumerConnector {
       throw new EcError("EC_BAD_OPTION", "option readAhead: expected a boolean");
     }
     this.#readAhead = options.readAhead ?? true;
+    if (options.dataRequests !== undefined && typeof options.dataRequests !== "boolean") {
+      throw new EcError("EC_BAD_OPTION", "option dataRequests: expected a boolean");
+    }
+    this.#dataRequests = options.dataRequests ?? true;
     this.#retry = {
       initialMs: checkNumberOption(
         "retry.initialMs",
@@ -393,6 +398,7 @@ export class ConsumerConnector {
         quarantineTimeoutMs: this.#quarantineTimeout,
         verifyChecksum: this.#verify,
         readAhead: this.#readAhead,
+        dataRequests: this.#dataRequests,
         registry: this.registry,
         logger: this.#log,
       });

@@ -127,6 +127,8 @@ export class ConsumerXfer {
   readAhead = false;
   /** docs/ec-protocol.md 3.3: the `xfer_id` its XferReq carried (undefined: none). */
   xferId: number | undefined = undefined;
+  /** docs/ec-protocol.md 3.5: its XferReq went as an XFER_REQ on `handle`'s connection (no ZeroMQ copy). */
+  viaData = false;
   /** Why the xfer ended as it did. */
   reason = "";
   readonly #log: Logger;
@@ -178,6 +180,8 @@ export interface ConsumerSessionOptions {
   verifyChecksum?: boolean;
   /** Read-ahead when the producer offers it (default false; docs/ec-protocol.md 3.2). */
   readAhead?: boolean;
+  /** With read-ahead: requests on the data connection when the producer offers them (default true; 3.5). */
+  dataRequests?: boolean;
   /** Session id (default: a fresh UUID, made once per session). */
   sessionId?: string;
   /** Where the `consumer_*` metrics go (default: a fresh Registry). */
@@ -205,6 +209,7 @@ export class ConsumerSession {
   readonly #quarantineTimeout: number;
   readonly #verify: boolean;
   readonly #aheadWanted: boolean;
+  readonly #dataReqWanted: boolean;
   readonly #m: ConsumerMetrics;
   readonly #log: Logger;
   #agentName: string | null = null;
@@ -215,6 +220,8 @@ export class ConsumerSession {
   #peerAckAhead = false;
   /** docs/ec-protocol.md 3.3: the next XferReq's `xfer_id` (u32, wraps). */
   #nextXferId = 1;
+  /** docs/ec-protocol.md 3.5: the last OK ack offered `data_req`. */
+  #peerDataReq = false;
   readonly #xfers = new Map<string, ConsumerXfer>();
   #quarantined: ConsumerXfer[] = [];
   #results: ConsumerSessionResults = emptyResults();
@@ -255,6 +262,10 @@ export class ConsumerSession {
       throw new EcError("EC_BAD_OPTION", "option readAhead: expected a boolean");
     }
     this.#aheadWanted = options.readAhead ?? false;
+    if (options.dataRequests !== undefined && typeof options.dataRequests !== "boolean") {
+      throw new EcError("EC_BAD_OPTION", "option dataRequests: expected a boolean");
+    }
+    this.#dataReqWanted = options.dataRequests ?? true;
     this.sessionId = options.sessionId ?? randomUUID();
     if (typeof this.sessionId !== "string" || this.sessionId.length === 0 || this.sessionId.includes(":")) {
       throw new EcError("EC_BAD_OPTION", "option sessionId: expected a non-empty string without ':'");
@@ -319,18 +330,28 @@ export class ConsumerSession {
     // 100-300 us) no longer delays it. Without 3.3 the read follows the XferReq, as in 3.2.
     const aheadFirst = canAck && this.#peerAckAhead;
     const ahead = canAhead && this.#peerAhead && this.#agentName !== null && expectedNbytes !== undefined;
+    // docs/ec-protocol.md 3.5: requests on the data connection, asked for with ack-ahead.
+    const canReq =
+      canAck &&
+      this.#dataReqWanted &&
+      this.#data.dataRequests === true &&
+      typeof this.#data.postRequest === "function";
+    const reqBytes = encodeXferReq({
+      mmHash,
+      compatibilityHash: this.#compat,
+      sessionId: this.sessionId,
+      connectorVersion: EC_CONNECTOR_VERSION,
+      ...(canAhead ? { readAhead: true } : {}),
+      ...(canAck ? { ackAhead: true, xferId: xfer.xferId! } : {}),
+      ...(canReq ? { dataReq: true } : {}),
+    });
+    // 3.5: once the producer offered it, the request itself travels on a data connection (one
+    // round trip, no ZeroMQ hop); the control plane stays the fallback (a failed post).
+    if (ahead && canReq && this.#peerDataReq && this.#postRequest(xfer, expectedNbytes, reqBytes))
+      return xfer;
     if (ahead && aheadFirst) this.#postAhead(xfer, expectedNbytes);
     try {
-      this.#send(
-        encodeXferReq({
-          mmHash,
-          compatibilityHash: this.#compat,
-          sessionId: this.sessionId,
-          connectorVersion: EC_CONNECTOR_VERSION,
-          ...(canAhead ? { readAhead: true } : {}),
-          ...(canAck ? { ackAhead: true, xferId: xfer.xferId! } : {}),
-        }),
-      );
+      this.#send(reqBytes);
     } catch (err) {
       // A failed send is an ack that will never come: the ack deadline retries it.
       this.#log.warn({ err, mmHash }, "XferReq send failed");
@@ -367,6 +388,52 @@ export class ConsumerSession {
   }
 
   /**
+   * docs/ec-protocol.md 3.5: the request as an XFER_REQ on a data connection; the producer grants it
+   * and answers there (ACK, then DATA). False when it could not be posted (the caller then sends it
+   * on the control plane).
+   */
+  #postRequest(xfer: ConsumerXfer, nbytes: number, request: Uint8Array): boolean {
+    try {
+      xfer.handle = this.#data.postRequest!(
+        xfer.localBlocks,
+        this.#agentName!,
+        Buffer.from(`${this.sessionId}:${xfer.mmHash}`),
+        { nbytes, checksum: this.#verify, request },
+      );
+    } catch (err) {
+      this.#log.debug({ err: (err as Error).message, mmHash: xfer.mmHash }, "XFER_REQ not posted");
+      xfer.handle = null;
+      return false;
+    }
+    xfer.readAhead = true;
+    xfer.viaData = true;
+    this.#m.dataRequests.inc();
+    return true;
+  }
+
+  /**
+   * 3.5: an XFER_REQ whose connection failed before any answer was taken (ERR, no ACK): nothing
+   * else will answer it, so it is retryable at once, and the session's next requests go on the
+   * control plane until an ack offers `data_req` again. True when it ended the transfer.
+   */
+  #dataRequestFailed(xfer: ConsumerXfer): boolean {
+    let state: string;
+    try {
+      state = this.#data.checkXferState(xfer.handle!);
+    } catch {
+      state = "ERR";
+    }
+    if (state !== "ERR") return false;
+    this.#peerDataReq = false;
+    this.#m.dataRequestFailures.inc();
+    this.#log.info({ mmHash: xfer.mmHash, why: this.#safeError(xfer.handle!) }, "XFER_REQ failed; retrying");
+    if (!this.#endAhead(xfer)) return true;
+    xfer.transition([XferState.WAITING_ACK], XferState.CANCELLED, "data_request_failed");
+    this.#results.retryable.push(blocksOf(xfer));
+    return true;
+  }
+
+  /**
    * A WAITING_ACK transfer that ends without its read: a read-ahead is released first. When the
    * release cannot promise that no byte lands afterwards (EC-CONTRACT 5.2) the transfer ends
    * READ_FAILED with its blocks retired, and false is returned (the caller then does nothing more).
@@ -399,6 +466,12 @@ export class ConsumerSession {
     }
     for (const [mmHash, xfer] of this.#xfers) {
       if (xfer.state === XferState.WAITING_ACK && xfer.readAhead) this.#takeDataAck(xfer, now);
+      if (xfer.state === XferState.WAITING_ACK && xfer.viaData && xfer.handle !== null) {
+        if (this.#dataRequestFailed(xfer)) {
+          this.#xfers.delete(mmHash);
+          continue;
+        }
+      }
       if (xfer.state === XferState.WAITING_ACK) {
         if (now > xfer.deadline) {
           if (!this.#endAhead(xfer)) {
@@ -573,6 +646,7 @@ export class ConsumerSession {
     }
     this.#peerAhead = ack.readAhead === true;
     this.#peerAckAhead = ack.ackAhead === true;
+    this.#peerDataReq = ack.dataReq === true;
     if (xfer.handle !== null) {
       // A read-ahead is already reading this grant: keep it if it went to the agent that granted.
       const sameAgent = this.#agentMeta !== null && Buffer.compare(this.#agentMeta, ack.agentMetadata) === 0;

@@ -48,6 +48,8 @@ export type {
   MemDescriptor,
   ReadOptions,
   XferHandle,
+  XferRequestAnswer,
+  XferRequestHandler,
 } from "./data/transport.js";
 export {
   agentNameOf,

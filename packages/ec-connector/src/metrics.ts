@@ -33,6 +33,8 @@ export interface ProducerMetrics {
   grants: Counter;
   /** OK acks delivered only as an ACK frame on the data plane (docs/ec-protocol.md 3.3). */
   dataAcks: Counter;
+  /** XferReqs received as XFER_REQ frames on the data plane (docs/ec-protocol.md 3.5). */
+  dataRequests: Counter;
   regrants: Counter;
   nacks: Record<number, Counter>;
   completions: Counter;
@@ -61,6 +63,10 @@ export function producerMetrics(r: Registry): ProducerMetrics {
     dataAcks: r.counter(
       "producer_data_acks",
       "OK acks delivered as an ACK frame on the data plane only, no control-plane copy (docs/ec-protocol.md 3.3)",
+    ),
+    dataRequests: r.counter(
+      "producer_data_requests",
+      "XferReqs received as XFER_REQ frames on a data connection (docs/ec-protocol.md 3.5)",
     ),
     regrants: r.counter("producer_regrants", "re-requests of a held grant (old pin released first)"),
     nacks: {
@@ -128,6 +134,10 @@ export interface ConsumerMetrics {
   dataAcks: Counter;
   /** Acks ignored because their `xfer_id` names another request (docs/ec-protocol.md 3.3). */
   staleAcks: Counter;
+  /** Requests sent as XFER_REQ frames on a data connection (docs/ec-protocol.md 3.5). */
+  dataRequests: Counter;
+  /** XFER_REQs whose connection failed before the answer (retried on the control plane). */
+  dataRequestFailures: Counter;
   checksumFailures: Counter;
   quarantines: Counter;
   settles: Counter;
@@ -177,6 +187,14 @@ export function consumerMetrics(r: Registry): ConsumerMetrics {
       "consumer_stale_acks",
       "acks ignored: their xfer_id names an earlier request (docs/ec-protocol.md 3.3)",
     ),
+    dataRequests: r.counter(
+      "consumer_data_requests",
+      "requests sent as XFER_REQ frames on a data connection (docs/ec-protocol.md 3.5)",
+    ),
+    dataRequestFailures: r.counter(
+      "consumer_data_request_failures",
+      "XFER_REQs whose data connection failed before the answer (retried on the control plane)",
+    ),
     checksumFailures: r.counter("consumer_checksum_failures", "reads whose CRC-32 differed from the ack's"),
     quarantines: r.counter("consumer_quarantines", "reads quarantined (PROC past deadline or peer down)"),
     settles: r.counter("consumer_settles", "quarantined reads that left PROC (blocks freed)"),
@@ -215,6 +233,8 @@ export interface DataMetrics {
   readAheadServed: Counter;
   /** ACK frames written before DATA (docs/ec-protocol.md 3.3). */
   ackFrames: Counter;
+  /** XFER_REQ frames received (docs/ec-protocol.md 3.5). */
+  xferRequests: Counter;
 }
 
 /** Registers (idempotently) and returns the data-plane metrics. */
@@ -232,6 +252,10 @@ export function dataMetrics(r: Registry): DataMetrics {
     ackFrames: r.counter(
       "data_ack_frames",
       "XferAcks sent as an ACK frame before DATA on a READ_AHEAD (docs/ec-protocol.md 3.3)",
+    ),
+    xferRequests: r.counter(
+      "data_xfer_requests",
+      "XFER_REQ frames received: transfer requests on a data connection (docs/ec-protocol.md 3.5)",
     ),
     refused: r.counter("data_reads_refused", "data-plane reads refused: no grant, wrong blocks, expired"),
     bytesSent: r.counter("data_sent_bytes", "block bytes streamed by the data server"),

@@ -1,7 +1,7 @@
 import type { Registry } from "@tapwire/stats";
 import type { Logger } from "pino";
 import type { EmbeddingCache } from "./cache.js";
-import type { DataTransport } from "./data/transport.js";
+import type { DataTransport, XferRequestAnswer } from "./data/transport.js";
 import { checkFunctionOption, checkIntOption, checkNumberOption, EcError } from "./errors.js";
 import type { ProducerMetrics } from "./metrics.js";
 import { defaultRegistry, producerMetrics, silentLogger } from "./metrics.js";
@@ -96,6 +96,12 @@ export interface ProducerSessionOptions {
   maxPinnedBlocksPerPeer?: number;
   /** EC-CONTRACT 9.2 `max_pinned_fraction`: grants never pin more than this share of the cache (default 0.75). */
   maxPinnedFraction?: number;
+  /**
+   * docs/ec-protocol.md 3.5: take XferReqs as XFER_REQ frames on the data connections when the data
+   * transport can (default true; the session sets the transport's `onXferRequest`). `false`: the
+   * producer neither offers nor accepts them (a 1.1 data server).
+   */
+  dataRequests?: boolean;
   /** Where the `producer_*` metrics go (default: a fresh Registry). */
   registry?: Registry;
   /** pino logger (default: silent). */
@@ -125,6 +131,8 @@ export class ProducerSession {
   readonly #decoder = new TextDecoder("utf-8", { fatal: true });
   #closed = false;
   #lastEvictions: number;
+  /** docs/ec-protocol.md 3.5: XFER_REQ frames are taken (and `data_req` offered). */
+  readonly #dataReq: boolean;
 
   constructor(options: ProducerSessionOptions) {
     for (const k of ["control", "data", "cache"] as const) {
@@ -161,6 +169,51 @@ export class ProducerSession {
     this.#log = options.logger ?? silentLogger();
     this.#m.freeBlocks.set(this.#cache.freeBlocks);
     this.#lastEvictions = this.#cache.evictions;
+    if (options.dataRequests !== undefined && typeof options.dataRequests !== "boolean") {
+      throw new EcError("EC_BAD_OPTION", "option dataRequests: expected a boolean");
+    }
+    this.#dataReq =
+      options.dataRequests !== false &&
+      this.#data.dataRequests === true &&
+      this.#data.readAhead === true &&
+      this.#data.ackAhead === true &&
+      "onXferRequest" in this.#data;
+    if (this.#dataReq) this.#data.onXferRequest = (req, peer) => this.handleDataRequest(req, peer);
+  }
+
+  /**
+   * docs/ec-protocol.md 3.5: one XFER_REQ from a data connection (`peer` labels the connection for
+   * the 9.2 quotas), handled when it arrives: the notifications that came before it are drained
+   * first (the previous read of the key, usually in the same segment, completes its grant), then
+   * the request is decoded, validated, pinned and granted exactly as a control-plane XferReq
+   * (EC-CONTRACT 3, 4.2, 9.1, 9.2). Returns the ack for the data server to send on that connection;
+   * throws `EC_MALFORMED` (counted) for a malformed request or an admin map (9.3).
+   */
+  handleDataRequest(raw: Uint8Array, peer: string): XferRequestAnswer {
+    if (this.#closed) throw new EcError("EC_CLOSED", "producer session: closed");
+    const now = this.#now();
+    this.#drainNotifs();
+    let req: XferReq;
+    try {
+      const m = unpackMap(raw, "XferReq");
+      if (typeof m["op"] === "string") {
+        this.#m.adminRefused.inc();
+        throw new EcError("EC_MALFORMED", "admin request on a data connection");
+      }
+      req = parseXferReq(m);
+    } catch (err) {
+      this.#m.malformed.inc();
+      this.#log.warn({ err: (err as Error).message }, "dropped malformed XFER_REQ; closing its connection");
+      throw err;
+    }
+    this.#m.dataRequests.inc();
+    const { ack, bytes } = this.#answer(req, peer, now);
+    if (ack.status === XferStatus.OK) {
+      this.#m.grants.inc();
+      this.#m.dataAcks.inc();
+    } else this.#m.nacks[ack.status]?.inc();
+    this.#gauges();
+    return { ack: bytes, ok: ack.status === XferStatus.OK, key: `${req.sessionId}:${req.mmHash}` };
   }
 
   /** The bound control endpoint. */
@@ -204,6 +257,7 @@ export class ProducerSession {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    if (this.#dataReq) this.#data.onXferRequest = null;
     for (const [key, g] of this.#grants) this.#end(key, g);
     this.#grants.clear();
     this.#gauges();
@@ -220,21 +274,33 @@ export class ProducerSession {
       this.#log.warn({ op: m["op"] }, "admin request on the control socket refused");
       return null;
     }
-    const req: XferReq = {
-      mmHash: str(m, "mm_hash", "XferReq"),
-      compatibilityHash: str(m, "compatibility_hash", "XferReq"),
-      sessionId: str(m, "session_id", "XferReq"),
-      connectorVersion: int(m, "connector_version", "XferReq", Number.MIN_SAFE_INTEGER),
-      // docs/ec-protocol.md 3.2: the optional capability key (only the integer 1 means yes).
-      ...(m["read_ahead"] === 1 ? { readAhead: true } : {}),
-      // docs/ec-protocol.md 3.3: the ack on the data plane, and the request's id.
-      ...(m["ack_ahead"] === 1 ? { ackAhead: true } : {}),
-      ...optionalXferId(m),
-    };
+    const req = parseXferReq(m);
+    const { ack, bytes } = this.#answer(req, Buffer.from(msg.identity).toString("hex"), now);
+    // 3.3: READ_AHEADs of this grant that asked for the ACK frame get these bytes (those waiting
+    // are served now). When one was, the ack is on its way on the data plane: no control-plane
+    // copy (one ZeroMQ send, and two I/O-thread wakeups, fewer on the transfer's path).
+    if (ack.status === XferStatus.OK && ack.ackAhead === true) {
+      const delivered = this.#data.grantAck?.(`${req.sessionId}:${req.mmHash}`, bytes) === true;
+      if (delivered) {
+        this.#m.grants.inc();
+        this.#m.dataAcks.inc();
+        return null;
+      }
+    }
+    if (ack.status === XferStatus.OK) this.#m.grants.inc();
+    else this.#m.nacks[ack.status]?.inc();
+    return bytes;
+  }
+
+  /**
+   * The ack of one request (either plane): EC-CONTRACT 4.2's grant or NACK, with `xfer_id` echoed
+   * (3.3), turned into NACK_INTERNAL when it would pass the 64 KiB control limit (9.1).
+   */
+  #answer(req: XferReq, peer: string, now: number): { ack: XferAck; bytes: Uint8Array } {
     this.#m.requests.inc();
     // 3.3: a producer that offers ack-ahead echoes xfer_id in every ack (OK or NACK).
     const echo = this.#data.ackAhead === true && req.xferId !== undefined ? { xferId: req.xferId } : {};
-    let ack: XferAck = { ...this.#grantOrNack(req, Buffer.from(msg.identity).toString("hex"), now), ...echo };
+    let ack: XferAck = { ...this.#grantOrNack(req, peer, now), ...echo };
     let bytes = encodeXferAck(ack);
     if (ack.status === XferStatus.OK && bytes.length > MAX_CONTROL_MESSAGE_BYTES) {
       // EC-CONTRACT 9.1: the consumer's socket would drop an ack over 64 KiB (an entry of more
@@ -252,20 +318,7 @@ export class ProducerSession {
       ack = { ...nackAck(req.mmHash, XferStatus.NACK_INTERNAL), ...echo };
       bytes = encodeXferAck(ack);
     }
-    // 3.3: READ_AHEADs of this grant that asked for the ACK frame get these bytes (those waiting
-    // are served now). When one was, the ack is on its way on the data plane: no control-plane
-    // copy (one ZeroMQ send, and two I/O-thread wakeups, fewer on the transfer's path).
-    if (ack.status === XferStatus.OK && ack.ackAhead === true) {
-      const delivered = this.#data.grantAck?.(`${req.sessionId}:${req.mmHash}`, bytes) === true;
-      if (delivered) {
-        this.#m.grants.inc();
-        this.#m.dataAcks.inc();
-        return null;
-      }
-    }
-    if (ack.status === XferStatus.OK) this.#m.grants.inc();
-    else this.#m.nacks[ack.status]?.inc();
-    return bytes;
+    return { ack, bytes };
   }
 
   /** EC-CONTRACT 4.2, in order: version → hash → session id → pin_if_ready. */
@@ -360,6 +413,10 @@ export class ProducerSession {
       this.#data.ackAhead === true &&
       typeof this.#data.grantAck === "function"
         ? { ackAhead: true }
+        : {}),
+      // 3.5: offered only to a consumer that asked for it with ack-ahead (a 1.1 one never sees it).
+      ...(req.readAhead === true && req.ackAhead === true && req.dataReq === true && this.#dataReq
+        ? { dataReq: true }
         : {}),
     };
   }
@@ -459,4 +516,21 @@ export class ProducerSession {
     this.#m.freeBlocks.set(this.#cache.freeBlocks);
     this.#m.cacheEntries.set(this.#cache.size);
   }
+}
+
+/** EC-CONTRACT 3: the XferReq fields of a decoded flat map (strict; throws `EC_MALFORMED`). */
+function parseXferReq(m: Record<string, unknown>): XferReq {
+  return {
+    mmHash: str(m, "mm_hash", "XferReq"),
+    compatibilityHash: str(m, "compatibility_hash", "XferReq"),
+    sessionId: str(m, "session_id", "XferReq"),
+    connectorVersion: int(m, "connector_version", "XferReq", Number.MIN_SAFE_INTEGER),
+    // docs/ec-protocol.md 3.2: the optional capability key (only the integer 1 means yes).
+    ...(m["read_ahead"] === 1 ? { readAhead: true } : {}),
+    // docs/ec-protocol.md 3.3: the ack on the data plane, and the request's id.
+    ...(m["ack_ahead"] === 1 ? { ackAhead: true } : {}),
+    ...optionalXferId(m),
+    // docs/ec-protocol.md 3.5: requests on the data connection.
+    ...(m["data_req"] === 1 ? { dataReq: true } : {}),
+  };
 }

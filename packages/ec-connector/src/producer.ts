@@ -77,6 +77,11 @@ export interface EcProducerOptions extends ProducerEventsOptions {
   hiddenSize?: number;
   /** Agent name (default "ec-producer"). */
   name?: string;
+  /**
+   * Take transfer requests as XFER_REQ frames on the data connections (docs/ec-protocol.md 3.5;
+   * default true; offered only to consumers that ask, with ack-ahead). `false`: a 1.1 data server.
+   */
+  dataRequests?: boolean;
   /** Grant lease (default 30 000 ms). */
   pinLeaseMs?: number;
   /** Start encoding a requested-but-missing mm_hash (answering NOT_READY until it is ready). */
@@ -214,6 +219,7 @@ export class EcProducer {
       ...(options.maxPinnedFraction === undefined ? {} : { maxPinnedFraction: options.maxPinnedFraction }),
       ...(options.pinLeaseMs === undefined ? {} : { pinLeaseMs: options.pinLeaseMs }),
       ...(onMiss === undefined ? {} : { onMiss }),
+      ...(options.dataRequests === undefined ? {} : { dataRequests: options.dataRequests }),
     });
     this.controlEndpoint = router.endpoint;
     this.dataEndpoint = data.endpoint;

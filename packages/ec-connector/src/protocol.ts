@@ -103,6 +103,12 @@ export interface XferReq {
    * request for the same `mm_hash`.
    */
   xferId?: number;
+  /**
+   * Optional key `data_req` = 1 (tapwire 1.2 capability, docs/ec-protocol.md 3.5; sent only with
+   * `ack_ahead` = 1): the consumer can send its requests as XFER_REQ frames on its data
+   * connection. A producer without it ignores the key.
+   */
+  dataReq?: boolean;
 }
 
 /** EC-CONTRACT 3: a transfer answer (producer → consumer). On a NACK only mmHash and status mean anything. */
@@ -120,6 +126,12 @@ export interface XferAck {
   ackAhead?: boolean;
   /** Optional key `xfer_id` (docs/ec-protocol.md 3.3): the request's `xfer_id`, echoed. */
   xferId?: number;
+  /**
+   * Optional key `data_req` = 1 (docs/ec-protocol.md 3.5): the producer takes XFER_REQ frames on
+   * its data connections. Sent only on an OK ack to an XferReq that carried `read_ahead`,
+   * `ack_ahead` and `data_req` = 1.
+   */
+  dataReq?: boolean;
   /** `mm_hash` of the request. */
   mmHash: string;
   /** `status`: OK or a NACK. */
@@ -214,6 +226,7 @@ export function encodeXferReq(req: XferReq): Uint8Array {
     ...(req.readAhead === true ? { read_ahead: 1 } : {}),
     ...(req.ackAhead === true ? { ack_ahead: 1 } : {}),
     ...(req.xferId === undefined ? {} : { xfer_id: req.xferId }),
+    ...(req.dataReq === true ? { data_req: 1 } : {}),
   });
 }
 
@@ -231,6 +244,7 @@ export function encodeXferAck(ack: XferAck): Uint8Array {
     ...(ack.readAhead === true ? { read_ahead: 1 } : {}),
     ...(ack.ackAhead === true ? { ack_ahead: 1 } : {}),
     ...(ack.xferId === undefined ? {} : { xfer_id: ack.xferId }),
+    ...(ack.dataReq === true ? { data_req: 1 } : {}),
   });
 }
 
@@ -245,6 +259,7 @@ export function decodeXferReq(bytes: Uint8Array): XferReq {
     ...(optionalFlag(m, "read_ahead") ? { readAhead: true } : {}),
     ...(optionalFlag(m, "ack_ahead") ? { ackAhead: true } : {}),
     ...optionalXferId(m),
+    ...(optionalFlag(m, "data_req") ? { dataReq: true } : {}),
   };
 }
 
@@ -298,6 +313,7 @@ export function decodeXferAck(bytes: Uint8Array, maxBlocks: number): XferAck {
   if (has("crc32")) ack.crc32 = int(m, "crc32", "XferAck", 0, 0xffffffff);
   if (need && optionalFlag(m, "read_ahead")) ack.readAhead = true;
   if (need && optionalFlag(m, "ack_ahead")) ack.ackAhead = true;
+  if (need && optionalFlag(m, "data_req")) ack.dataReq = true;
   const id = optionalXferId(m);
   if (id.xferId !== undefined) ack.xferId = id.xferId;
   return ack;

@@ -98,6 +98,14 @@ it(`soak: ${N} transfers with random faults end with the invariants of EC-CONTRA
     inflight.set(h, { mmHash: key.slice(key.indexOf(":") + 1), blocks: [...local] });
     return h;
   };
+  // docs/ec-protocol.md 3.5: with requests on the data connection (the default), most reads are here.
+  const postRequest = data.postRequest.bind(data);
+  data.postRequest = (local, agent, notif, options) => {
+    const h = postRequest(local, agent, notif, options);
+    const key = new TextDecoder().decode(notif);
+    inflight.set(h, { mmHash: key.slice(key.indexOf(":") + 1), blocks: [...local] });
+    return h;
+  };
   const releaseHandle = data.releaseXferHandle.bind(data);
   data.releaseXferHandle = (h) => {
     inflight.delete(h);

@@ -87,6 +87,54 @@ export class DataReader {
     this.sock.write(f);
   }
 
+  /**
+   * Sends an XFER_REQ frame (docs/ec-protocol.md 3.5, tapwire 1.2 capability `data_req`): body
+   * offsets 0 op 0x0c, 1 reserved, 2 u16 reader_len, 4 u16 instance_len, 6 u16 req_len, 8 u64
+   * nbytes, 16 reader, instance, req (the XferReq map).
+   */
+  xferReq(reader: string, instance: string, nbytes: number, req: Uint8Array): void {
+    const r = Buffer.from(reader, "utf8");
+    const i = Buffer.from(instance, "utf8");
+    const bodyLen = 16 + r.length + i.length + req.length;
+    const f = Buffer.alloc(4 + bodyLen);
+    f.writeUInt32LE(bodyLen, 0);
+    f[4] = 0x0c;
+    f.writeUInt16LE(r.length, 6);
+    f.writeUInt16LE(i.length, 8);
+    f.writeUInt16LE(req.length, 10);
+    f.writeBigUInt64LE(BigInt(nbytes), 12);
+    let o = 20;
+    for (const part of [r, i, Buffer.from(req)]) {
+      part.copy(f, o);
+      o += part.length;
+    }
+    this.sock.write(f);
+  }
+
+  /**
+   * Reads an ACK frame (docs/ec-protocol.md 3.3 / 3.5: op 0x06, 5 flags (bit 0 `final`), 6..7
+   * reserved, then the XferAck map), or reports what came instead.
+   */
+  async ackFrame(
+    timeoutMs: number,
+  ): Promise<{ kind: "ack"; final: boolean; ack: Uint8Array } | { kind: "other"; what: string }> {
+    const deadline = performance.now() + timeoutMs;
+    if (!(await this.waitFor(5, deadline)))
+      return { kind: "other", what: this.closed ? "closed" : "timeout" };
+    const len = this.buf.readUInt32LE(0);
+    if (len < 5 || len > 65_540) return { kind: "other", what: `body_len ${len}` };
+    if (!(await this.waitFor(4 + len, deadline)))
+      return { kind: "other", what: this.closed ? "closed" : "timeout" };
+    const op = this.buf[4];
+    if (op !== 6) return { kind: "other", what: `op ${op}` };
+    const flags = this.buf[5]!;
+    if ((flags & ~1) !== 0 || this.buf[6] !== 0 || this.buf[7] !== 0)
+      return { kind: "other", what: `ACK flags/reserved ${this.buf.subarray(5, 8).toString("hex")}` };
+    const ack = new Uint8Array(this.buf.subarray(8, 4 + len));
+    this.buf = this.buf.subarray(4 + len);
+    return { kind: "ack", final: flags === 1, ack };
+  }
+
   /** Sends a NOTIF frame for `key`. */
   notif(key: string): void {
     const k = Buffer.from(key, "utf8");

@@ -707,8 +707,133 @@ const DATA_CASES: P[] = [
   },
 ];
 
+const C35 =
+  "docs/ec-protocol.md 3.5 (tapwire 1.2, optional capability data_req): a producer offers data_req = 1 only on the OK ack of an XferReq carrying read_ahead, ack_ahead and data_req = 1; an XFER_REQ (op 0x0c) on a data connection is validated and granted as that XferReq (EC-CONTRACT 4.2, 5.3) and answered there: ACK then DATA, or an ACK flagged final (a NACK). A 1.1 request never sees the key.";
+const WANTS_REQ = () => ({
+  read_ahead: mpUint(1),
+  ack_ahead: mpUint(1),
+  xfer_id: mpUint(7),
+  data_req: mpUint(1),
+});
+
+/** An OK ack offering data_req and a connection to its agent; UNIMPLEMENTED when not offered. */
+async function offered(ctx: EcProducerCtx, t: CaseCheck): Promise<{ a: Ack; r: DataReader; h: string }> {
+  const h = needReady(ctx, t);
+  const s = randomUUID();
+  const a = await ctx.ack(t, await ctx.dealer(), ctx.req(h, s, WANTS_REQ()), { mmHash: h, sessionId: s });
+  t.must(a.status === 0, "a grant (OK ack)", () => String(a.status));
+  if (!a.keys.includes("data_req")) t.unimplemented("requests on the data connection (data_req, 3.5)");
+  t.must(a.agent !== null, "agent_metadata that decodes as {name, instance, endpoint}", "it does not");
+  const r = await DataReader.connect(a.agent!.endpoint, ctx.timeoutMs);
+  ctx.readers.push(r);
+  return { a, r, h };
+}
+
+const REQ_CASES: P[] = [
+  {
+    id: "5.3.10",
+    title: "an XferReq without data_req (a 1.1 or 3.3 consumer) gets an ack without the data_req key",
+    cite: C35,
+    async run(ctx: EcProducerCtx, t: CaseCheck) {
+      const h = needReady(ctx, t);
+      const s = randomUUID();
+      const over = { read_ahead: mpUint(1), ack_ahead: mpUint(1), xfer_id: mpUint(9) };
+      const a = await ctx.ack(t, await ctx.dealer(), ctx.req(h, s, over), { mmHash: h, sessionId: s });
+      t.must(!a.keys.includes("data_req"), "no data_req key", () => a.keys.join(","));
+      const s2 = randomUUID();
+      const b = await ctx.ack(t, await ctx.dealer(), ctx.req(h, s2), { mmHash: h, sessionId: s2 });
+      t.must(b.keys.length === KEYS.length, "exactly EC-CONTRACT 3's keys for a 1.1 XferReq", () =>
+        b.keys.join(","),
+      );
+    },
+  },
+  {
+    id: "5.3.11",
+    title:
+      "an XFER_REQ on a data connection → ACK (the XferAck, xfer_id echoed) then DATA whose CRC-32 is the ack's; NOTIF accepted",
+    cite: C35,
+    async run(ctx: EcProducerCtx, t: CaseCheck) {
+      const { a, r, h } = await offered(ctx, t);
+      const s = randomUUID();
+      r.xferReq("conformance/reader", a.agent!.instance, a.nbytes, ctx.req(h, s, WANTS_REQ()));
+      const f = await r.ackFrame(ctx.timeoutMs);
+      t.must(f.kind === "ack" && !f.final, "an ACK frame (not final)", () =>
+        f.kind === "ack" ? "a final ACK" : f.what,
+      );
+      const m = mapEntries(decodeTyped(f.ack));
+      const st = m?.get("status");
+      const id = m?.get("xfer_id");
+      t.must(st?.t === "int" && st.v === 0, "status OK", () => JSON.stringify(st));
+      t.must(id?.t === "int" && id.v === 7, "xfer_id 7 echoed", () => JSON.stringify(id));
+      const res = await r.answer(ctx.timeoutMs);
+      t.must(res.kind === "data", "DATA after the ACK", res.kind);
+      t.must(crc32(res.bytes) === a.crc32, `CRC-32 ${a.crc32}`, () => String(crc32(res.bytes)));
+      r.notif(`${s}:${h}`);
+      t.must(!(await r.waitClosed(200)), "the connection stays open after the notification", "closed");
+    },
+  },
+  {
+    id: "5.3.12",
+    title:
+      "an XFER_REQ for an unknown mm_hash → an ACK flagged final (NACK_MISSING), the connection stays open, and no grant exists for its key",
+    cite: `${C35} EC-CONTRACT 5.3: a READ is served only for a key with a live grant.`,
+    async run(ctx: EcProducerCtx, t: CaseCheck) {
+      const { a, r } = await offered(ctx, t);
+      const s = randomUUID();
+      const h = missing();
+      r.xferReq("conformance/reader", a.agent!.instance, a.nbytes, ctx.req(h, s, WANTS_REQ()));
+      const f = await r.ackFrame(ctx.timeoutMs);
+      t.must(f.kind === "ack" && f.final, "a final ACK", () => (f.kind === "ack" ? "not final" : f.what));
+      const st = mapEntries(decodeTyped(f.ack))?.get("status");
+      t.must(st?.t === "int" && st.v === 1, "status NACK_MISSING (1)", () => JSON.stringify(st));
+      t.must(!(await r.waitClosed(200)), "the connection stays open", "closed");
+      r.read(`${s}:${h}`, "conformance/reader", a.agent!.instance, a.blocks, a.nbytes);
+      const res = await r.answer(ctx.timeoutMs);
+      t.must(res.kind === "error" && res.code === 2, "a READ of its key → ERROR no_grant", () =>
+        res.kind === "error" ? `ERROR ${res.code}` : res.kind,
+      );
+    },
+  },
+  {
+    id: "5.3.13",
+    title:
+      "a malformed XFER_REQ (reserved byte set, lengths that do not add up, a nested map) closes that connection; the server still serves",
+    cite: `${C35} EC-CONTRACT 9.1, 9.5.`,
+    async run(ctx: EcProducerCtx, t: CaseCheck) {
+      const { a, r, h } = await offered(ctx, t);
+      const good = ctx.req(h, randomUUID(), WANTS_REQ());
+      const bads: Uint8Array[] = [
+        Uint8Array.of(5, 0, 0, 0, 0x0c, 0, 0, 0, 0),
+        Uint8Array.of(20, 0, 0, 0, 0x0c, 1, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x61, 0x62, 0x63, 0x64),
+        mpNestingBomb(4),
+      ];
+      for (const [i, bad] of bads.entries()) {
+        const c = await DataReader.connect(a.agent!.endpoint, ctx.timeoutMs);
+        ctx.readers.push(c);
+        if (i < 2) c.raw(bad);
+        else c.xferReq("conformance/reader", a.agent!.instance, a.nbytes, bad);
+        t.must(
+          await c.waitClosed(ctx.timeoutMs),
+          `malformed XFER_REQ ${i + 1} closed its connection`,
+          "open",
+        );
+      }
+      r.xferReq("conformance/reader", a.agent!.instance, a.nbytes, good);
+      const f = await r.ackFrame(ctx.timeoutMs);
+      t.must(f.kind === "ack" && !f.final, "a proper XFER_REQ is still served (ACK)", () =>
+        f.kind === "ack" ? "final" : f.what,
+      );
+      t.must((await r.answer(ctx.timeoutMs)).kind === "data", "and DATA", "no DATA");
+    },
+  },
+];
+
 /** Every ec-producer case, in run order: the control plane, then the data plane. */
-export const EC_PRODUCER_CASES: readonly CaseDef<EcProducerCtx>[] = [...CONTROL_CASES, ...DATA_CASES];
+export const EC_PRODUCER_CASES: readonly CaseDef<EcProducerCtx>[] = [
+  ...CONTROL_CASES,
+  ...DATA_CASES,
+  ...REQ_CASES,
+];
 
 /** Runs the ec-producer cases against `opts.endpoint`. */
 export async function runEcProducerSuite(

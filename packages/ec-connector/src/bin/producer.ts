@@ -145,6 +145,10 @@ const FLAGS = {
   },
   "tls-key": { kind: "string", arg: "<pem file>", help: "its private key" },
   "tls-ca": { kind: "string", arg: "<pem file>", help: "allowed client certificates (or their CA)" },
+  "no-data-requests": {
+    kind: "boolean",
+    help: "do not offer or take XFER_REQ frames on the data plane (docs/ec-protocol.md 3.5; a 1.1 data server)",
+  },
   "encode-on-miss": {
     kind: "boolean",
     help: "encode a requested-but-missing mm_hash (NOT_READY until done)",
@@ -359,6 +363,7 @@ function options(v: Partial<Record<Flag, string | number | boolean>>, log: Logge
   };
   opts.inbound = Object.fromEntries(Object.entries(inbound).filter(([, x]) => x !== undefined));
   opts.heartbeat = Object.fromEntries(Object.entries(hb).filter(([, x]) => x !== undefined));
+  if (v["no-data-requests"] === true) opts.dataRequests = false;
   if (v["curve-keys"] !== undefined) {
     const keysFile = String(v["curve-keys"]);
     let keys: { publicKey?: unknown; secretKey?: unknown };

@@ -64,6 +64,11 @@ export interface DataFrame {
 export interface AckFrame {
   readonly op: "ack";
   readonly ack: Uint8Array;
+  /**
+   * docs/ec-protocol.md 3.5 (flags bit 0, `final`): no DATA follows (the answer to an XFER_REQ
+   * that was NACKed); the connection is then free for the next request. Only to an XFER_REQ.
+   */
+  readonly final?: boolean;
 }
 /** ERROR (server → reader): the READ is refused; the server then closes. */
 export interface ErrorFrame {
@@ -219,6 +224,7 @@ export function encodeFrame(f: ToServer | ToReader): Buffer {
       const b = Buffer.alloc(LEN_BYTES + ACK_FIXED + f.ack.length);
       b.writeUInt32LE(ACK_FIXED + f.ack.length, 0);
       b[4] = DATA_OPS.ack;
+      if (f.final === true) b[5] = 1; // 3.5: no DATA follows
       b.set(f.ack, LEN_BYTES + ACK_FIXED);
       return b;
     }
@@ -362,8 +368,13 @@ export function decodeToReader(body: Uint8Array): ToReader {
     if (b.length <= ACK_FIXED || b.length > MAX_ACK_FRAME_BYTES) {
       malformed(`ACK body_len ${b.length} outside [${ACK_FIXED + 1}, ${MAX_ACK_FRAME_BYTES}]`);
     }
-    if (b[1] !== 0 || b[2] !== 0 || b[3] !== 0) malformed("ACK reserved bytes are not 0");
-    return { op: "ack", ack: Uint8Array.from(b.subarray(ACK_FIXED)) };
+    // 3.5: byte 5 is the flags byte (bit 0 `final`); the reader accepts `final` only on an XFER_REQ.
+    if ((b[1]! & ~1) !== 0 || b[2] !== 0 || b[3] !== 0) malformed("ACK reserved bytes are not 0");
+    return {
+      op: "ack",
+      ack: Uint8Array.from(b.subarray(ACK_FIXED)),
+      ...(b[1] === 1 ? { final: true } : {}),
+    };
   }
   return malformed("unexpected data-plane answer");
 }

@@ -17,6 +17,7 @@ import {
   MAX_READER_FRAME_BYTES,
   segments,
 } from "./frame.js";
+import { encodeXferReqFrame } from "./request-frame.js";
 import { decodeShmToReader, isShmOp } from "./shm-frame.js";
 import type { ShmDataReader, ShmReaderConn } from "./shm-reader.js";
 import type { AgentMetadata, MemDescriptor, ReadOptions, XferHandle, XferHandleState } from "./transport.js";
@@ -89,6 +90,8 @@ interface Read {
   ack: Uint8Array | null;
   /** An ACK frame arrived for this read (at most one is accepted). */
   acked: boolean;
+  /** docs/ec-protocol.md 3.5: an XFER_REQ (its answer may be an ACK flagged `final`, no DATA). */
+  requested: boolean;
 }
 
 type Phase = "len" | "hdr" | "body";
@@ -217,6 +220,7 @@ export class DataReader {
     checksum: boolean,
     frame: (notif: Uint8Array) => Buffer,
     ackFirst = false,
+    requested = false,
   ): XferHandle {
     if (notifMsg.length > MAX_KEY_BYTES) throw new EcError("EC_BAD_ARGUMENT", "postRead: notifMsg too long");
     let conn = peer.idle.pop();
@@ -247,6 +251,7 @@ export class DataReader {
       ackFirst,
       ack: null,
       acked: false,
+      requested,
     };
     this.#reads.set(read.handle, read);
     conn.read = read;
@@ -312,6 +317,45 @@ export class DataReader {
         }),
       ackFirst,
     );
+  }
+
+  /**
+   * docs/ec-protocol.md 3.5: an XFER_REQ carrying `options.request` (the XferReq map) for the grant
+   * `notifMsg` of `agentName`: the producer grants and answers on this connection, ACK first; the
+   * bytes land in `localBlocks` exactly as a READ's. A NACK ends the handle ERR without bytes.
+   */
+  postRequest(
+    localBlocks: readonly number[],
+    agentName: string,
+    notifMsg: Uint8Array,
+    options: ReadOptions & { nbytes: number; request: Uint8Array },
+  ): XferHandle {
+    const peer = this.#peers.get(agentName);
+    if (peer === undefined) throw new EcError("EC_BAD_ARGUMENT", `postRequest: unknown agent ${agentName}`);
+    const nb = options.nbytes;
+    const bb = this.#bb;
+    if (!isIntInRange(nb, 1) || nb > localBlocks.length * bb || nb <= (localBlocks.length - 1) * bb) {
+      throw new EcError(
+        "EC_BAD_ARGUMENT",
+        `postRequest: nbytes ${nb} does not fill the ${localBlocks.length} local blocks`,
+      );
+    }
+    for (const b of localBlocks) {
+      if (!isIntInRange(b, 0, this.#o.numBlocks - 1)) {
+        throw new EcError(
+          "EC_BAD_ARGUMENT",
+          `postRequest: local block ${b} outside [0, ${this.#o.numBlocks})`,
+        );
+      }
+    }
+    // Built before the post: a request the frame cannot carry throws here, with nothing posted.
+    const f = encodeXferReqFrame({
+      reader: this.#o.self,
+      instance: peer.meta.instance,
+      nbytes: nb,
+      req: options.request,
+    });
+    return this.#post(peer, localBlocks, nb, notifMsg, options.checksum === true, () => f, true, true);
   }
 
   /**
@@ -476,9 +520,18 @@ export class DataReader {
       r.ack = f.ack;
       conn.phase = "len";
       conn.filled = 0;
+      if (f.final === true) {
+        // 3.5: a NACK to an XFER_REQ; anywhere else `final` is a protocol error.
+        if (!r.requested) {
+          this.#protocolError(conn, "unexpected final ACK frame");
+          return false;
+        }
+        this.#answered(conn, r);
+      }
       return true;
     }
-    if (f.nbytes !== r.nbytes) {
+    // 3.5: an XFER_REQ is always answered ACK first.
+    if (f.nbytes !== r.nbytes || (r.requested && !r.acked)) {
       this.#protocolError(conn, "unexpected data-plane answer");
       return false;
     }
@@ -554,6 +607,22 @@ export class DataReader {
     // consumer that asks for its next transfer from that promise (an engine step) sends the
     // notification and the next READ / READ_AHEAD on this connection in one write (#post).
     if (conn.notif !== null) setImmediate(() => this.#flushNotif(conn));
+  }
+
+  /**
+   * docs/ec-protocol.md 3.5: the XFER_REQ was answered by a NACK (its ACK frame is kept for the
+   * consumer): the handle ends ERR without a byte landed, the connection goes back to the pool.
+   */
+  #answered(conn: ReaderConn, r: Read): void {
+    r.state = "ERR";
+    r.error = "answered without data (NACK)";
+    r.conn = null;
+    conn.read = null;
+    const peer = conn.peer;
+    if (this.#peers.get(agentNameOf(peer.meta)) === peer && peer.idle.length < this.#o.maxIdlePerPeer)
+      peer.idle.push(conn);
+    else this.#killConn(conn, "not pooled");
+    this.#o.onReadDone();
   }
 
   #flushNotif(conn: ReaderConn): void {

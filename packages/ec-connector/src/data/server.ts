@@ -4,9 +4,10 @@ import { EcError, isIntInRange } from "../errors.js";
 import type { DataMetrics } from "../metrics.js";
 import type { ReadAheadFrame, ReadFrame, RefusalCode } from "./frame.js";
 import { decodeToServer, encodeFrame, frameLength, LEN_BYTES, maxReadFrameBytes, segments } from "./frame.js";
+import { decodeXferReqFrame, MAX_XFER_REQ_FRAME_BYTES, XFER_REQ_OP } from "./request-frame.js";
 import { isShmOp } from "./shm-frame.js";
 import type { ShmDataServer, ShmServerConn } from "./shm-server.js";
-import type { Notif } from "./transport.js";
+import type { Notif, XferRequestHandler } from "./transport.js";
 import { deliverNotifs } from "./transport.js";
 
 const UTF8_FATAL = new TextDecoder("utf-8", { fatal: true });
@@ -97,8 +98,13 @@ export class DataServer {
   readonly #unproven = new Set<ServerConn>();
   readonly #notifs: Notif[] = [];
   /** The largest frame a reader may send here, from this server's own cache size (EC-CONTRACT 9.5). */
-  readonly #maxFrame: number;
+  #maxFrame: number;
   #closed = false;
+  /** docs/ec-protocol.md 3.5: the producer's XFER_REQ handler (null: XFER_REQ is an unknown op). */
+  #xferReq: XferRequestHandler | null = null;
+  /** 3.5: a quota label per connection (EC-CONTRACT 9.2 "peer"). */
+  readonly #connIds = new WeakMap<ServerConn, string>();
+  #nextConnId = 1;
 
   constructor(options: DataServerOptions) {
     this.#o = options;
@@ -109,6 +115,16 @@ export class DataServer {
   /** Number of live grants. */
   get grantCount(): number {
     return this.#grants.size;
+  }
+
+  /**
+   * docs/ec-protocol.md 3.5: takes XFER_REQ frames from now on (`null`: no more; a 1.1 server). The
+   * receive limit grows to hold the largest XFER_REQ (2 832 bytes) on a small cache.
+   */
+  setXferRequests(handler: XferRequestHandler | null): void {
+    this.#xferReq = handler;
+    const base = maxReadFrameBytes(this.#o.numBlocks);
+    this.#maxFrame = handler === null ? base : Math.max(base, MAX_XFER_REQ_FRAME_BYTES);
   }
 
   /** READ_AHEADs currently waiting for their grant. */
@@ -288,6 +304,10 @@ export class DataServer {
   }
 
   #onFrame(c: ServerConn, body: Uint8Array): void {
+    if (body[0] === XFER_REQ_OP && this.#xferReq !== null) {
+      this.#xferRequest(c, body, this.#xferReq);
+      return;
+    }
     const f = decodeToServer(body, this.#o.numBlocks);
     if (f.op === "notif") {
       // A notification is only accepted for the read this connection just finished streaming.
@@ -322,6 +342,55 @@ export class DataServer {
       return;
     }
     this.#serve(c, f.key, keyStr, g!, f.reader, f.blocks, f.nbytes);
+  }
+
+  /**
+   * docs/ec-protocol.md 3.5: an XFER_REQ. The instance is checked first (ERROR 1, as for READ); the
+   * producer then validates, pins and grants it exactly as a control-plane XferReq (EC-CONTRACT
+   * 4.2, 5.3, 9.2; a malformed request throws and closes the connection). A NACK is answered with
+   * an ACK frame flagged `final` (the connection stays open); an OK ack is served at once on this
+   * connection, checked as a READ_AHEAD (5 when `nbytes` is not the grant's): ACK, DATA, bytes.
+   */
+  #xferRequest(c: ServerConn, body: Uint8Array, handler: XferRequestHandler): void {
+    const f = decodeXferReqFrame(body);
+    this.#m.xferRequests.inc();
+    if (c.key !== null) this.#streams.get(c.keyStr)?.delete(c); // the previous notification was lost
+    c.key = null;
+    if (f.instance !== this.#o.instance) {
+      this.#refuse(c, "", {
+        code: "instance_mismatch",
+        message: `this agent is instance ${this.#o.instance}`,
+      });
+      return;
+    }
+    let peer = this.#connIds.get(c);
+    if (peer === undefined) {
+      peer = `data:${this.#nextConnId++}`;
+      this.#connIds.set(c, peer);
+    }
+    const a = handler(f.req, peer);
+    if (c.socket.destroyed || this.#closed) return;
+    if (!a.ok) {
+      c.socket.write(encodeFrame({ op: "ack", ack: a.ack, final: true }));
+      this.#m.ackFrames.inc();
+      return;
+    }
+    const g = this.#grants.get(a.key);
+    if (g === undefined) {
+      this.#refuse(c, a.key, { code: "no_grant", message: `no grant for key ${a.key}` });
+      return;
+    }
+    const bb = this.#o.blockBytes;
+    const n = g.blocks.length;
+    const want = g.nbytes >= 0 ? g.nbytes : n * bb;
+    if (f.nbytes !== want || f.nbytes > n * bb || f.nbytes <= (n - 1) * bb) {
+      this.#refuse(c, a.key, {
+        code: "bad_nbytes",
+        message: `nbytes ${f.nbytes} is not grant ${a.key}'s ${want}`,
+      });
+      return;
+    }
+    this.#serve(c, Buffer.from(a.key), a.key, g, f.reader, g.blocks, f.nbytes, a.ack);
   }
 
   #refuse(c: ServerConn, keyStr: string, refusal: Refusal): void {

@@ -15,7 +15,14 @@ import { SHM_LIMITS } from "./shm-frame.js";
 import { DEFAULT_SHM_DIR, KOFFI_MISSING_MESSAGE, shmAvailable } from "./shm-map.js";
 import { ShmDataReader } from "./shm-reader.js";
 import { ShmDataServer, shmMetrics } from "./shm-server.js";
-import type { AgentMetadata, DataTransport, ReadOptions, XferHandle, XferHandleState } from "./transport.js";
+import type {
+  AgentMetadata,
+  DataTransport,
+  ReadOptions,
+  XferHandle,
+  XferHandleState,
+  XferRequestHandler,
+} from "./transport.js";
 import { agentNameOf, newInstanceId, parseDataEndpoint, SelfDescription } from "./transport.js";
 
 export { MAX_DATA_FRAME_BYTES } from "./frame.js";
@@ -447,6 +454,32 @@ export class SocketDataTransport implements DataTransport {
   /** Ack-ahead (docs/ec-protocol.md 3.4): see {@link DataTransport.takeReadAheadAck}. */
   takeReadAheadAck(handle: XferHandle): Uint8Array | null {
     return this.#reader.takeReadAheadAck(handle);
+  }
+
+  /** Requests on the data connection (docs/ec-protocol.md 3.5): this transport serves and sends XFER_REQ. */
+  readonly dataRequests = true;
+
+  #xferReq: XferRequestHandler | null = null;
+
+  /** 3.5: see {@link DataTransport.onXferRequest} (`null`, the default: XFER_REQ is refused as in 1.1). */
+  get onXferRequest(): XferRequestHandler | null {
+    return this.#xferReq;
+  }
+
+  set onXferRequest(handler: XferRequestHandler | null) {
+    this.#xferReq = handler;
+    this.#server.setXferRequests(handler);
+  }
+
+  /** 3.5: see {@link DataTransport.postRequest}. */
+  postRequest(
+    localBlocks: readonly number[],
+    agentName: string,
+    notifMsg: Uint8Array,
+    options: ReadOptions & { nbytes: number; request: Uint8Array },
+  ): XferHandle {
+    if (this.#closed) throw new EcError("EC_CLOSED", "data transport: closed");
+    return this.#reader.postRequest(localBlocks, agentName, notifMsg, options);
   }
 
   revoke(key: string): void {

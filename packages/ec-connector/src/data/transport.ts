@@ -97,6 +97,31 @@ export interface DataTransport {
   grantAck?(key: string, ack: Uint8Array): boolean;
   /** Ack-ahead, consumer side: the XferAck an ACK frame brought for this READ_AHEAD (once), else null. */
   takeReadAheadAck?(handle: XferHandle): Uint8Array | null;
+  /**
+   * Requests on the data connection (docs/ec-protocol.md 3.5), optional: true when this
+   * transport's server takes XFER_REQ frames (handing them to {@link DataTransport.onXferRequest})
+   * and its reader can send one ({@link DataTransport.postRequest}).
+   */
+  readonly dataRequests?: boolean;
+  /**
+   * 3.5, producer side: set by the producer session. Called synchronously for each XFER_REQ with
+   * its XferReq bytes and a label of the connection (a quota peer, EC-CONTRACT 9.2). Throws
+   * `EC_MALFORMED` for a malformed request (the server then closes that connection). `null`: the
+   * server treats XFER_REQ as an unknown op (a 1.1 server).
+   */
+  onXferRequest?: XferRequestHandler | null;
+  /**
+   * 3.5, consumer side: like `postReadAhead` with the ack first, but the frame is an XFER_REQ
+   * carrying `request` (the XferReq map): the producer grants it and answers on this connection.
+   * The handle ends `ERR` without bytes when the answer is a NACK (its ACK frame then taken with
+   * {@link DataTransport.takeReadAheadAck}); the connection stays pooled.
+   */
+  postRequest?(
+    localBlocks: readonly number[],
+    agentName: string,
+    notifMsg: Uint8Array,
+    options: ReadOptions & { nbytes: number; request: Uint8Array },
+  ): XferHandle;
   /** Producer side: withdraws a grant and stops reads of it that are still streaming. */
   revoke(key: string): void;
   /** Called (if set) whenever a notification arrives, so a driver can schedule a step. */
@@ -106,6 +131,19 @@ export interface DataTransport {
   /** Stops serving and aborts every read. */
   close(): Promise<void>;
 }
+
+/** What the producer answers an XFER_REQ (docs/ec-protocol.md 3.5). */
+export interface XferRequestAnswer {
+  /** The XferAck map (MessagePack), OK or NACK. */
+  ack: Uint8Array;
+  /** OK: the grant `key` was made and is to be served now on that connection. */
+  ok: boolean;
+  /** The grant key `"{session_id}:{mm_hash}"`. */
+  key: string;
+}
+
+/** The producer's handler of XFER_REQ frames (docs/ec-protocol.md 3.5). */
+export type XferRequestHandler = (request: Uint8Array, peer: string) => XferRequestAnswer;
 
 /** Decoded agent metadata (EC-CONTRACT 5.3). */
 export interface AgentMetadata {

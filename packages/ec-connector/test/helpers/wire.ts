@@ -178,3 +178,49 @@ export function handAck(ack: Uint8Array, bodyLen = 4 + ack.length): Buffer {
   out.set(ack, 8);
   return out;
 }
+
+/**
+ * XFER_REQ (op 0x0c, docs/ec-protocol.md 3.5): body offsets 0 op, 1 reserved, 2 u16 `reader_len`,
+ * 4 u16 `instance_len`, 6 u16 `req_len`, 8 u64 `nbytes`, 16 `reader`, `instance`, `req` (the
+ * XferReq map). `reserved` and `bodyLen` let a test break the frame on purpose.
+ */
+export function handXferReq(f: {
+  reader: string;
+  instance: string;
+  nbytes: number;
+  req: Uint8Array;
+  reserved?: number;
+  bodyLen?: number;
+}): Buffer {
+  const reader = te.encode(f.reader);
+  const instance = te.encode(f.instance);
+  const body = new Uint8Array(16 + reader.length + instance.length + f.req.length);
+  const v = new DataView(body.buffer);
+  v.setUint8(0, 0x0c);
+  v.setUint8(1, f.reserved ?? 0);
+  v.setUint16(2, reader.length, true);
+  v.setUint16(4, instance.length, true);
+  v.setUint16(6, f.req.length, true);
+  v.setBigUint64(8, BigInt(f.nbytes), true);
+  let off = 16;
+  for (const part of [reader, instance, f.req]) {
+    body.set(part, off);
+    off += part.length;
+  }
+  const out = frame(body);
+  if (f.bodyLen !== undefined) out.writeUInt32LE(f.bodyLen, 0);
+  return out;
+}
+
+/**
+ * Like {@link parseServerFrame}, with docs/ec-protocol.md 3.5's ACK flags byte (body offset 1,
+ * bit 0 `final`: no DATA follows); only an XFER_REQ may be answered so.
+ */
+export function parseServerFrame35(b: Buffer): (HandFrame & { final?: boolean }) | undefined {
+  if (b.length >= 8 && b.readUInt32LE(0) <= b.length - 4 && b[4] === 0x06 && b[5] === 1) {
+    const len = b.readUInt32LE(0);
+    if (b[6] !== 0 || b[7] !== 0) throw new Error("ACK reserved");
+    return { op: "ack", ack: Buffer.from(b.subarray(8, 4 + len)), size: 4 + len, final: true };
+  }
+  return parseServerFrame(b);
+}
