@@ -6,6 +6,7 @@ import type { ReadAheadFrame, ReadFrame, RefusalCode } from "./frame.js";
 import { decodeToServer, encodeFrame, frameLength, LEN_BYTES, maxReadFrameBytes, segments } from "./frame.js";
 import { isShmOp } from "./shm-frame.js";
 import type { ShmDataServer, ShmServerConn } from "./shm-server.js";
+import { setSendBuffer } from "./sockbuf.js";
 import type { Notif } from "./transport.js";
 import { deliverNotifs } from "./transport.js";
 
@@ -71,6 +72,8 @@ export interface DataServerOptions {
   onNotification: () => void;
   /** The shm data plane of an `shm+unix://` listener (docs/ec-protocol.md 3.4). */
   shm?: ShmDataServer;
+  /** SO_SNDBUF asked for on same-host connections (sockbuf.ts; 0: the kernel's default). */
+  sendBufferBytes?: number;
 }
 
 /** A refused READ: the wire code and a message for the reader's log. */
@@ -99,6 +102,7 @@ export class DataServer {
   /** The largest frame a reader may send here, from this server's own cache size (EC-CONTRACT 9.5). */
   readonly #maxFrame: number;
   #closed = false;
+  #sendBuffer = -1;
 
   constructor(options: DataServerOptions) {
     this.#o = options;
@@ -109,6 +113,11 @@ export class DataServer {
   /** Number of live grants. */
   get grantCount(): number {
     return this.#grants.size;
+  }
+
+  /** The send buffer the kernel reported for the last accepted connection (-1: none was set). */
+  get sendBufferBytes(): number {
+    return this.#sendBuffer;
   }
 
   /** READ_AHEADs currently waiting for their grant. */
@@ -200,6 +209,8 @@ export class DataServer {
       return;
     }
     socket.setNoDelay(true);
+    // Issue 23 (per-byte cost): a cache-sized send buffer on same-host peers (sockbuf.ts).
+    this.#sendBuffer = setSendBuffer(socket, this.#o.sendBufferBytes ?? 0);
     const c: ServerConn = {
       socket,
       grant: null,
