@@ -7,6 +7,7 @@ import { decodeToServer, encodeFrame, frameLength, LEN_BYTES, maxReadFrameBytes,
 import { decodeXferReqFrame, MAX_XFER_REQ_FRAME_BYTES, XFER_REQ_OP } from "./request-frame.js";
 import { isShmOp } from "./shm-frame.js";
 import type { ShmDataServer, ShmServerConn } from "./shm-server.js";
+import { setSendBuffer } from "./sockbuf.js";
 import type { Notif, XferRequestHandler } from "./transport.js";
 import { deliverNotifs } from "./transport.js";
 
@@ -72,6 +73,8 @@ export interface DataServerOptions {
   onNotification: () => void;
   /** The shm data plane of an `shm+unix://` listener (docs/ec-protocol.md 3.4). */
   shm?: ShmDataServer;
+  /** SO_SNDBUF asked for on same-host connections (sockbuf.ts; 0: the kernel's default). */
+  sendBufferBytes?: number;
 }
 
 /** A refused READ: the wire code and a message for the reader's log. */
@@ -105,6 +108,7 @@ export class DataServer {
   /** 3.5: a quota label per connection (EC-CONTRACT 9.2 "peer"). */
   readonly #connIds = new WeakMap<ServerConn, string>();
   #nextConnId = 1;
+  #sendBuffer = -1;
 
   constructor(options: DataServerOptions) {
     this.#o = options;
@@ -125,6 +129,11 @@ export class DataServer {
     this.#xferReq = handler;
     const base = maxReadFrameBytes(this.#o.numBlocks);
     this.#maxFrame = handler === null ? base : Math.max(base, MAX_XFER_REQ_FRAME_BYTES);
+  }
+
+  /** The send buffer the kernel reported for the last accepted connection (-1: none was set). */
+  get sendBufferBytes(): number {
+    return this.#sendBuffer;
   }
 
   /** READ_AHEADs currently waiting for their grant. */
@@ -216,6 +225,8 @@ export class DataServer {
       return;
     }
     socket.setNoDelay(true);
+    // Issue 23 (per-byte cost): a cache-sized send buffer on same-host peers (sockbuf.ts).
+    this.#sendBuffer = setSendBuffer(socket, this.#o.sendBufferBytes ?? 0);
     const c: ServerConn = {
       socket,
       grant: null,

@@ -15,6 +15,7 @@ import { SHM_LIMITS } from "./shm-frame.js";
 import { DEFAULT_SHM_DIR, KOFFI_MISSING_MESSAGE, shmAvailable } from "./shm-map.js";
 import { ShmDataReader } from "./shm-reader.js";
 import { ShmDataServer, shmMetrics } from "./shm-server.js";
+import { DEFAULT_SEND_BUFFER_BYTES } from "./sockbuf.js";
 import type {
   AgentMetadata,
   DataTransport,
@@ -45,6 +46,19 @@ function checkTls(t: DataTlsOptions): void {
 }
 
 export type { SocketFault } from "./reader.js";
+
+/**
+ * The environment variable that sets {@link SocketDataTransportOptions.sendBufferBytes} where the
+ * option is not given (bytes; `0`: the kernel's default), e.g. for a producer bin in a benchmark.
+ */
+export const SEND_BUFFER_ENV = "TAPWIRE_EC_SEND_BUFFER";
+
+function defaultSendBuffer(): number {
+  const v = process.env[SEND_BUFFER_ENV];
+  if (v === undefined || v === "") return DEFAULT_SEND_BUFFER_BYTES;
+  const n = Number(v);
+  return Number.isInteger(n) && n >= 0 ? n : DEFAULT_SEND_BUFFER_BYTES;
+}
 
 /** Defaults of the shm data plane (docs/ec-protocol.md 3.4): a ring of 2 x 4 MiB per connection. */
 export const SHM_DATA_DEFAULTS = {
@@ -112,6 +126,12 @@ export interface SocketDataTransportOptions {
   now?: () => number;
   /** Server write chunk (default 1 MiB). */
   chunkBytes?: number;
+  /**
+   * Server: SO_SNDBUF asked for on each data connection from this host (unix, loopback tcp), in
+   * bytes; 0 keeps the kernel's default (default 512 KiB, or `TAPWIRE_EC_SEND_BUFFER`). Needs the
+   * optional peer `koffi` (without it: the kernel's default). Remote tcp peers keep autotuning.
+   */
+  sendBufferBytes?: number;
   /** Server pacing in bytes/s (default unlimited; for demos and tests of slow reads). */
   throttleBytesPerSec?: number;
   /** Idle reader connections kept per peer (default 4). */
@@ -230,6 +250,7 @@ export class SocketDataTransport implements DataTransport {
       logger,
       onNotification: () => this.onNotification?.(),
       ...(shmServer === undefined ? {} : { shm: shmServer }),
+      sendBufferBytes: options.sendBufferBytes ?? defaultSendBuffer(),
     });
     if (listener === null) return;
     // EC-CONTRACT 9.5: net.Server drops connections beyond maxConnections at accept ('drop').
@@ -268,6 +289,7 @@ export class SocketDataTransport implements DataTransport {
     }
     checkFunctionOption("now", options.now);
     if (options.chunkBytes !== undefined) checkIntOption("chunkBytes", options.chunkBytes, 1);
+    if (options.sendBufferBytes !== undefined) checkIntOption("sendBufferBytes", options.sendBufferBytes, 0);
     if (options.throttleBytesPerSec !== undefined)
       checkNumberOption("throttleBytesPerSec", options.throttleBytesPerSec, 0);
     if (options.maxIdlePerPeer !== undefined) checkIntOption("maxIdlePerPeer", options.maxIdlePerPeer, 0);
@@ -366,6 +388,15 @@ export class SocketDataTransport implements DataTransport {
    */
   get checksumThreadCrcImpl(): Crc32Impl | null {
     return this.#reader.checksumThreadCrcImpl;
+  }
+
+  /**
+   * The send buffer the kernel reported for the data server's last accepted connection after
+   * {@link SocketDataTransportOptions.sendBufferBytes} was applied; -1 when none was set (option 0,
+   * a remote peer, no koffi, no connection yet).
+   */
+  get sendBufferBytes(): number {
+    return this.#server.sendBufferBytes;
   }
 
   /** Number of live grants. */
