@@ -200,6 +200,20 @@ it(`soak: ${N} transfers with random faults end with the invariants of EC-CONTRA
     }
   };
   await Promise.all(Array.from({ length: CONCURRENCY }, (_, w) => worker(w)));
+  // At least one corrupted read that carries bytes, whatever the dice say: a queued fault goes to
+  // the next read of any worker, and a miss or an absent item (a final NACK, docs/ec-protocol.md
+  // 3.5) can take it; under load all of them sometimes did (CI, 2026-12-02).
+  for (
+    let tries = 0;
+    tries < 5 && (registry.snapshot().counters["consumer_checksum_failures"] ?? 0) === 0;
+    tries++
+  ) {
+    const h = `pool-${tries}`;
+    if (conn.cache.isReady(h) && (conn.cache.get(h)?.pins ?? 0) === 0) conn.free(h);
+    data.injectFault({ kind: "corrupt" });
+    driver.sizes.set(h, sizes.get(h)!);
+    await driver.fetch(h, b.control, sizes.get(h)!, 3_000);
+  }
 
   // Let quarantined reads settle and leases expire, then check EC-CONTRACT 8 on both sides.
   await until(
