@@ -7,6 +7,9 @@ export type { Endpoint } from "./endpoint.js";
 export { formatEndpoint, parseEndpoint, SCHEMES, Scheme } from "./endpoint.js";
 export { TransportError, TransportErrorCode } from "./errors.js";
 export { listen, makeClient } from "./factory.js";
+// Socket buffer sizes through koffi when installed (a no-op without it), shared with
+// @tapwire/ec-connector's data server (one owner of the binding: native.ts).
+export { setNativeKoffiForTest } from "./native.js";
 export type {
   ClientOptions,
   ClientTlsOptions,
@@ -39,3 +42,4 @@ export {
   ShmRange,
   sweepStaleShmFiles,
 } from "./shm.js";
+export { setSocketBuffer, socketBuffer } from "./sockopt.js";
