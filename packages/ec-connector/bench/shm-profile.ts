@@ -1,0 +1,251 @@
+/**
+ * Profile of one 16 MiB transfer's memory work on the shm data plane (issue 23 item 3,
+ * docs/benchmarks/ec-connector.md "shm: where the time goes"). Prints one JSON document.
+ *
+ * 1. `components`: the passes over the bytes, each alone in this process, ms per 16 MiB: the
+ *    producer's copy region → ring slot (4 MiB slots), the consumer's copy ring → destination,
+ *    the CRC-32 of the landed bytes, the consumer's copy-then-CRC per piece (what shm-reader.ts
+ *    does), and the page faults of a warm pass and of a fresh ring.
+ * 2. `contention`: the consumer's copy-then-CRC again while a second process copies 16 MiB
+ *    buffers in a loop (the producer filling the next slot meanwhile): how much the two copies of
+ *    the pipelined ring slow each other on this machine.
+ * 3. `one_copy_vs_two`: the same consumer (a blocking `read(2)` of a FIFO into its destination,
+ *    CRC per 1 MiB read) against a producer child that either `write(2)`s its region into the FIFO
+ *    (two copies, like the unix socket and like the ring) or `vmsplice(2)`s it (the pipe holds
+ *    references to the producer's pages: the consumer's read is the only copy). Interleaved pairs.
+ *    A measurement of what one copy instead of two buys here, not a data plane.
+ *
+ * `pnpm --filter @tapwire/ec-connector exec tsx bench/shm-profile.ts`
+ */
+import { spawn } from "node:child_process";
+import * as fs from "node:fs";
+import { createRequire } from "node:module";
+import { loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { crc32 } from "../src/crc.js";
+import { ShmMapping } from "../src/data/shm-map.js";
+
+const MiB = 1024 * 1024;
+const N = 16 * MiB;
+const SLOT = 4 * MiB;
+const SELF = fileURLToPath(import.meta.url);
+
+function round(x: number, d = 3): number {
+  return Number(x.toFixed(d));
+}
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+}
+function faults(): number {
+  return process.resourceUsage().minorPageFault;
+}
+/** Median ms of `f` over `reps` runs after one warm-up. */
+function time(f: () => void, reps = 15): number {
+  f();
+  const xs: number[] = [];
+  for (let i = 0; i < reps; i++) {
+    const t0 = performance.now();
+    f();
+    xs.push(performance.now() - t0);
+  }
+  return round(median(xs));
+}
+
+interface Libc {
+  vmsplice(fd: number, iov: Uint32Array, nr: number, flags: number): number;
+  write(fd: number, buf: Uint8Array, n: number): number;
+  fcntl(fd: number, cmd: number, arg: number): number;
+  memmove(dst: ArrayBuffer, src: ArrayBuffer, n: number): number;
+}
+function libc(): Libc {
+  const k = createRequire(import.meta.url)("koffi") as {
+    load(p: string): { func(d: string): (...a: unknown[]) => unknown };
+  };
+  const c = k.load("libc.so.6");
+  return {
+    vmsplice: c.func(
+      "intptr_t vmsplice(int fd, const void *iov, size_t nr, unsigned int flags)",
+    ) as Libc["vmsplice"],
+    write: c.func("intptr_t write(int fd, const void *buf, size_t n)") as Libc["write"],
+    fcntl: c.func("int fcntl(int fd, int cmd, int arg)") as Libc["fcntl"],
+    memmove: c.func("uintptr_t memmove(void *dst, const void *src, size_t n)") as Libc["memmove"],
+  };
+}
+const F_SETPIPE_SZ = 1031;
+
+// ---- children ----
+
+if (process.argv[2] === "copier") {
+  // contention: copy 16 MiB buffers until killed
+  const a = new Uint8Array(N).fill(3);
+  const b = new Uint8Array(N).fill(4);
+  process.stdout.write("ready\n");
+  for (;;) b.set(a);
+}
+
+if (process.argv[2] === "fifo") {
+  // one_copy_vs_two: per stdin line `write` or `vmsplice`, 16 MiB of a warm region into the FIFO
+  const c = libc();
+  const region = new Uint8Array(N);
+  for (let i = 0; i < N; i += 4096) region[i] = i & 0xff;
+  const fd = fs.openSync(process.argv[3]!, "w");
+  c.fcntl(fd, F_SETPIPE_SZ, MiB);
+  const base = c.memmove(region.buffer as ArrayBuffer, region.buffer as ArrayBuffer, 0);
+  const iov = new Uint32Array(4);
+  createInterface({ input: process.stdin }).on("line", (mode) => {
+    for (let off = 0; off < N; ) {
+      let n: number;
+      if (mode === "vmsplice") {
+        const p = base + off;
+        iov[0] = p % 2 ** 32;
+        iov[1] = Math.floor(p / 2 ** 32);
+        iov[2] = N - off;
+        iov[3] = 0;
+        n = c.vmsplice(fd, iov, 1, 0);
+      } else {
+        n = c.write(fd, region.subarray(off), N - off);
+      }
+      if (n <= 0) throw new Error(`${mode} returned ${n}`);
+      off += n;
+    }
+  });
+  process.stdout.write("ready\n");
+}
+
+// ---- the profile ----
+
+async function ready(p: ReturnType<typeof spawn>): Promise<void> {
+  await new Promise<void>((resolve, reject) => {
+    p.once("exit", (code) => reject(new Error(`child exited ${code}`)));
+    createInterface({ input: p.stdout! }).once("line", () => resolve());
+  });
+}
+
+function consumerPass(ring: Uint8Array, dest: Uint8Array, piece: number): void {
+  let crc = 0;
+  for (let s = 0; s < N; s += SLOT) {
+    const src = s % (2 * SLOT);
+    for (let o = 0; o < SLOT; o += piece) {
+      dest.set(ring.subarray(src + o, src + o + piece), s + o);
+      crc = crc32(dest.subarray(s + o, s + o + piece), crc);
+    }
+  }
+}
+
+async function main(): Promise<void> {
+  const out: Record<string, unknown> = { node: process.version, loadavg_start: loadavg() };
+  const w = ShmMapping.create("/dev/shm", 2 * SLOT);
+  const r = ShmMapping.open("/dev/shm", w.name, 2 * SLOT);
+  w.unlink();
+  const region = new Uint8Array(2 * N).fill(7);
+  const dest = new Uint8Array(2 * N).fill(1);
+  const ring = r.bytes;
+  const producerCopy = () => {
+    for (let s = 0; s < N; s += SLOT) w.bytes.set(region.subarray(s, s + SLOT), s % (2 * SLOT));
+  };
+  const f0 = faults();
+  producerCopy();
+  consumerPass(ring, dest, MiB);
+  const warmFaults = faults() - f0;
+  // a fresh ring: create, map both ends, first pass (what a per-transfer mapping would cost)
+  const t0 = performance.now();
+  const f1 = faults();
+  const w2 = ShmMapping.create("/dev/shm", 2 * SLOT);
+  const r2 = ShmMapping.open("/dev/shm", w2.name, 2 * SLOT);
+  w2.unlink();
+  for (let s = 0; s < N; s += SLOT) w2.bytes.set(region.subarray(s, s + SLOT), s % (2 * SLOT));
+  consumerPass(r2.bytes, dest, MiB);
+  const freshMs = performance.now() - t0;
+  const freshFaults = faults() - f1;
+  w2.close();
+  r2.close();
+  const wf = faults();
+  producerCopy();
+  consumerPass(ring, dest, MiB);
+  out["components"] = {
+    ms_per_16mib: {
+      producer_copy_region_to_slot: time(producerCopy),
+      consumer_copy_slot_to_dest: time(() => {
+        for (let s = 0; s < N; s += SLOT) dest.set(ring.subarray(s % (2 * SLOT), (s % (2 * SLOT)) + SLOT), s);
+      }),
+      crc32_landed_bytes: time(() => crc32(dest.subarray(0, N), 0)),
+      consumer_copy_then_crc_256k: time(() => consumerPass(ring, dest, 256 * 1024)),
+      consumer_copy_then_crc_1m: time(() => consumerPass(ring, dest, MiB)),
+      consumer_copy_then_crc_4m: time(() => consumerPass(ring, dest, SLOT)),
+      fresh_ring_create_map_and_first_pass: round(freshMs),
+    },
+    minor_faults: {
+      first_pass_of_a_new_ring: warmFaults,
+      warm_pass: faults() - wf,
+      fresh_ring_first_pass: freshFaults,
+    },
+  };
+  // contention: the same consumer pass while another process copies
+  const copier = spawn(process.execPath, ["--import", "tsx", SELF, "copier"], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  await ready(copier);
+  out["contention"] = {
+    consumer_copy_then_crc_1m_ms: time(() => consumerPass(ring, dest, MiB)),
+    producer_copy_region_to_slot_ms: time(producerCopy),
+    note: "the same passes as components while a second process copies 16 MiB buffers in a loop",
+  };
+  copier.kill("SIGKILL");
+  // one copy vs two through a FIFO, same consumer
+  const fifo = join(tmpdir(), `ec-shm-profile-${process.pid}.fifo`);
+  await new Promise<void>((resolve, reject) =>
+    spawn("mkfifo", ["-m", "600", fifo]).once("exit", (c) =>
+      c === 0 ? resolve() : reject(new Error("mkfifo")),
+    ),
+  );
+  const prod = spawn(process.execPath, ["--import", "tsx", SELF, "fifo", fifo], {
+    stdio: ["pipe", "pipe", "inherit"],
+  });
+  const fd = fs.openSync(fifo, "r");
+  fs.unlinkSync(fifo);
+  await ready(prod);
+  const one = (mode: string): number => {
+    const t = performance.now();
+    prod.stdin!.write(`${mode}\n`);
+    let crc = 0;
+    for (let got = 0; got < N; ) {
+      const n = fs.readSync(fd, dest, got, Math.min(MiB, N - got), null);
+      crc = crc32(dest.subarray(got, got + n), crc);
+      got += n;
+    }
+    return performance.now() - t;
+  };
+  const two: number[] = [];
+  const single: number[] = [];
+  for (let i = 0; i < 5; i++) {
+    one("write");
+    one("vmsplice");
+  }
+  for (let i = 0; i < 40; i++) {
+    if (i % 2 === 0) {
+      two.push(one("write"));
+      single.push(one("vmsplice"));
+    } else {
+      single.push(one("vmsplice"));
+      two.push(one("write"));
+    }
+  }
+  out["one_copy_vs_two"] = {
+    iterations: 40,
+    two_copies_write_median_ms: round(median(two)),
+    one_copy_vmsplice_median_ms: round(median(single)),
+    ratio_two_vs_one: round(median(two) / median(single)),
+    note: "consumer read(2) of a FIFO into its destination + CRC per 1 MiB; producer write(2) vs vmsplice(2)",
+  };
+  prod.kill("SIGTERM");
+  fs.closeSync(fd);
+  w.close();
+  r.close();
+  out["loadavg_end"] = loadavg();
+  process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
+}
+
+if (process.argv[2] === undefined) await main();
