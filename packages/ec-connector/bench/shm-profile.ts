@@ -56,6 +56,8 @@ function time(f: () => void, reps = 15): number {
 
 interface Libc {
   vmsplice(fd: number, iov: Uint32Array, nr: number, flags: number): number;
+  splice(fdIn: number, offIn: null, fdOut: number, offOut: null, n: number, flags: number): number;
+  pipe(fds: Int32Array): number;
   write(fd: number, buf: Uint8Array, n: number): number;
   fcntl(fd: number, cmd: number, arg: number): number;
   memmove(dst: ArrayBuffer, src: ArrayBuffer, n: number): number;
@@ -69,6 +71,10 @@ function libc(): Libc {
     vmsplice: c.func(
       "intptr_t vmsplice(int fd, const void *iov, size_t nr, unsigned int flags)",
     ) as Libc["vmsplice"],
+    splice: c.func(
+      "intptr_t splice(int fd_in, void *off_in, int fd_out, void *off_out, size_t len, unsigned int flags)",
+    ) as Libc["splice"],
+    pipe: c.func("int pipe(int *fds)") as Libc["pipe"],
     write: c.func("intptr_t write(int fd, const void *buf, size_t n)") as Libc["write"],
     fcntl: c.func("int fcntl(int fd, int cmd, int arg)") as Libc["fcntl"],
     memmove: c.func("uintptr_t memmove(void *dst, const void *src, size_t n)") as Libc["memmove"],
@@ -115,6 +121,52 @@ if (process.argv[2] === "fifo") {
   process.stdout.write("ready\n");
 }
 
+if (process.argv[2] === "sock") {
+  // splice_vs_write: a unix socket server; per line `write` or `splice`, 16 MiB of a warm region
+  // into the (blocking) connection: write(2) copies into the socket; vmsplice(2) + splice(2) hand
+  // the region's pages to the socket by reference (AF_UNIX MSG_SPLICE_PAGES, Linux >= 6.5).
+  const net = await import("node:net");
+  const c = libc();
+  const region = new Uint8Array(N);
+  for (let i = 0; i < N; i += 4096) region[i] = i & 0xff;
+  const base = c.memmove(region.buffer as ArrayBuffer, region.buffer as ArrayBuffer, 0);
+  const iov = new Uint32Array(4);
+  const pfd = new Int32Array(2);
+  if (c.pipe(pfd) !== 0) throw new Error("pipe");
+  c.fcntl(pfd[1]!, F_SETPIPE_SZ, MiB);
+  const path = process.argv[3]!;
+  net
+    .createServer((sock) => {
+      const fd = (sock as unknown as { _handle: { fd: number } })._handle.fd;
+      sock.pause();
+      c.fcntl(fd, 4 /* F_SETFL */, c.fcntl(fd, 3 /* F_GETFL */, 0) & ~0o4000);
+      c.fcntl(fd, 4, 0);
+      createInterface({ input: process.stdin }).on("line", (mode) => {
+        for (let off = 0; off < N; ) {
+          let n: number;
+          if (mode === "splice") {
+            const p = base + off;
+            iov[0] = p % 2 ** 32;
+            iov[1] = Math.floor(p / 2 ** 32);
+            iov[2] = Math.min(MiB, N - off);
+            iov[3] = 0;
+            n = c.vmsplice(pfd[1]!, iov, 1, 0);
+            for (let left = n; left > 0; ) {
+              const m = c.splice(pfd[0]!, null, fd, null, left, 1 /* SPLICE_F_MOVE */);
+              if (m <= 0) throw new Error(`splice returned ${m}`);
+              left -= m;
+            }
+          } else {
+            n = c.write(fd, region.subarray(off), N - off);
+          }
+          if (n <= 0) throw new Error(`${mode} returned ${n}`);
+          off += n;
+        }
+      });
+    })
+    .listen(path, () => process.stdout.write("ready\n"));
+}
+
 // ---- the profile ----
 
 async function ready(p: ReturnType<typeof spawn>): Promise<void> {
@@ -133,6 +185,65 @@ function consumerPass(ring: Uint8Array, dest: Uint8Array, piece: number): void {
       crc = crc32(dest.subarray(s + o, s + o + piece), crc);
     }
   }
+}
+
+async function spliceVsWrite(dest: Uint8Array): Promise<Record<string, unknown>> {
+  const net = await import("node:net");
+  const path = join(tmpdir(), `ec-shm-profile-${process.pid}.sock`);
+  const srv = spawn(process.execPath, ["--import", "tsx", SELF, "sock", path], {
+    stdio: ["pipe", "pipe", "inherit"],
+  });
+  await ready(srv);
+  let got = 0;
+  let crc = 0;
+  let done: (() => void) | null = null;
+  const sock = net.connect({
+    path,
+    onread: {
+      buffer: () => dest.subarray(got, got < N ? N : N + 65_536),
+      callback: (n: number) => {
+        crc = crc32(dest.subarray(got, got + n), crc);
+        got += n;
+        if (got >= N) done?.();
+        return true;
+      },
+    },
+  } as import("node:net").NetConnectOpts);
+  await new Promise<void>((r) => sock.once("connect", () => r()));
+  const one = async (mode: string): Promise<number> => {
+    got = 0;
+    const t = performance.now();
+    const p = new Promise<void>((r) => {
+      done = r;
+    });
+    srv.stdin!.write(`${mode}\n`);
+    await p;
+    return performance.now() - t;
+  };
+  const w: number[] = [];
+  const sp: number[] = [];
+  for (let i = 0; i < 5; i++) {
+    await one("write");
+    await one("splice");
+  }
+  for (let i = 0; i < 40; i++) {
+    if (i % 2 === 0) {
+      w.push(await one("write"));
+      sp.push(await one("splice"));
+    } else {
+      sp.push(await one("splice"));
+      w.push(await one("write"));
+    }
+  }
+  sock.destroy();
+  srv.kill("SIGTERM");
+  return {
+    iterations: 40,
+    write_two_copies_median_ms: round(median(w)),
+    vmsplice_splice_one_copy_median_ms: round(median(sp)),
+    ratio_write_vs_splice: round(median(w) / median(sp)),
+    note: "unix socket, consumer reads into its destination through onread, CRC per read; producer write(2) vs vmsplice(2)+splice(2) of the same region, blocking fd",
+  };
 }
 
 async function main(): Promise<void> {
@@ -242,6 +353,7 @@ async function main(): Promise<void> {
   };
   prod.kill("SIGTERM");
   fs.closeSync(fd);
+  out["splice_vs_write_unix_socket"] = await spliceVsWrite(dest);
   w.close();
   r.close();
   out["loadavg_end"] = loadavg();
