@@ -15,6 +15,14 @@
  *    references to the producer's pages: the consumer's read is the only copy). Interleaved pairs.
  *    A measurement of what one copy instead of two buys here, not a data plane.
  *
+ * 4. `splice_vs_write_unix_socket`: the same on a unix socket (vmsplice + splice(2) into it).
+ * 5. `shared_region_vs_unix_socket`: a producer child whose 16 MiB region is itself a shm file the
+ *    consumer maps read-only (what a one-copy design would share; today's ring never does), on a
+ *    1-byte request over a unix socket either streams the region on it (Node's socket write, the
+ *    data server's 512 KiB send buffer: two copies, like the unix data plane) or answers a 1-byte
+ *    doorbell, after which the consumer copies + CRCs from the mapping in 1 MiB pieces (one copy).
+ *    The consumer's CRC is on in both. An upper bound for a one-copy data plane, not one.
+ *
  * `pnpm --filter @tapwire/ec-connector exec tsx bench/shm-profile.ts`
  */
 import { spawn } from "node:child_process";
@@ -167,6 +175,36 @@ if (process.argv[2] === "sock") {
     .listen(path, () => process.stdout.write("ready\n"));
 }
 
+if (process.argv[2] === "region") {
+  // shared_region_vs_unix_socket: the region is a shm file; `u` streams it, `s` rings a doorbell
+  const net = await import("node:net");
+  const { setSendBuffer, DEFAULT_SEND_BUFFER_BYTES } = await import("../src/data/sockbuf.js");
+  const m = ShmMapping.create("/dev/shm", N);
+  for (let i = 0; i < N; i += 4096) m.bytes[i] = i & 0xff;
+  const path = process.argv[3]!;
+  net
+    .createServer({ noDelay: true }, (sock) => {
+      setSendBuffer(sock, DEFAULT_SEND_BUFFER_BYTES);
+      sock.on("data", async (d: Buffer) => {
+        for (const op of d) {
+          if (op === 0x73) {
+            sock.write(Buffer.of(1));
+            continue;
+          }
+          for (let off = 0; off < N; off += MiB) {
+            const ok = sock.write(m.bytes.subarray(off, off + MiB));
+            if (!ok && off + MiB < N) await new Promise((r) => sock.once("drain", r));
+          }
+        }
+      });
+    })
+    .listen(path, () => process.stdout.write(`${m.name}\n`));
+  process.on("SIGTERM", () => {
+    m.unlink();
+    process.exit(0);
+  });
+}
+
 // ---- the profile ----
 
 async function ready(p: ReturnType<typeof spawn>): Promise<void> {
@@ -243,6 +281,82 @@ async function spliceVsWrite(dest: Uint8Array): Promise<Record<string, unknown>>
     vmsplice_splice_one_copy_median_ms: round(median(sp)),
     ratio_write_vs_splice: round(median(w) / median(sp)),
     note: "unix socket, consumer reads into its destination through onread, CRC per read; producer write(2) vs vmsplice(2)+splice(2) of the same region, blocking fd",
+  };
+}
+
+async function sharedRegionVsUnix(dest: Uint8Array): Promise<Record<string, unknown>> {
+  const net = await import("node:net");
+  const path = join(tmpdir(), `ec-shm-profile-${process.pid}-r.sock`);
+  const srv = spawn(process.execPath, ["--import", "tsx", SELF, "region", path], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  const name = await new Promise<string>((resolve, reject) => {
+    srv.once("exit", (code) => reject(new Error(`child exited ${code}`)));
+    createInterface({ input: srv.stdout! }).once("line", (l) => resolve(l.trim()));
+  });
+  const map = ShmMapping.open("/dev/shm", name, N);
+  let want = 0;
+  let got = 0;
+  let crc = 0;
+  let done: (() => void) | null = null;
+  const sock = net.connect({
+    path,
+    onread: {
+      buffer: () => dest.subarray(got, got < want ? want : want + 65_536),
+      callback: (n: number) => {
+        if (want === 1) {
+          // the doorbell: one copy out of the producer's mapping, CRC per piece as it landed
+          for (let o = 0; o < N; o += MiB) {
+            dest.set(map.bytes.subarray(o, o + MiB), o);
+            crc = crc32(dest.subarray(o, o + MiB), crc);
+          }
+          got = 1;
+        } else {
+          crc = crc32(dest.subarray(got, got + n), crc);
+          got += n;
+        }
+        if (got >= want) done?.();
+        return true;
+      },
+    },
+  } as import("node:net").NetConnectOpts);
+  await new Promise<void>((r) => sock.once("connect", () => r()));
+  const one = async (op: "u" | "s"): Promise<number> => {
+    want = op === "u" ? N : 1;
+    got = 0;
+    crc = 0;
+    const t = performance.now();
+    const p = new Promise<void>((r) => {
+      done = r;
+    });
+    sock.write(op);
+    await p;
+    return performance.now() - t;
+  };
+  const u: number[] = [];
+  const sh: number[] = [];
+  for (let i = 0; i < 5; i++) {
+    await one("u");
+    await one("s");
+  }
+  for (let i = 0; i < 40; i++) {
+    if (i % 2 === 0) {
+      u.push(await one("u"));
+      sh.push(await one("s"));
+    } else {
+      sh.push(await one("s"));
+      u.push(await one("u"));
+    }
+  }
+  sock.destroy();
+  map.close();
+  srv.kill("SIGTERM");
+  return {
+    iterations: 40,
+    unix_socket_two_copies_median_ms: round(median(u)),
+    shared_region_one_copy_median_ms: round(median(sh)),
+    ratio_unix_vs_shared_region: round(median(u) / median(sh)),
+    note: "1-byte request on a unix socket; the region streamed on it (512 KiB SO_SNDBUF) vs a 1-byte doorbell and the consumer's copy + CRC out of the producer's mapping; CRC on in both",
   };
 }
 
@@ -354,6 +468,7 @@ async function main(): Promise<void> {
   prod.kill("SIGTERM");
   fs.closeSync(fd);
   out["splice_vs_write_unix_socket"] = await spliceVsWrite(dest);
+  out["shared_region_vs_unix_socket"] = await sharedRegionVsUnix(dest);
   w.close();
   r.close();
   out["loadavg_end"] = loadavg();
