@@ -275,6 +275,7 @@ async function spliceVsWrite(dest: Uint8Array): Promise<Record<string, unknown>>
   }
   sock.destroy();
   srv.kill("SIGTERM");
+  fs.rmSync(path, { force: true });
   return {
     iterations: 40,
     write_two_copies_median_ms: round(median(w)),
@@ -351,6 +352,7 @@ async function sharedRegionVsUnix(dest: Uint8Array): Promise<Record<string, unkn
   sock.destroy();
   map.close();
   srv.kill("SIGTERM");
+  fs.rmSync(path, { force: true });
   return {
     iterations: 40,
     unix_socket_two_copies_median_ms: round(median(u)),
