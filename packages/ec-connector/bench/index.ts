@@ -315,6 +315,13 @@ async function shmRow(): Promise<Record<string, unknown>[]> {
  * socket path, one plain unix, one with shm; per transfer a grant (child) then a READ with the
  * CRC on, timed from postRead to DONE. Interleaved, the order flipping each transfer, medians.
  */
+/**
+ * `EC_BENCH_SHM_NOCRC=1`: the shm side of the data-plane row reads with the CRC off (an upper
+ * bound for moving the CRC elsewhere; the row then has no target). `EC_BENCH_SHM_SLOTS` and
+ * `EC_BENCH_SHM_SLOT_KIB` size the child's ring (default 2 x 4 MiB).
+ */
+const NO_SHM_CRC = process.env["EC_BENCH_SHM_NOCRC"] === "1";
+
 async function shmDataPlaneRow(sizes: number[]): Promise<Record<string, unknown>[]> {
   const child = spawn(process.execPath, ["--import", "tsx", SHM_DATA_CHILD, ...sizes.map(String)], {
     stdio: ["pipe", "pipe", "inherit"],
@@ -355,7 +362,7 @@ async function shmDataPlaneRow(sizes: number[]): Promise<Record<string, unknown>
     const t0 = performance.now();
     const h = s.r.postRead(local, s.agent, g["blocks"] as number[], te.encode(String(g["key"])), {
       nbytes: n,
-      checksum: true,
+      checksum: !(NO_SHM_CRC && s === sides.shm),
     });
     while (s.r.checkXferState(h) === "PROC") {
       await new Promise<void>((r) => {
@@ -394,7 +401,7 @@ async function shmDataPlaneRow(sizes: number[]): Promise<Record<string, unknown>
       shm_median_ms: round(median(m)),
       shm_gb_s: gbps(median(m)),
       ratio_shm_vs_unix: round(median(u) / median(m)),
-      ...(n === 16 * MiB ? { target: ">= 1.5" } : {}),
+      ...(NO_SHM_CRC ? { shm_crc: false } : n === 16 * MiB ? { target: ">= 1.5" } : {}),
     });
   }
   for (const s of Object.values(sides)) await s.r.close();
@@ -403,7 +410,8 @@ async function shmDataPlaneRow(sizes: number[]): Promise<Record<string, unknown>
 }
 
 /**
- * `EC_BENCH_ONLY`: `shm` (the shm rows), `events` (the events row), `throughput` (the tcp/unix
+ * `EC_BENCH_ONLY`: `shm` (the shm rows), `shm-data-plane` (only the shm target's row,
+ * `EC_BENCH_SIZES=16` narrows it), `events` (the events row), `throughput` (the tcp/unix
  * throughput rows and their targets alone; `EC_BENCH_KINDS=tcp|unix` and `EC_BENCH_SIZES=4,16`
  * (MiB) narrow them); unset: everything.
  */
@@ -426,10 +434,15 @@ function round3(x: number): number {
 
 async function main(): Promise<void> {
   const results: Record<string, unknown> = {};
-  if (process.env["EC_BENCH_ONLY"] === "shm") {
-    // the shm data-plane rows alone (docs/benchmarks/ec-connector.md "shm")
-    const shm = await shmRow();
-    const dataPlane = await shmDataPlaneRow(SIZES);
+  if (ONLY === "shm" || ONLY === "shm-data-plane") {
+    // the shm data-plane rows alone (docs/benchmarks/ec-connector.md "shm"); `shm-data-plane`:
+    // only the target's row (EC_BENCH_SIZES=16 narrows it)
+    const shm = ONLY === "shm" ? await shmRow() : [];
+    const dataPlane = await shmDataPlaneRow(
+      ONLY === "shm-data-plane" && process.env["EC_BENCH_SIZES"]
+        ? process.env["EC_BENCH_SIZES"].split(",").map((x) => Number(x) * MiB)
+        : SIZES,
+    );
     process.stdout.write(
       `${JSON.stringify({ node: process.version, loadavg: loadavg(), shm, shm_data_plane: dataPlane }, null, 2)}\n`,
     );

@@ -18,6 +18,14 @@ const t = await SocketDataTransport.create({
   numBlocks: NB,
   blockBytes: BB,
   listen: `shm+unix://${join(tmpdir(), `ec-bench-data-${process.pid}.sock`)}`,
+  ...(process.env["EC_BENCH_SHM_SLOTS"]
+    ? {
+        shm: {
+          slots: Number(process.env["EC_BENCH_SHM_SLOTS"]),
+          slotBytes: Number(process.env["EC_BENCH_SHM_SLOT_KIB"]) * 1024,
+        },
+      }
+    : {}),
 });
 const blocks = new Map<number, readonly number[]>();
 for (const n of sizes) {

@@ -51,6 +51,7 @@ const MAP_PRIVATE = 2;
 const MAP_FIXED = 0x10;
 const MAP_ANONYMOUS = 0x20;
 const MAP_NORESERVE = 0x4000;
+const MAP_POPULATE = 0x8000;
 const MAP_FAILED = 0xffff_ffff_ffff_ffffn;
 
 type KoffiLike = {
@@ -203,14 +204,17 @@ export class ShmRange {
   readonly size: number;
   readonly #libc: Libc;
   readonly #addr: unknown;
+  readonly #populate: boolean;
   #mapped = false;
   #freed = false;
 
   /**
-   * Reserves `size` bytes (a page multiple) of private anonymous memory.
+   * Reserves `size` bytes (a page multiple) of private anonymous memory. `options.populate`: a
+   * file mapped over the range is pre-faulted (MAP_POPULATE), so the first pass over it takes no
+   * page fault per page (a 8 MiB writable mapping: about 2048 faults otherwise).
    * @throws {TransportError} `TRANSPORT_SHM_UNAVAILABLE` when mmap refuses.
    */
-  constructor(libc: Libc, size: number) {
+  constructor(libc: Libc, size: number, options: { readonly populate?: boolean } = {}) {
     const p = libc.mmap(
       null,
       size,
@@ -223,6 +227,7 @@ export class ShmRange {
       throw new TransportError("TRANSPORT_SHM_UNAVAILABLE", `mmap of ${size} bytes failed`);
     this.#libc = libc;
     this.#addr = p;
+    this.#populate = options.populate === true;
     this.size = size;
     this.bytes = new Uint8Array(libc.view(p, size));
   }
@@ -236,7 +241,8 @@ export class ShmRange {
   map(fd: number, writable: boolean): void {
     if (this.#freed) throw new TransportError("TRANSPORT_CLOSED", "shm range freed");
     const prot = writable ? PROT_READ | PROT_WRITE : PROT_READ;
-    const p = this.#libc.mmap(this.#addr, this.size, prot, MAP_SHARED | MAP_FIXED, fd, 0);
+    const flags = MAP_SHARED | MAP_FIXED | (this.#populate ? MAP_POPULATE : 0);
+    const p = this.#libc.mmap(this.#addr, this.size, prot, flags, fd, 0);
     if (failed(p, this.#libc))
       throw new TransportError("TRANSPORT_SHM_UNAVAILABLE", `mmap of the shm file failed`);
     this.#mapped = true;

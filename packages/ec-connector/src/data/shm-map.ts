@@ -107,7 +107,10 @@ export class ShmMapping {
     let range: ShmRange | null = null;
     try {
       const libc = loadLibc();
-      range = new ShmRange(libc, size);
+      // Pre-faulted (MAP_POPULATE): a ring lives as long as its connection, and its first READ
+      // would otherwise take a page fault per 4 KiB page on the producer's write side
+      // (docs/benchmarks/ec-connector.md "shm: where the time goes").
+      range = new ShmRange(libc, size, { populate: true });
       return new ShmMapping(range, dir, map(libc, range));
     } catch (e) {
       range?.free();
