@@ -12,7 +12,9 @@
  *   ONNX; also the median of the per-block ratios) and p99 STEP RTT ratio batched / single session
  *   (target <= 1.5); for the ONNX drafter (@tapwire/drafter-onnx, the reference head exported) and
  *   the reference drafter. Each configuration also reports the CPU time per STEP of its worker
- *   process and of this (client) process, and the worker's own call metrics.
+ *   process and of this (client) process, and the worker's own call metrics; and
+ *   `where_the_time_goes`: per STEP, the worker's wall time, its drafter calls' wall time (from its
+ *   metrics, over the blocks only), its CPU beside the drafter calls and its time off a CPU.
  * - `unshared_tax`: 1 session x 8 entries, K = 4 vs K = 1, runs interleaved: mean STEP RTT ratio
  *   (target <= 1.05).
  * - `memory`: 4 sessions fill every slot's window (RESYNC of W rows); RSS (from /proc) at idle,
@@ -27,6 +29,7 @@
  *
  * TAPWIRE_BENCH_QUICK=1 runs fewer STEPs (a smoke run); TAPWIRE_BENCH_ONLY=onnx,reference,tax,memory
  * runs only those sections; TAPWIRE_BENCH_SHARED_ARGS adds flags to the batched (gather) worker;
+ * TAPWIRE_BENCH_ONNX_ARGS adds flags to every ONNX worker (a drafter policy, the same in each mode);
  * TAPWIRE_BENCH_WORKER_NODE_ARGS adds node flags to every worker (e.g. --cpu-prof).
  */
 import { type ChildProcess, spawn } from "node:child_process";
@@ -306,6 +309,10 @@ interface Load {
   workerCpu: number;
   /** CPU seconds of this (client) process during the blocks. */
   clientCpu: number;
+  /** The worker's drafter-call seconds (`batch_call_seconds`, else `drafter_seconds`) at the first block. */
+  callSum0: number;
+  /** Its drafter calls (the histogram's count) at the first block. */
+  calls0: number;
 }
 
 async function openLoad(bin: Bin, n: number, slots: number, base: number): Promise<Load> {
@@ -315,7 +322,40 @@ async function openLoad(bin: Bin, n: number, slots: number, base: number): Promi
       for (let i = 0; i < WARM; i++) await s.step(false);
     }),
   );
-  return { bin, sessions, slots, seconds: 0, workerCpu: 0, clientCpu: 0 };
+  const c = await callTotals(bin);
+  return { bin, sessions, slots, seconds: 0, workerCpu: 0, clientCpu: 0, callSum0: c.sum, calls0: c.count };
+}
+
+/**
+ * The worker's drafter calls so far: a shared worker's `batch_call_seconds` (the wall time of
+ * each drafter call), a K = 1 worker's `drafter_seconds` (one call per STEP).
+ */
+async function callTotals(b: Bin): Promise<{ sum: number; count: number }> {
+  const st = (await statsOf(b)) as Stats;
+  const h = st.histograms.batch_call_seconds ?? st.histograms.drafter_seconds;
+  return { sum: h?.sum ?? 0, count: h?.count ?? 0 };
+}
+
+/**
+ * Where a STEP's time goes in the worker during the blocks (ms per STEP): its wall time (wall
+ * seconds / STEPs: the worker's share of a round), the drafter calls' wall time, the worker's CPU
+ * time beside the drafter (CPU minus call time: decode, windows, reply, sockets, the batcher; an
+ * estimate, low when a call was preempted), and the time the worker was off a CPU (waiting for
+ * frames, the batch gather, or preempted); and the client process's CPU per STEP.
+ */
+async function breakdown(l: Load, steps: number) {
+  const c = await callTotals(l.bin);
+  const call = (1000 * (c.sum - l.callSum0)) / steps;
+  const cpu = (1000 * l.workerCpu) / steps;
+  const wall = (1000 * l.seconds) / steps;
+  return {
+    wall_ms_per_step: r3(wall),
+    drafter_call_ms_per_step: r3(call),
+    worker_cpu_beside_drafter_ms_per_step: r3(cpu - call),
+    worker_off_cpu_ms_per_step: r3(wall - cpu),
+    client_cpu_ms_per_step: r3((1000 * l.clientCpu) / steps),
+    drafter_calls_per_step: r3((c.count - l.calls0) / steps),
+  };
 }
 
 /** One block: every session of `l` runs `rounds` closed-loop rounds at once; its STEPs/s. */
@@ -386,6 +426,13 @@ async function batching(drafterArgs: string[], cwd?: string) {
     ratios.push(b / a);
     ratiosNoGather.push(n / a);
   }
+  const steps = (l: Load) => l.sessions.reduce((a, x) => a + x.rtts.length, 0);
+  const where = {
+    batched: await breakdown(lb, steps(lb)),
+    batched_no_gather: await breakdown(ln, steps(ln)),
+    alone: await breakdown(la, steps(la)),
+    single_session_64: await breakdown(ls, steps(ls)),
+  };
   const st = await statsOf(shared);
   const stn = await statsOf(noGatherBin);
   const batched = summary(lb);
@@ -398,6 +445,8 @@ async function batching(drafterArgs: string[], cwd?: string) {
     batched_no_gather: noGather,
     alone,
     single_session_64: single,
+    /** Where the time of a STEP goes (see `breakdown`). */
+    where_the_time_goes: where,
     batched_worker: batchStats(st),
     batched_no_gather_worker: batchStats(stn),
     throughput_ratio_batched_vs_alone: r3(batched.steps_per_s / alone.steps_per_s),
@@ -410,7 +459,7 @@ async function batching(drafterArgs: string[], cwd?: string) {
 }
 
 type Stats = {
-  histograms: Record<string, { mean: number; p99: number; count: number }>;
+  histograms: Record<string, { mean: number; p99: number; count: number; sum: number }>;
   counters: Record<string, number>;
 };
 
@@ -609,7 +658,9 @@ async function main(): Promise<void> {
         new ReferenceDrafter(head) as unknown as Parameters<typeof drafterScaling>[0],
       ),
     };
-    const onnx = ["--drafter", "onnx", "--model", model, "--onnx-threads", "1"];
+    // TAPWIRE_BENCH_ONNX_ARGS: extra flags of every ONNX worker (the same policy in each mode).
+    const onnxExtra = (process.env.TAPWIRE_BENCH_ONNX_ARGS ?? "").split(" ").filter((x) => x !== "");
+    const onnx = ["--drafter", "onnx", "--model", model, "--onnx-threads", "1", ...onnxExtra];
     const load0 = loadavg().map(r3);
     const out = {
       bench: "worker shared (CONTRACT 12.1)",
