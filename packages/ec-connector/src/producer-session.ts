@@ -134,6 +134,8 @@ export class ProducerSession {
   #lastEvictions: number;
   /** docs/ec-protocol.md 3.5: XFER_REQ frames are taken (and `data_req` offered). */
   readonly #dataReq: boolean;
+  /** A microtask will update the gauges (after a data request's answer left). */
+  #gaugesQueued = false;
 
   constructor(options: ProducerSessionOptions) {
     for (const k of ["control", "data", "cache"] as const) {
@@ -219,7 +221,15 @@ export class ProducerSession {
       this.#m.grants.inc();
       this.#m.dataAcks.inc();
     } else this.#m.nacks[ack.status]?.inc();
-    this.#gauges();
+    // Issue 23 item 1: the gauges (pinned blocks walks the cache) after the data server's first
+    // write of this answer, not before it: a microtask runs once the data callback has returned.
+    if (!this.#gaugesQueued) {
+      this.#gaugesQueued = true;
+      queueMicrotask(() => {
+        this.#gaugesQueued = false;
+        if (!this.#closed) this.#gauges();
+      });
+    }
     return { ack: bytes, ok: ack.status === XferStatus.OK, key: `${req.sessionId}:${req.mmHash}` };
   }
 

@@ -80,6 +80,8 @@ interface Read {
   state: XferHandleState;
   error: string | null;
   notif: Uint8Array;
+  /** Its NOTIF frame, built when the read is posted (off the path from the last byte to DONE). */
+  notifFrame: Buffer;
   conn: ReaderConn | null;
   fault: SocketFault | null;
   /** Its bytes came through an shm ring (docs/ec-protocol.md 3.4; CRC'd inline there). */
@@ -230,6 +232,14 @@ export class DataReader {
     // next READ. Issue 23: in the same write (one syscall, ~30-80 µs on the dev VM, not two).
     const owed = conn.dead || conn.socket.destroyed ? null : conn.notif;
     conn.notif = null;
+    // Issue 23 item 1: the frame leaves before the read's bookkeeping is built (the producer works
+    // on it meanwhile). No byte can land before this call returns to the event loop, and by then
+    // `conn.read` is set below.
+    const f = frame(notifMsg);
+    const out = owed === null ? f : Buffer.concat([owed, f]);
+    if (conn.shm !== null) this.#o.shm?.send(conn.shm, conn.socket, out);
+    else conn.socket.write(out);
+    const notif = Uint8Array.from(notifMsg);
     const read: Read = {
       handle: this.#nextHandle++,
       ...segments(localBlocks, this.#bb, nbytes),
@@ -244,7 +254,8 @@ export class DataReader {
       crc: 0,
       state: "PROC",
       error: null,
-      notif: Uint8Array.from(notifMsg),
+      notif,
+      notifFrame: encodeFrame({ op: "notif", msg: notif }),
       conn,
       fault: this.#faults.shift() ?? null,
       shm: false,
@@ -257,10 +268,6 @@ export class DataReader {
     conn.read = read;
     conn.phase = "len";
     conn.filled = 0;
-    const f = frame(read.notif);
-    const out = owed === null ? f : Buffer.concat([owed, f]);
-    if (conn.shm !== null) this.#o.shm?.send(conn.shm, conn.socket, out);
-    else conn.socket.write(out);
     return read.handle;
   }
 
@@ -583,7 +590,7 @@ export class DataReader {
     if (r.fault?.kind !== "lost_notification") {
       // The notification is written after the completion is reported (a socket write is tens of
       // microseconds of syscall): see the end of this method.
-      conn.notif = encodeFrame({ op: "notif", msg: r.notif });
+      conn.notif = r.notifFrame;
     }
     if (r.checksum && this.#o.checksumThread && !r.shm) {
       // Every byte landed; the read is DONE when the thread's CRC of the last range comes back.
