@@ -1,6 +1,8 @@
 import { isDeepStrictEqual } from "node:util";
 import { encode } from "@msgpack/msgpack";
 import { describe, expect, it } from "vitest";
+import { encodeAckHead, encodeFrame, LEN_BYTES } from "../src/data/frame.js";
+import { decodeXferReqFrame, encodeXferReqFrame } from "../src/data/request-frame.js";
 import type { XferAck, XferReq } from "../src/protocol.js";
 import {
   decodeXferAck,
@@ -222,5 +224,31 @@ describe("hand-written XferReq / XferAck codec (issue 23, EC-CONTRACT 3)", () =>
     const trailing = new Uint8Array([...encode({ mm_hash: "h", status: 1 }), 0]);
     expect(fastDecodeXferAck(trailing, 8)).toBeNull();
     expect(() => decodeXferAck(trailing, 8)).toThrow(/trailing/);
+  });
+
+  it("the ACK frame head plus the ack is the ACK frame (docs/ec-protocol.md 3.3, 3.5)", () => {
+    const ack = encodeXferAck(acks[1]!);
+    for (const final of [false, true]) {
+      const whole = encodeFrame({ op: "ack", ack, ...(final ? { final: true } : {}) });
+      expect(Buffer.concat([encodeAckHead(ack.length, final), ack])).toEqual(whole);
+    }
+    expect(() => encodeAckHead(0)).toThrow(/outside/);
+    expect(() => encodeAckHead(64 * 1024 + 1)).toThrow(/outside/);
+  });
+
+  it("XFER_REQ labels: ASCII, other UTF-8 and not UTF-8 decode as before (3.5)", () => {
+    const req = encodeXferReq(reqs[1]!);
+    const body = (reader: string | Uint8Array, instance: string | Uint8Array) =>
+      encodeXferReqFrame({ reader, instance, nbytes: 5, req }).subarray(LEN_BYTES);
+    const a = decodeXferReqFrame(body("ec-consumer/00ff", "0123456789abcdef"));
+    expect([a.reader, a.instance, a.nbytes]).toEqual(["ec-consumer/00ff", "0123456789abcdef", 5]);
+    expect(Buffer.from(a.req)).toEqual(Buffer.from(req));
+    const u = decodeXferReqFrame(body(Buffer.from("çø-消費者"), Buffer.from("ïd")));
+    expect([u.reader, u.instance]).toEqual(["çø-消費者", "ïd"]);
+    // Bytes given as bytes are sent as they are.
+    expect(body(Buffer.from("r"), Buffer.from("i"))).toEqual(body("r", "i"));
+    expect(() => decodeXferReqFrame(body(Uint8Array.of(0xff, 0x41), "i"))).toThrow(/reader is not UTF-8/);
+    // An instance that is not UTF-8 decodes loosely (answered ERROR 1 by the server, not closed).
+    expect(decodeXferReqFrame(body("r", Uint8Array.of(0xff))).instance).toBe("\ufffd");
   });
 });

@@ -59,6 +59,10 @@ interface Peer {
   desc: MemDescriptor;
   idle: ReaderConn[];
   all: Set<ReaderConn>;
+  /** Removed (removeRemotePeer): its connections are not pooled any more. */
+  removed: boolean;
+  /** The peer's instance id as UTF-8 (for XFER_REQ frames, encoded once). */
+  instanceBytes: Uint8Array;
 }
 
 interface Read {
@@ -147,12 +151,15 @@ export class DataReader {
   readonly #faults: SocketFault[] = [];
   #nextHandle = 1;
   #thread: ChecksumThread | null = null;
+  /** `self` as UTF-8 (for XFER_REQ frames, encoded once). */
+  readonly #selfBytes: Uint8Array;
 
   constructor(options: DataReaderOptions) {
     this.#o = options;
     this.#region = options.region;
     this.#bb = options.blockBytes;
     this.#m = options.metrics;
+    this.#selfBytes = Buffer.from(options.self, "utf8");
   }
 
   /** The checksum thread's CRC-32 implementation once it has said (`null` before or without it). */
@@ -174,7 +181,16 @@ export class DataReader {
     const desc = decodeMemDescriptor(memDescriptor);
     parseDataEndpoint(meta.endpoint);
     const name = agentNameOf(meta);
-    if (!this.#peers.has(name)) this.#peers.set(name, { meta, desc, idle: [], all: new Set() });
+    if (!this.#peers.has(name)) {
+      this.#peers.set(name, {
+        meta,
+        desc,
+        idle: [],
+        all: new Set(),
+        removed: false,
+        instanceBytes: Buffer.from(meta.instance, "utf8"),
+      });
+    }
     return name;
   }
 
@@ -182,6 +198,7 @@ export class DataReader {
     const peer = this.#peers.get(agentName);
     if (peer === undefined) return;
     this.#peers.delete(agentName);
+    peer.removed = true;
     for (const c of peer.all) this.#killConn(c, "peer removed");
   }
 
@@ -357,8 +374,8 @@ export class DataReader {
     }
     // Built before the post: a request the frame cannot carry throws here, with nothing posted.
     const f = encodeXferReqFrame({
-      reader: this.#o.self,
-      instance: peer.meta.instance,
+      reader: this.#selfBytes,
+      instance: peer.instanceBytes,
       nbytes: nb,
       req: options.request,
     });
@@ -604,8 +621,7 @@ export class DataReader {
     conn.phase = "len";
     conn.filled = 0;
     const peer = conn.peer;
-    if (this.#peers.get(agentNameOf(peer.meta)) === peer && peer.idle.length < this.#o.maxIdlePerPeer)
-      peer.idle.push(conn);
+    if (!peer.removed && peer.idle.length < this.#o.maxIdlePerPeer) peer.idle.push(conn);
     else this.#killConn(conn, "not pooled");
     this.#o.onReadDone();
     // Queued after onReadDone: a consumer that polls from onActivity (a promise it resolves there)
@@ -626,8 +642,7 @@ export class DataReader {
     r.conn = null;
     conn.read = null;
     const peer = conn.peer;
-    if (this.#peers.get(agentNameOf(peer.meta)) === peer && peer.idle.length < this.#o.maxIdlePerPeer)
-      peer.idle.push(conn);
+    if (!peer.removed && peer.idle.length < this.#o.maxIdlePerPeer) peer.idle.push(conn);
     else this.#killConn(conn, "not pooled");
     this.#o.onReadDone();
   }
