@@ -76,7 +76,8 @@ class Writer {
     this.u8(0xa0 | k.length);
     for (let i = 0; i < k.length; i++) this.b[this.p++] = k.charCodeAt(i);
   }
-  strBytes(s: Uint8Array): void {
+  /** A string field: its minimal str header, then its bytes (an ASCII string char by char). */
+  str(s: Str): void {
     const n = s.length;
     if (n < 32) this.u8(0xa0 | n);
     else if (n < 0x100) {
@@ -89,8 +90,11 @@ class Writer {
       this.u8(0xdb);
       this.u32(n);
     }
-    this.b.set(s, this.p);
-    this.p += n;
+    if (typeof s === "string") for (let i = 0; i < n; i++) this.b[this.p++] = s.charCodeAt(i);
+    else {
+      this.b.set(s, this.p);
+      this.p += n;
+    }
   }
   uint(v: number): void {
     if (v < 0x80) this.u8(v);
@@ -126,20 +130,38 @@ class Writer {
   }
 }
 
-/** UTF-8 bytes of `s` (ASCII strings, the usual case, without a TextEncoder call). */
-function utf8(s: string): Uint8Array {
-  const n = s.length;
-  if (n <= 64) {
-    let ascii = true;
-    for (let i = 0; i < n; i++) {
-      if (s.charCodeAt(i) >= 0x80) {
-        ascii = false;
-        break;
-      }
-    }
-    if (ascii) return Buffer.from(s, "latin1");
-  }
-  return te.encode(s);
+/** A string field to write: ASCII as the string itself (written char by char), else its UTF-8. */
+type Str = string | Uint8Array;
+
+/** `s` when it is ASCII (its length is its UTF-8 length), else its UTF-8 bytes. */
+function strField(s: string): Str {
+  for (let i = 0; i < s.length; i++) if (s.charCodeAt(i) >= 0x80) return te.encode(s);
+  return s;
+}
+
+/** The minimal-header length plus bytes of a string field. */
+function strLen(s: Str): number {
+  return strHeadLen(s.length) + s.length;
+}
+
+/** The encoded `compatibility_hash`, `session_id` and `connector_version` entries of the last request. */
+let reqMid: { ch: string; sid: string; v: number; bytes: Uint8Array } | null = null;
+
+/** Those three entries (a session's requests all carry the same: encoded once, then copied). */
+function requestMiddle(ch: string, sid: string, v: number): Uint8Array {
+  const m = reqMid;
+  if (m !== null && m.ch === ch && m.sid === sid && m.v === v) return m.bytes;
+  const chs = strField(ch);
+  const sids = strField(sid);
+  const w = new Writer(19 + strLen(chs) + 11 + strLen(sids) + 18 + uintLen(v));
+  w.key("compatibility_hash");
+  w.str(chs);
+  w.key("session_id");
+  w.str(sids);
+  w.key("connector_version");
+  w.uint(v);
+  reqMid = { ch, sid, v, bytes: w.b };
+  return w.b;
 }
 
 /**
@@ -151,14 +173,11 @@ export function fastEncodeXferReq(req: XferReq): Uint8Array | null {
   if (!okUint(v) || (req.xferId !== undefined && !okUint(req.xferId))) return null;
   if (typeof req.mmHash !== "string" || typeof req.compatibilityHash !== "string") return null;
   if (typeof req.sessionId !== "string") return null;
-  const mm = utf8(req.mmHash);
-  const ch = utf8(req.compatibilityHash);
-  const sid = utf8(req.sessionId);
+  const mm = strField(req.mmHash);
+  const mid = requestMiddle(req.compatibilityHash, req.sessionId, v);
   let keys = 4;
-  // keys: 1 + length each; values below
-  let n = 1 + 8 + 19 + 11 + 18;
-  n += strHeadLen(mm.length) + mm.length + strHeadLen(ch.length) + ch.length;
-  n += strHeadLen(sid.length) + sid.length + uintLen(v);
+  // the map header, the mm_hash entry, the middle entries; the optional ones below
+  let n = 1 + 8 + strLen(mm) + mid.length;
   if (req.readAhead === true) {
     keys++;
     n += 11 + 1;
@@ -178,13 +197,9 @@ export function fastEncodeXferReq(req: XferReq): Uint8Array | null {
   const w = new Writer(n);
   w.mapHead(keys);
   w.key("mm_hash");
-  w.strBytes(mm);
-  w.key("compatibility_hash");
-  w.strBytes(ch);
-  w.key("session_id");
-  w.strBytes(sid);
-  w.key("connector_version");
-  w.uint(v);
+  w.str(mm);
+  w.b.set(mid, w.p);
+  w.p += mid.length;
   if (req.readAhead === true) {
     w.key("read_ahead");
     w.u8(1);
@@ -214,8 +229,8 @@ export function fastEncodeXferAck(ack: XferAck): Uint8Array | null {
   if (ack.xferId !== undefined && !okUint(ack.xferId)) return null;
   if (!(ack.agentMetadata instanceof Uint8Array) || !(ack.memDescriptor instanceof Uint8Array)) return null;
   if (typeof ack.mmHash !== "string" || typeof ack.sessionId !== "string") return null;
-  const mm = utf8(ack.mmHash);
-  const sid = utf8(ack.sessionId);
+  const mm = strField(ack.mmHash);
+  const sid = strField(ack.sessionId);
   let blocksLen = blocks.length < 16 ? 1 : blocks.length < 0x1_0000 ? 3 : 5;
   for (let i = 0; i < blocks.length; i++) {
     const b = blocks[i];
@@ -227,7 +242,7 @@ export function fastEncodeXferAck(ack: XferAck): Uint8Array | null {
   let keys = 8;
   // the eight keys (1 + length each)
   let n = 1 + 8 + 7 + 11 + 18 + 15 + 15 + 7 + 6;
-  n += strHeadLen(mm.length) + mm.length + uintLen(ack.status) + strHeadLen(sid.length) + sid.length;
+  n += strLen(mm) + uintLen(ack.status) + strLen(sid);
   n += blocksLen + binHeadLen(meta.length) + meta.length + binHeadLen(desc.length) + desc.length;
   n += uintLen(ack.nbytes) + uintLen(ack.crc32);
   if (ack.readAhead === true) {
@@ -249,11 +264,11 @@ export function fastEncodeXferAck(ack: XferAck): Uint8Array | null {
   const w = new Writer(n);
   w.mapHead(keys);
   w.key("mm_hash");
-  w.strBytes(mm);
+  w.str(mm);
   w.key("status");
   w.uint(ack.status);
   w.key("session_id");
-  w.strBytes(sid);
+  w.str(sid);
   w.key("src_block_indices");
   const c = blocks.length;
   if (c < 16) w.u8(0x90 | c);
