@@ -95,8 +95,6 @@ export class ConsumerConnector {
   #lastEvictions: number;
   #ownsData = false;
   #closed = false;
-  /** A microtask will update the gauges (poll's results go first). */
-  #gaugesQueued = false;
 
   constructor(options: ConsumerConnectorOptions) {
     if (!(options.cache instanceof EmbeddingCache)) {
@@ -358,15 +356,7 @@ export class ConsumerConnector {
     }
     const failed = this.#failedNow;
     this.#failedNow = [];
-    // Issue 23 item 1: the gauges (pinned blocks walks the cache) once this step's caller has its
-    // results, in a microtask (one per turn however often poll is called).
-    if (!this.#gaugesQueued) {
-      this.#gaugesQueued = true;
-      queueMicrotask(() => {
-        this.#gaugesQueued = false;
-        this.#gauges();
-      });
-    }
+    this.#gauges();
     return { loaded, failed, pending: [...this.#requests.keys()] };
   }
 
