@@ -606,7 +606,10 @@ async function main(): Promise<void> {
     }
 
     // request-to-promotion latency of one 16 MiB embedding, and of a 1 KiB one (control-plane bound)
-    for (const n of ONLY === "throughput" ? [] : [16 * MiB, 1024]) {
+    // EC_BENCH_CONTROL=1 keeps these rows (and the 1 KiB control target) with EC_BENCH_ONLY=throughput.
+    for (const n of ONLY === "throughput" && process.env["EC_BENCH_CONTROL"] !== "1"
+      ? []
+      : [16 * MiB, 1024]) {
       const h = n === 1024 ? "emb-1k" : `emb-${n}`;
       const xs: number[] = [];
       const rawXs: number[] = [];

@@ -19,6 +19,7 @@ import {
   XFER_STATUS_NAMES,
   XferStatus,
 } from "./protocol.js";
+import { fastDecodeXferReq } from "./xfer-codec.js";
 
 /**
  * Defaults of {@link ProducerSession}: EC-CONTRACT 4.2 `pin_lease_s` = 30 s; EC-CONTRACT 9.2
@@ -133,6 +134,8 @@ export class ProducerSession {
   #lastEvictions: number;
   /** docs/ec-protocol.md 3.5: XFER_REQ frames are taken (and `data_req` offered). */
   readonly #dataReq: boolean;
+  /** A microtask will update the gauges (after a data request's answer left). */
+  #gaugesQueued = false;
 
   constructor(options: ProducerSessionOptions) {
     for (const k of ["control", "data", "cache"] as const) {
@@ -195,12 +198,18 @@ export class ProducerSession {
     this.#drainNotifs();
     let req: XferReq;
     try {
-      const m = unpackMap(raw, "XferReq");
-      if (typeof m["op"] === "string") {
-        this.#m.adminRefused.inc();
-        throw new EcError("EC_MALFORMED", "admin request on a data connection");
+      // Issue 23: the canonical request on the fast path (xfer-codec.ts: only the contract's keys,
+      // so never an admin map); anything else through the strict decoder, as before.
+      const fast = fastDecodeXferReq(raw);
+      if (fast !== null) req = fast;
+      else {
+        const m = unpackMap(raw, "XferReq");
+        if (typeof m["op"] === "string") {
+          this.#m.adminRefused.inc();
+          throw new EcError("EC_MALFORMED", "admin request on a data connection");
+        }
+        req = parseXferReq(m);
       }
-      req = parseXferReq(m);
     } catch (err) {
       this.#m.malformed.inc();
       this.#log.warn({ err: (err as Error).message }, "dropped malformed XFER_REQ; closing its connection");
@@ -212,7 +221,15 @@ export class ProducerSession {
       this.#m.grants.inc();
       this.#m.dataAcks.inc();
     } else this.#m.nacks[ack.status]?.inc();
-    this.#gauges();
+    // Issue 23 item 1: the gauges (pinned blocks walks the cache) after the data server's first
+    // write of this answer, not before it: a microtask runs once the data callback has returned.
+    if (!this.#gaugesQueued) {
+      this.#gaugesQueued = true;
+      queueMicrotask(() => {
+        this.#gaugesQueued = false;
+        if (!this.#closed) this.#gauges();
+      });
+    }
     return { ack: bytes, ok: ack.status === XferStatus.OK, key: `${req.sessionId}:${req.mmHash}` };
   }
 
@@ -267,14 +284,17 @@ export class ProducerSession {
   #handle(msg: ControlMessage, now: number): Uint8Array | null {
     if (msg.frames.length !== 1)
       throw new EcError("EC_MALFORMED", `control message with ${msg.frames.length} frames`);
-    const m = unpackMap(msg.frames[0]!, "XferReq");
-    if (typeof m["op"] === "string") {
-      // EC-CONTRACT 9.3: admin is served on its own socket, never here. Dropped, answered nothing.
-      this.#m.adminRefused.inc();
-      this.#log.warn({ op: m["op"] }, "admin request on the control socket refused");
-      return null;
+    let req = fastDecodeXferReq(msg.frames[0]!);
+    if (req === null) {
+      const m = unpackMap(msg.frames[0]!, "XferReq");
+      if (typeof m["op"] === "string") {
+        // EC-CONTRACT 9.3: admin is served on its own socket, never here. Dropped, answered nothing.
+        this.#m.adminRefused.inc();
+        this.#log.warn({ op: m["op"] }, "admin request on the control socket refused");
+        return null;
+      }
+      req = parseXferReq(m);
     }
-    const req = parseXferReq(m);
     const { ack, bytes } = this.#answer(req, Buffer.from(msg.identity).toString("hex"), now);
     // 3.3: READ_AHEADs of this grant that asked for the ACK frame get these bytes (those waiting
     // are served now). When one was, the ack is on its way on the data plane: no control-plane

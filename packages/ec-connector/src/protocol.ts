@@ -2,6 +2,7 @@ import { createHash } from "node:crypto";
 import { Decoder, Encoder } from "@msgpack/msgpack";
 import { EcError, isIntInRange } from "./errors.js";
 import { decodeFlatMap } from "./flat-msgpack.js";
+import { fastDecodeXferAck, fastDecodeXferReq, fastEncodeXferAck, fastEncodeXferReq } from "./xfer-codec.js";
 
 /** EC-CONTRACT 2: the connector protocol version carried in every XferReq. */
 export const EC_CONNECTOR_VERSION = 2;
@@ -218,6 +219,12 @@ export function nackAck(mmHash: string, status: XferStatus): XferAck {
 
 /** Encodes an XferReq as the EC-CONTRACT 3 map. */
 export function encodeXferReq(req: XferReq): Uint8Array {
+  // Issue 23: hand-written (xfer-codec.ts), the same bytes; the generic encoder for what it skips.
+  return fastEncodeXferReq(req) ?? genericEncodeXferReq(req);
+}
+
+/** {@link encodeXferReq} by the generic encoder (internal; tests compare the bytes). */
+export function genericEncodeXferReq(req: XferReq): Uint8Array {
   return encoder.encode({
     mm_hash: req.mmHash,
     compatibility_hash: req.compatibilityHash,
@@ -232,6 +239,11 @@ export function encodeXferReq(req: XferReq): Uint8Array {
 
 /** Encodes an XferAck as the EC-CONTRACT 3 map. */
 export function encodeXferAck(ack: XferAck): Uint8Array {
+  return fastEncodeXferAck(ack) ?? genericEncodeXferAck(ack);
+}
+
+/** {@link encodeXferAck} by the generic encoder (internal; tests compare the bytes). */
+export function genericEncodeXferAck(ack: XferAck): Uint8Array {
   return encoder.encode({
     mm_hash: ack.mmHash,
     status: ack.status,
@@ -250,6 +262,13 @@ export function encodeXferAck(ack: XferAck): Uint8Array {
 
 /** Decodes an XferReq strictly (EC-CONTRACT 3); throws `EC_MALFORMED` naming the first problem. */
 export function decodeXferReq(bytes: Uint8Array): XferReq {
+  // Issue 23: the canonical valid request decodes on the fast path (xfer-codec.ts); anything else
+  // (including every malformed message) goes through the strict decoder below, with its errors.
+  return fastDecodeXferReq(bytes) ?? strictDecodeXferReq(bytes);
+}
+
+/** {@link decodeXferReq} without its fast path (internal; tests compare the two). */
+export function strictDecodeXferReq(bytes: Uint8Array): XferReq {
   const m = unpackMap(bytes, "XferReq");
   return {
     mmHash: str(m, "mm_hash", "XferReq"),
@@ -283,6 +302,12 @@ function optionalFlag(m: Record<string, unknown>, key: string): boolean {
  * keys are required on OK and, on a NACK, optional but type-checked when present.
  */
 export function decodeXferAck(bytes: Uint8Array, maxBlocks: number): XferAck {
+  // Issue 23: the fast path (xfer-codec.ts) takes only what the strict path below would accept.
+  return fastDecodeXferAck(bytes, maxBlocks) ?? strictDecodeXferAck(bytes, maxBlocks);
+}
+
+/** {@link decodeXferAck} without its fast path (internal; tests compare the two). */
+export function strictDecodeXferAck(bytes: Uint8Array, maxBlocks: number): XferAck {
   // The array is bounded by the message (64 KiB) here; its length against the cache is checked below.
   const m = unpackMap(bytes, "XferAck", ACK_ARRAYS);
   const mmHash = str(m, "mm_hash", "XferAck");

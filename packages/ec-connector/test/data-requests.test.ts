@@ -296,6 +296,51 @@ describe("hostile XFER_REQ (typed errors, bounded memory, the producer keeps ser
     expect(s.metrics.counters["producer_data_requests"]).toBeGreaterThanOrEqual(2);
   });
 
+  it("the producer's fast XferReq decoder (issue 23, src/xfer-codec.ts) declines what is not canonical: the strict decoder then serves, NACKs or refuses it as before", async () => {
+    const p = await producer();
+    const instance = await instanceOf(p);
+    const c = rawClient(p.data);
+    const req = (m: Record<string, unknown>) =>
+      handXferReq({ reader: "t", instance, nbytes: 10000, req: encode(m) });
+    const base = {
+      mm_hash: "a",
+      compatibility_hash: p.compatibilityHash,
+      session_id: "fp",
+      connector_version: 2,
+    };
+    // Other key order, an unknown key, a flag that is `true` instead of 1 (EC-CONTRACT 3: ignored).
+    const { mm_hash, compatibility_hash } = base;
+    c.s.write(
+      req({
+        extra: 1.5,
+        read_ahead: true,
+        connector_version: 2,
+        session_id: "fp",
+        compatibility_hash,
+        mm_hash,
+      }),
+    );
+    const ack = await c.next();
+    expect(ack.f.op).toBe("ack");
+    const m = decode((ack.f as { ack: Buffer }).ack) as Record<string, unknown>;
+    expect(m).toMatchObject({ mm_hash: "a", status: 0, session_id: "fp", nbytes: 10000 });
+    expect(m).not.toHaveProperty("read_ahead");
+    expect((await c.next()).f).toMatchObject({ op: "data", nbytes: 10000 });
+    c.s.write(handNotif("fp:a"));
+    // A negative connector_version (the fast path takes unsigned only): NACK_VERSION, as before.
+    c.s.write(req({ ...base, connector_version: -2 }));
+    const nack = await c.next();
+    expect(nack.f).toMatchObject({ op: "ack", final: true });
+    expect(decode((nack.f as { ack: Buffer }).ack)).toMatchObject({ mm_hash: "a", status: 4 });
+    // Every contract key and an admin `op`: still an admin map on a data connection (EC-CONTRACT 9.3).
+    const before = (await p.stats()).metrics.counters["producer_admin_refused"] ?? 0;
+    c.s.write(req({ ...base, op: "evict" }));
+    await until(() => c.closed || undefined);
+    const s = await p.stats();
+    expect(s.metrics.counters["producer_admin_refused"]).toBe(before + 1);
+    expect(s.cache.pinnedBlocks).toBe(0);
+  });
+
   it("a replayed XFER_REQ is a re-request: the old pin is released first, every pin ends exactly once", async () => {
     const p = await producer();
     const instance = await instanceOf(p);

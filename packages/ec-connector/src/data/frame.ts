@@ -256,6 +256,22 @@ export function encodeFrame(f: ToServer | ToReader): Buffer {
 }
 
 /**
+ * The first 8 bytes of an ACK frame carrying `ackLen` bytes of XferAck (length prefix, op, flags):
+ * the same bytes as `encodeFrame({ op: "ack", ... })` up to the ack itself, which the caller writes
+ * next (corked: one writev, no copy of the ack; issue 23 item 1).
+ */
+export function encodeAckHead(ackLen: number, final = false): Buffer {
+  if (ackLen < 1 || ackLen > MAX_ACK_BYTES) {
+    throw new EcError("EC_BAD_ARGUMENT", `ACK frame: ack of ${ackLen} bytes outside [1, ${MAX_ACK_BYTES}]`);
+  }
+  const b = Buffer.alloc(LEN_BYTES + ACK_FIXED);
+  b.writeUInt32LE(ACK_FIXED + ackLen, 0);
+  b[4] = DATA_OPS.ack;
+  if (final) b[5] = 1;
+  return b;
+}
+
+/**
  * Decodes a frame body (the bytes after the length prefix) received by a data server. Every
  * length is checked against the body before anything is read or copied; `numBlocks` bounds a
  * READ's block list. Throws `EC_MALFORMED` naming the first problem.

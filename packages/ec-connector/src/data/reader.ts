@@ -59,6 +59,10 @@ interface Peer {
   desc: MemDescriptor;
   idle: ReaderConn[];
   all: Set<ReaderConn>;
+  /** Removed (removeRemotePeer): its connections are not pooled any more. */
+  removed: boolean;
+  /** The peer's instance id as UTF-8 (for XFER_REQ frames, encoded once). */
+  instanceBytes: Uint8Array;
 }
 
 interface Read {
@@ -80,6 +84,8 @@ interface Read {
   state: XferHandleState;
   error: string | null;
   notif: Uint8Array;
+  /** Its NOTIF frame, built when the read is posted (off the path from the last byte to DONE). */
+  notifFrame: Buffer;
   conn: ReaderConn | null;
   fault: SocketFault | null;
   /** Its bytes came through an shm ring (docs/ec-protocol.md 3.4; CRC'd inline there). */
@@ -145,12 +151,15 @@ export class DataReader {
   readonly #faults: SocketFault[] = [];
   #nextHandle = 1;
   #thread: ChecksumThread | null = null;
+  /** `self` as UTF-8 (for XFER_REQ frames, encoded once). */
+  readonly #selfBytes: Uint8Array;
 
   constructor(options: DataReaderOptions) {
     this.#o = options;
     this.#region = options.region;
     this.#bb = options.blockBytes;
     this.#m = options.metrics;
+    this.#selfBytes = Buffer.from(options.self, "utf8");
   }
 
   /** The checksum thread's CRC-32 implementation once it has said (`null` before or without it). */
@@ -172,7 +181,16 @@ export class DataReader {
     const desc = decodeMemDescriptor(memDescriptor);
     parseDataEndpoint(meta.endpoint);
     const name = agentNameOf(meta);
-    if (!this.#peers.has(name)) this.#peers.set(name, { meta, desc, idle: [], all: new Set() });
+    if (!this.#peers.has(name)) {
+      this.#peers.set(name, {
+        meta,
+        desc,
+        idle: [],
+        all: new Set(),
+        removed: false,
+        instanceBytes: Buffer.from(meta.instance, "utf8"),
+      });
+    }
     return name;
   }
 
@@ -180,6 +198,7 @@ export class DataReader {
     const peer = this.#peers.get(agentName);
     if (peer === undefined) return;
     this.#peers.delete(agentName);
+    peer.removed = true;
     for (const c of peer.all) this.#killConn(c, "peer removed");
   }
 
@@ -230,6 +249,14 @@ export class DataReader {
     // next READ. Issue 23: in the same write (one syscall, ~30-80 µs on the dev VM, not two).
     const owed = conn.dead || conn.socket.destroyed ? null : conn.notif;
     conn.notif = null;
+    // Issue 23 item 1: the frame leaves before the read's bookkeeping is built (the producer works
+    // on it meanwhile). No byte can land before this call returns to the event loop, and by then
+    // `conn.read` is set below.
+    const f = frame(notifMsg);
+    const out = owed === null ? f : Buffer.concat([owed, f]);
+    if (conn.shm !== null) this.#o.shm?.send(conn.shm, conn.socket, out);
+    else conn.socket.write(out);
+    const notif = Uint8Array.from(notifMsg);
     const read: Read = {
       handle: this.#nextHandle++,
       ...segments(localBlocks, this.#bb, nbytes),
@@ -244,7 +271,8 @@ export class DataReader {
       crc: 0,
       state: "PROC",
       error: null,
-      notif: Uint8Array.from(notifMsg),
+      notif,
+      notifFrame: encodeFrame({ op: "notif", msg: notif }),
       conn,
       fault: this.#faults.shift() ?? null,
       shm: false,
@@ -257,10 +285,6 @@ export class DataReader {
     conn.read = read;
     conn.phase = "len";
     conn.filled = 0;
-    const f = frame(read.notif);
-    const out = owed === null ? f : Buffer.concat([owed, f]);
-    if (conn.shm !== null) this.#o.shm?.send(conn.shm, conn.socket, out);
-    else conn.socket.write(out);
     return read.handle;
   }
 
@@ -350,8 +374,8 @@ export class DataReader {
     }
     // Built before the post: a request the frame cannot carry throws here, with nothing posted.
     const f = encodeXferReqFrame({
-      reader: this.#o.self,
-      instance: peer.meta.instance,
+      reader: this.#selfBytes,
+      instance: peer.instanceBytes,
       nbytes: nb,
       req: options.request,
     });
@@ -583,7 +607,7 @@ export class DataReader {
     if (r.fault?.kind !== "lost_notification") {
       // The notification is written after the completion is reported (a socket write is tens of
       // microseconds of syscall): see the end of this method.
-      conn.notif = encodeFrame({ op: "notif", msg: r.notif });
+      conn.notif = r.notifFrame;
     }
     if (r.checksum && this.#o.checksumThread && !r.shm) {
       // Every byte landed; the read is DONE when the thread's CRC of the last range comes back.
@@ -597,8 +621,7 @@ export class DataReader {
     conn.phase = "len";
     conn.filled = 0;
     const peer = conn.peer;
-    if (this.#peers.get(agentNameOf(peer.meta)) === peer && peer.idle.length < this.#o.maxIdlePerPeer)
-      peer.idle.push(conn);
+    if (!peer.removed && peer.idle.length < this.#o.maxIdlePerPeer) peer.idle.push(conn);
     else this.#killConn(conn, "not pooled");
     this.#o.onReadDone();
     // Queued after onReadDone: a consumer that polls from onActivity (a promise it resolves there)
@@ -619,8 +642,7 @@ export class DataReader {
     r.conn = null;
     conn.read = null;
     const peer = conn.peer;
-    if (this.#peers.get(agentNameOf(peer.meta)) === peer && peer.idle.length < this.#o.maxIdlePerPeer)
-      peer.idle.push(conn);
+    if (!peer.removed && peer.idle.length < this.#o.maxIdlePerPeer) peer.idle.push(conn);
     else this.#killConn(conn, "not pooled");
     this.#o.onReadDone();
   }

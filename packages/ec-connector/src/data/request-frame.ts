@@ -46,13 +46,15 @@ export function isXferReqOp(op: number | undefined): boolean {
 
 /** The XFER_REQ frame's bytes (length prefix included). */
 export function encodeXferReqFrame(f: {
-  reader: string;
-  instance: string;
+  /** The reader's label (or its UTF-8 bytes, encoded once by the caller). */
+  reader: string | Uint8Array;
+  /** The server's instance id (or its UTF-8 bytes). */
+  instance: string | Uint8Array;
   nbytes: number;
   req: Uint8Array;
 }): Buffer {
-  const reader = UTF8.encode(f.reader);
-  const instance = UTF8.encode(f.instance);
+  const reader = typeof f.reader === "string" ? UTF8.encode(f.reader) : f.reader;
+  const instance = typeof f.instance === "string" ? UTF8.encode(f.instance) : f.instance;
   if (reader.length > MAX_READER_BYTES || instance.length < 1 || instance.length > MAX_INSTANCE_BYTES) {
     throw new EcError("EC_BAD_ARGUMENT", "XFER_REQ: reader or instance out of range");
   }
@@ -108,14 +110,26 @@ export function decodeXferReqFrame(body: Uint8Array): XferReqFrame {
   const nbytes = hi * 0x1_0000_0000 + b.readUInt32LE(8);
   let off = XFER_REQ_FIXED;
   let reader: string;
-  try {
-    reader = UTF8_FATAL.decode(b.subarray(off, off + readerLen));
-  } catch {
-    return malformed("XFER_REQ reader is not UTF-8");
+  // Issue 23: ASCII (the usual label) is valid UTF-8 and reads the same as latin1, without a
+  // TextDecoder call; anything else goes through the fatal decoder as before.
+  if (isAscii(b, off, readerLen)) reader = b.toString("latin1", off, off + readerLen);
+  else {
+    try {
+      reader = UTF8_FATAL.decode(b.subarray(off, off + readerLen));
+    } catch {
+      return malformed("XFER_REQ reader is not UTF-8");
+    }
   }
   off += readerLen;
   // Not UTF-8 cannot be this server's (hex) instance: answered ERROR 1, as for READ (3.1).
-  const instance = UTF8_LOOSE.decode(b.subarray(off, off + instanceLen));
+  const instance = isAscii(b, off, instanceLen)
+    ? b.toString("latin1", off, off + instanceLen)
+    : UTF8_LOOSE.decode(b.subarray(off, off + instanceLen));
   off += instanceLen;
   return { reader, instance, nbytes, req: b.subarray(off, off + reqLen) };
+}
+
+function isAscii(b: Uint8Array, off: number, len: number): boolean {
+  for (let i = off; i < off + len; i++) if (b[i]! >= 0x80) return false;
+  return true;
 }

@@ -3,7 +3,15 @@ import type { Logger } from "pino";
 import { EcError, isIntInRange } from "../errors.js";
 import type { DataMetrics } from "../metrics.js";
 import type { ReadAheadFrame, ReadFrame, RefusalCode } from "./frame.js";
-import { decodeToServer, encodeFrame, frameLength, LEN_BYTES, maxReadFrameBytes, segments } from "./frame.js";
+import {
+  decodeToServer,
+  encodeAckHead,
+  encodeFrame,
+  frameLength,
+  LEN_BYTES,
+  maxReadFrameBytes,
+  segments,
+} from "./frame.js";
 import { decodeXferReqFrame, MAX_XFER_REQ_FRAME_BYTES, XFER_REQ_OP } from "./request-frame.js";
 import { isShmOp } from "./shm-frame.js";
 import type { ShmDataServer, ShmServerConn } from "./shm-server.js";
@@ -569,7 +577,8 @@ export class DataServer {
     // The header and the first chunk leave in one writev (one syscall instead of two).
     s.cork();
     if (ack !== null) {
-      s.write(encodeFrame({ op: "ack", ack }));
+      s.write(encodeAckHead(ack.length));
+      s.write(ack);
       this.#m.ackFrames.inc();
     }
     s.write(encodeFrame({ op: "data", nbytes }));
