@@ -8,13 +8,14 @@ import { crc32 } from "../crc.js";
 import { EcError } from "../errors.js";
 import {
   AttachedStatus,
+  AttachFlags,
   encodeAttach,
   encodeAttached,
   encodeRelease,
   OfferStatus,
   type ShmToReader,
 } from "./shm-frame.js";
-import { ShmMapping, shmAvailable } from "./shm-map.js";
+import { ShmMapping, ShmPeerRegion, shmAvailable } from "./shm-map.js";
 import type { ShmMetrics } from "./shm-server.js";
 
 /**
@@ -31,7 +32,9 @@ type ReaderState = (typeof ReaderState)[keyof typeof ReaderState];
 /** One reader connection's shm state. */
 export class ShmReaderConn {
   state: ReaderState = ReaderState.ATTACHING;
-  map: ShmMapping | null = null;
+  map: ShmMapping | ShmPeerRegion | null = null;
+  /** The producer's shared region is mapped (3.4 "Shared region"): chunks point into it. */
+  region = false;
   slots = 0;
   slotBytes = 0;
   /** The seq the next SHM_CHUNK must carry. */
@@ -84,7 +87,9 @@ export class ShmDataReader {
       this.#fallback("koffi is not installed: the shm data plane falls back to the unix socket");
       return null;
     }
-    socket.write(encodeAttach());
+    // 3.4 "Shared region": this reader can map a producer's shared region (a producer without
+    // one answers with a ring, as without the flag).
+    socket.write(encodeAttach(undefined, AttachFlags.REGION));
     return new ShmReaderConn();
   }
 
@@ -116,7 +121,12 @@ export class ShmDataReader {
       st.state = ReaderState.OFF;
     } else {
       try {
-        st.map = ShmMapping.open(this.#o.dir, f.text, f.slots * f.slotBytes);
+        if (f.status === OfferStatus.REGION) {
+          const m = /^([1-9][0-9]{0,9})\/([0-9]{1,9})$/.exec(f.text);
+          if (m === null) throw malformed(`SHM_OFFER region ${JSON.stringify(f.text)}`);
+          st.map = ShmPeerRegion.open(Number(m[1]), Number(m[2]));
+          st.region = true;
+        } else st.map = ShmMapping.open(this.#o.dir, f.text, f.slots * f.slotBytes);
         st.slots = f.slots;
         st.slotBytes = f.slotBytes;
         st.state = ReaderState.ACTIVE;
@@ -148,7 +158,13 @@ export class ShmDataReader {
       throw malformed("SHM_CHUNK outside a DATA");
     const slot = (st.seq - 1) % st.slots;
     if (f.seq !== st.seq) throw malformed(`SHM_CHUNK seq ${f.seq}, expected ${st.seq}`);
-    if (f.slot !== slot || f.offset !== slot * st.slotBytes)
+    if (st.region) {
+      // 3.4 "Shared region": the granted bytes where they lie, inside the mapping.
+      if (f.slot !== slot || f.offset + f.length > ring.length)
+        throw malformed(
+          `SHM_CHUNK of ${f.length} bytes at ${f.offset} in window slot ${f.slot}: outside the ${ring.length}-byte region or not slot ${slot}`,
+        );
+    } else if (f.slot !== slot || f.offset !== slot * st.slotBytes)
       throw malformed(
         `SHM_CHUNK in slot ${f.slot} at ${f.offset}, expected slot ${slot} at ${slot * st.slotBytes}`,
       );
