@@ -322,9 +322,11 @@ async function shmRow(): Promise<Record<string, unknown>[]> {
  */
 const NO_SHM_CRC = process.env["EC_BENCH_SHM_NOCRC"] === "1";
 
-async function shmDataPlaneRow(sizes: number[]): Promise<Record<string, unknown>[]> {
+/** One data-plane child (`region`: its cache region shared, 3.4 "Shared region") and its two readers. */
+async function dataPlaneChild(sizes: number[], region: boolean) {
   const child = spawn(process.execPath, ["--import", "tsx", SHM_DATA_CHILD, ...sizes.map(String)], {
     stdio: ["pipe", "pipe", "inherit"],
+    env: { ...process.env, EC_BENCH_SHM_REGION: region ? "1" : "0" },
   });
   const lines: Record<string, unknown>[] = [];
   let wake: (() => void) | null = null;
@@ -349,9 +351,10 @@ async function shmDataPlaneRow(sizes: number[]): Promise<Record<string, unknown>
       blockBytes: BB,
       ...(shm ? { shm: true } : {}),
     });
-    return { r, cache, agent: r.addRemotePeer(meta, desc) };
+    return { r, cache, agent: r.addRemotePeer(meta, desc), shm };
   };
-  const sides = { unix: await mk(false), shm: await mk(true) };
+  const unix = await mk(false);
+  const shm = await mk(true);
   const te = new TextEncoder();
   const one = async (s: Awaited<ReturnType<typeof mk>>, n: number): Promise<number> => {
     child.stdin!.write(`${n}\n`);
@@ -362,7 +365,7 @@ async function shmDataPlaneRow(sizes: number[]): Promise<Record<string, unknown>
     const t0 = performance.now();
     const h = s.r.postRead(local, s.agent, g["blocks"] as number[], te.encode(String(g["key"])), {
       nbytes: n,
-      checksum: !(NO_SHM_CRC && s === sides.shm),
+      checksum: !(NO_SHM_CRC && s.shm),
     });
     while (s.r.checkXferState(h) === "PROC") {
       await new Promise<void>((r) => {
@@ -376,37 +379,77 @@ async function shmDataPlaneRow(sizes: number[]): Promise<Record<string, unknown>
     s.cache.free("x");
     return dt;
   };
-  const rows: Record<string, unknown>[] = [];
+  const close = async () => {
+    await unix.r.close();
+    await shm.r.close();
+    child.kill("SIGTERM");
+  };
+  return { unix, shm, one, close };
+}
+
+/**
+ * The data plane alone, both shm modes in the same run: a ring child and a shared-region child
+ * (docs/ec-protocol.md 3.4 "Shared region", `--shm-share-region`), each read by a plain unix
+ * reader and an shm reader; per iteration all four transfers, the order rotating. Returns the
+ * region rows (`shm_data_plane`, the target's: `ratio_shm_vs_unix` is the shared region's over
+ * the unix socket of the same child) and the ring rows (`shm_data_plane_ring`).
+ */
+async function shmDataPlaneRows(
+  sizes: number[],
+): Promise<{ region: Record<string, unknown>[]; ring: Record<string, unknown>[] }> {
+  const ring = await dataPlaneChild(sizes, false);
+  const region = await dataPlaneChild(sizes, true);
+  const out = { region: [] as Record<string, unknown>[], ring: [] as Record<string, unknown>[] };
   for (const n of sizes) {
-    for (let i = 0; i < 5; i++) for (const s of [sides.unix, sides.shm]) await one(s, n); // warm up
-    const u: number[] = [];
-    const m: number[] = [];
+    const sides = [
+      { c: ring, s: ring.unix, t: [] as number[] },
+      { c: ring, s: ring.shm, t: [] as number[] },
+      { c: region, s: region.unix, t: [] as number[] },
+      { c: region, s: region.shm, t: [] as number[] },
+    ];
+    for (let i = 0; i < 5; i++) for (const x of sides) await x.c.one(x.s, n); // warm up
     const iters = n >= 16 * MiB ? 60 : 100;
-    for (let i = 0; i < iters; i++) {
-      if (i % 2 === 0) {
-        u.push(await one(sides.unix, n));
-        m.push(await one(sides.shm, n));
-      } else {
-        m.push(await one(sides.shm, n));
-        u.push(await one(sides.unix, n));
+    for (let i = 0; i < iters; i++)
+      for (let k = 0; k < sides.length; k++) {
+        const x = sides[(i + k) % sides.length]!;
+        x.t.push(await x.c.one(x.s, n));
       }
-    }
+    const [ringUnix, ringShm, regionUnix, regionShm] = sides.map((x) => median(x.t)) as [
+      number,
+      number,
+      number,
+      number,
+    ];
     const gbps = (ms: number) => round(n / (ms / 1000) / 1e9, 3);
-    rows.push({
+    out.region.push({
       kind: "shm-data-plane",
+      shm_mode: "shared region (--shm-share-region, one copy by the reader)",
       bytes: n,
       iterations: iters,
-      unix_median_ms: round(median(u)),
-      unix_gb_s: gbps(median(u)),
-      shm_median_ms: round(median(m)),
-      shm_gb_s: gbps(median(m)),
-      ratio_shm_vs_unix: round(median(u) / median(m)),
+      unix_median_ms: round(regionUnix),
+      unix_gb_s: gbps(regionUnix),
+      shm_median_ms: round(regionShm),
+      shm_gb_s: gbps(regionShm),
+      ratio_shm_vs_unix: round(regionUnix / regionShm),
+      ratio_region_vs_ring: round(ringShm / regionShm),
       ...(NO_SHM_CRC ? { shm_crc: false } : n === 16 * MiB ? { target: ">= 1.5" } : {}),
     });
+    out.ring.push({
+      kind: "shm-data-plane-ring",
+      shm_mode: "per-connection ring (default, two copies)",
+      bytes: n,
+      iterations: iters,
+      unix_median_ms: round(ringUnix),
+      unix_gb_s: gbps(ringUnix),
+      shm_median_ms: round(ringShm),
+      shm_gb_s: gbps(ringShm),
+      ratio_shm_vs_unix: round(ringUnix / ringShm),
+      ...(NO_SHM_CRC ? { shm_crc: false } : {}),
+    });
   }
-  for (const s of Object.values(sides)) await s.r.close();
-  child.kill("SIGTERM");
-  return rows;
+  await ring.close();
+  await region.close();
+  return out;
 }
 
 /**
@@ -437,14 +480,15 @@ async function main(): Promise<void> {
   if (ONLY === "shm" || ONLY === "shm-data-plane") {
     // the shm data-plane rows alone (docs/benchmarks/ec-connector.md "shm"); `shm-data-plane`:
     // only the target's row (EC_BENCH_SIZES=16 narrows it)
+    const load0 = loadavg();
     const shm = ONLY === "shm" ? await shmRow() : [];
-    const dataPlane = await shmDataPlaneRow(
+    const dataPlane = await shmDataPlaneRows(
       ONLY === "shm-data-plane" && process.env["EC_BENCH_SIZES"]
         ? process.env["EC_BENCH_SIZES"].split(",").map((x) => Number(x) * MiB)
         : SIZES,
     );
     process.stdout.write(
-      `${JSON.stringify({ node: process.version, loadavg: loadavg(), shm, shm_data_plane: dataPlane }, null, 2)}\n`,
+      `${JSON.stringify({ node: process.version, loadavg: load0, shm, shm_data_plane: dataPlane.region, shm_data_plane_ring: dataPlane.ring, loadavg_after: loadavg() }, null, 2)}\n`,
     );
     return;
   }
@@ -673,7 +717,9 @@ async function main(): Promise<void> {
   if (ONLY !== "throughput") {
     results["events"] = await eventsRow();
     results["shm"] = await shmRow();
-    results["shm_data_plane"] = await shmDataPlaneRow(SIZES);
+    const dataPlane = await shmDataPlaneRows(SIZES);
+    results["shm_data_plane"] = dataPlane.region;
+    results["shm_data_plane_ring"] = dataPlane.ring;
   }
   results["latency"] = latency;
   results["control"] = control;

@@ -15,6 +15,7 @@ import {
   encodeOffer,
   OfferStatus,
   SHM_DATA_VERSION,
+  SHM_LIMITS,
 } from "./shm-frame.js";
 import { ShmMapping, sweepStaleShmFiles } from "./shm-map.js";
 
@@ -143,7 +144,7 @@ export class ShmDataServer {
     // release: only of the oldest chunk still held, in its slot (a replay or a release of a
     // region not held closes the connection).
     if (st === null || st.state !== ConnState.ACTIVE) throw malformed("SHM_RELEASE without a ring");
-    const slot = (st.oldest - 1) % this.#o.slots;
+    const slot = (st.oldest - 1) % st.held.length;
     if (st.oldest === st.nextSeq || f.seq !== st.oldest || f.slot !== slot || st.held[slot] !== f.seq) {
       throw malformed(
         `SHM_RELEASE of chunk ${f.seq} in slot ${f.slot}, not held (oldest held: ${st.oldest})`,
@@ -182,8 +183,12 @@ export class ShmDataServer {
       // 3.4 "Shared region": no file to create; the reader opens /proc/<pid>/fd/<fd> read-only.
       this.#sessions++;
       o.metrics.sessions.set(this.#sessions);
-      socket.write(encodeOffer(OfferStatus.REGION, o.slots, o.slotBytes, `${shared.pid}/${shared.fd}`));
-      return new ShmServerConn(ConnState.OFFERED, null, o.slots, true);
+      // No ring memory behind the window: the widest one, so a READ of up to 16 slots' bytes is
+      // posted whole with its DATA (no release round trip through this event loop on the way).
+      socket.write(
+        encodeOffer(OfferStatus.REGION, SHM_LIMITS.maxSlots, o.slotBytes, `${shared.pid}/${shared.fd}`),
+      );
+      return new ShmServerConn(ConnState.OFFERED, null, SHM_LIMITS.maxSlots, true);
     }
     let map: ShmMapping;
     try {
@@ -312,6 +317,7 @@ export class ShmDataServer {
     onSent: (n: number) => void,
   ): Promise<boolean> {
     const o = this.#o;
+    const window = st.held.length;
     if (o.region === undefined || region.buffer !== o.region.bytes.buffer || region.byteOffset !== 0)
       throw new EcError("EC_BAD_OPTION", "shm: the served region is not the shared region");
     const pieceBytes = throttle.bytesPerSec > 0 ? Math.min(o.slotBytes, throttle.chunkBytes) : o.slotBytes;
@@ -331,7 +337,7 @@ export class ShmDataServer {
       const len = segLen[si] as number;
       for (let so = 0; so < len; ) {
         const seq = st.nextSeq;
-        const slot = (seq - 1) % o.slots;
+        const slot = (seq - 1) % window;
         while (st.held[slot] !== 0 && live()) {
           uncork();
           await new Promise<void>((resolve) => {
