@@ -1,7 +1,8 @@
 // The consumer side of the shm data plane (issue 23, docs/ec-protocol.md 3.4): a new connection to
 // a producer whose metadata offers shm sends SHM_ATTACH, maps the ring the SHM_OFFER names
 // read-only, and from then on each SHM_CHUNK is copied once into the destination blocks, CRC'd there
-// as it landed, then released.
+// as it landed, then released. From a producer with a shared region (3.4 "Shared region") it maps
+// that region read-only instead and each SHM_CHUNK names granted bytes in it.
 import type * as net from "node:net";
 import type { Logger } from "pino";
 import { crc32 } from "../crc.js";

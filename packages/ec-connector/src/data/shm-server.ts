@@ -1,7 +1,9 @@
 // The producer side of the shm data plane (issue 23, docs/ec-protocol.md 3.4): per connection a
 // ring in a /dev/shm file the producer creates; a served READ's granted bytes are copied from
 // the pinned cache region into the ring's slots (one copy) and announced by SHM_CHUNK doorbells on
-// the unix socket; a slot is written again only after the reader's SHM_RELEASE of it.
+// the unix socket; a slot is written again only after the reader's SHM_RELEASE of it. With a shared
+// region (3.4 "Shared region", opt-in `shareRegion`) a reader that asks maps the cache region itself
+// and the SHM_CHUNKs name the granted bytes where they lie: nothing is copied on this side.
 import type * as net from "node:net";
 import type { Counter, Gauge, Registry } from "@tapwire/stats";
 import type { Logger } from "pino";
