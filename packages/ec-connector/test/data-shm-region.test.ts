@@ -298,3 +298,67 @@ describe("shared region, reader side against a producer written from the tables"
     expect(err).toBe("DONE");
   });
 });
+
+describe("--shm-share-region with a /dev/shm too small for the region (16 MiB tmpfs, unshare -m)", () => {
+  it("logs an error naming the size and serves with the ordinary region and rings", async () => {
+    const sock = socketPath("rsmall");
+    const bin = fileURLToPath(new URL("../dist/bin/producer.js", import.meta.url));
+    const args = [
+      "--data",
+      `shm+unix://${sock}`,
+      "--num-blocks",
+      "400",
+      "--block-bytes",
+      String(BB),
+      "--prepopulate",
+      `r-1m:${MiB}`,
+      "--shm-share-region",
+      "--log-level",
+      "warn",
+    ];
+    const script = `mount -t tmpfs -o size=16m tmpfs /dev/shm && exec "${process.execPath}" "${bin}" ${args.join(" ")}`;
+    const child = spawn("unshare", ["-m", "--propagation", "private", "sh", "-c", script], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    const lines: Record<string, unknown>[] = [];
+    let err = "";
+    child.stderr.on("data", (d: Buffer) => {
+      err += d.toString();
+    });
+    child.stdout.on("data", (d: Buffer) => {
+      for (const l of d.toString().split("\n")) if (l.startsWith("{")) lines.push(JSON.parse(l));
+    });
+    try {
+      const ready = await until(
+        () => lines.find((j) => j["msg"] === "listening") ?? (child.exitCode !== null ? {} : undefined),
+        60_000,
+      );
+      expect(ready["data"], err).toBe(`unix://${sock}`);
+      const logged = lines.find((j) => String(j["msg"]).startsWith("shm: cannot share the cache region"));
+      expect(logged, err).toBeDefined();
+      expect(logged?.["level"]).toBe(50); // pino "error"
+      expect(String(logged?.["msg"])).toContain(`${400 * BB} bytes`);
+      expect(String(logged?.["why"])).toMatch(
+        new RegExp(`/dev/shm has \\d+ bytes free, .* needs ${400 * BB}`),
+      );
+      // no region: a reader asking for it is offered a ring (status 0), as without the flag
+      const hc = new HandConn(sock);
+      hc.write(handAttachFlags(1));
+      const f = await until(() => hc.of("offer")[0]);
+      expect(f.status).toBe(0);
+      hc.destroy();
+      // and a consumer's read lands (the ring's file is in the producer's mount namespace, so this
+      // consumer declines it and the socket carries the bytes)
+      const c = await consumer(String(ready["compatibilityHash"]));
+      try {
+        expect(await c.driver.fetch("r-1m", String(ready["control"]), MiB)).toBe("loaded");
+        expect(c.driver.mismatched).toEqual([]);
+      } finally {
+        c.driver.stop();
+        await c.conn.close();
+      }
+    } finally {
+      if (child.exitCode === null) child.kill("SIGKILL");
+    }
+  });
+});
