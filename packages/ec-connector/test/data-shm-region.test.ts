@@ -12,6 +12,7 @@ import { ShmSharedRegion } from "../src/data/shm-map.js";
 import {
   ConsumerConnector,
   EcAdminClient,
+  EcProducer,
   EmbeddingCache,
   encodeAgentMetadata,
   encodeMemDescriptor,
@@ -360,5 +361,35 @@ describe("--shm-share-region with a /dev/shm too small for the region (16 MiB tm
     } finally {
       if (child.exitCode === null) child.kill("SIGKILL");
     }
+  });
+});
+
+describe("shareRegion option", () => {
+  it("needs an shm+unix:// data endpoint (EC_BAD_OPTION naming it)", async () => {
+    await expect(
+      EcProducer.start({ numBlocks: 4, blockBytes: BB, data: "tcp://127.0.0.1:0", shareRegion: true }),
+    ).rejects.toMatchObject({
+      code: "EC_BAD_OPTION",
+      message: expect.stringMatching(/shareRegion.*shm\+unix/),
+    });
+  });
+
+  it("in process: the producer's cache region is the shared mapping, closed with the producer", async () => {
+    const p = await EcProducer.start({
+      numBlocks: 16,
+      blockBytes: BB,
+      data: `shm+unix://${socketPath("rin")}`,
+      shareRegion: true,
+      prepopulate: [["a", BB]],
+    });
+    try {
+      // the region's mapping is shared and the only one of this process's own files
+      expect(shmMappings("self", process.pid)).toEqual(["rw-s"]);
+      expect(filesOf(process.pid)).toEqual([]);
+    } finally {
+      await p.close();
+    }
+    // closed: the file's pages are dropped from this process (the range reads zeros)
+    expect(shmMappings("self", process.pid)).toEqual([]);
   });
 });
