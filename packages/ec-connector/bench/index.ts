@@ -233,71 +233,78 @@ async function eventsRow(): Promise<Record<string, unknown>> {
 /**
  * The shm data plane (docs/ec-protocol.md 3.4, issue 23): one producer on `shm+unix://` (a unix
  * data server that also offers rings), two consumers, CRC on: one reading over the unix socket,
- * one through the ring. Interleaved per iteration, in rounds (the order flips each round), medians.
+ * one through the ring; and a third reading from a second producer with `--shm-share-region`
+ * (3.4 "Shared region"). Interleaved per iteration, in rounds (the order rotates), medians.
  */
 async function shmRow(): Promise<Record<string, unknown>[]> {
-  const unixPath = join(tmpdir(), `ec-bench-${process.pid}-shm.sock`);
-  const prod = await spawnChild(PRODUCER, [
-    "--num-blocks",
-    String(BLOCKS),
-    "--block-bytes",
-    String(BB),
-    "--data",
-    `shm+unix://${unixPath}`,
-    "--prepopulate",
-    SIZES.map((n) => `emb-${n}:${n}`).join(","),
-    "--log-level",
-    "warn",
-  ]);
+  // two producers, the second with its cache region shared (3.4 "Shared region")
+  const spawnProducer = (tag: string, extra: string[]) =>
+    spawnChild(PRODUCER, [
+      "--num-blocks",
+      String(BLOCKS),
+      "--block-bytes",
+      String(BB),
+      "--data",
+      `shm+unix://${join(tmpdir(), `ec-bench-${process.pid}-${tag}.sock`)}`,
+      "--prepopulate",
+      SIZES.map((n) => `emb-${n}:${n}`).join(","),
+      ...extra,
+      "--log-level",
+      "warn",
+    ]);
+  const prod = await spawnProducer("shm", []);
+  const prodRegion = await spawnProducer("rgn", ["--shm-share-region"]);
   const control = String(prod.line["control"]);
+  const controlRegion = String(prodRegion.line["control"]);
   const compatibility = String(prod.line["compatibilityHash"]);
   const unix = await ConsumerConnector.create({ numBlocks: BLOCKS, blockBytes: BB, compatibility });
-  const shm = await ConsumerConnector.create({
-    numBlocks: BLOCKS,
-    blockBytes: BB,
-    compatibility,
-    dataShm: true,
-  });
+  const mkShm = () =>
+    ConsumerConnector.create({ numBlocks: BLOCKS, blockBytes: BB, compatibility, dataShm: true });
+  const shm = await mkShm();
+  const region = await mkShm();
+  const sides = [
+    { c: unix, at: control },
+    { c: shm, at: control },
+    { c: region, at: controlRegion },
+  ];
   const rows: Record<string, unknown>[] = [];
   const rounds = Number(process.env["EC_BENCH_ROUNDS"] ?? 5);
-  for (const c of [unix, shm]) for (const n of SIZES) await fetchOne(c, control, `emb-${n}`, n); // warm up
+  for (const x of sides) for (const n of SIZES) await fetchOne(x.c, x.at, `emb-${n}`, n); // warm up
   for (const n of process.env["EC_BENCH_SIZES"]
     ? process.env["EC_BENCH_SIZES"].split(",").map((x) => Number(x) * MiB)
     : SIZES) {
     const per = Math.max(4, Math.floor(ITER[n]! / 2));
-    const u: number[] = [];
-    const m: number[] = [];
+    const t: number[][] = [[], [], []];
     const roundRatios: number[] = [];
     for (let round = 0; round < rounds; round++) {
-      const ru: number[] = [];
-      const rm: number[] = [];
-      for (let i = 0; i < per; i++) {
-        if ((round + i) % 2 === 0) {
-          ru.push(await fetchOne(unix, control, `emb-${n}`, n));
-          rm.push(await fetchOne(shm, control, `emb-${n}`, n));
-        } else {
-          rm.push(await fetchOne(shm, control, `emb-${n}`, n));
-          ru.push(await fetchOne(unix, control, `emb-${n}`, n));
+      const r: number[][] = [[], [], []];
+      for (let i = 0; i < per; i++)
+        for (let k = 0; k < sides.length; k++) {
+          const j = (round + i + k) % sides.length;
+          r[j]!.push(await fetchOne(sides[j]!.c, sides[j]!.at, `emb-${n}`, n));
         }
-      }
-      roundRatios.push(round3(median(ru) / median(rm)));
-      u.push(...ru);
-      m.push(...rm);
+      roundRatios.push(round3(median(r[0]!) / median(r[1]!)));
+      for (let j = 0; j < 3; j++) t[j]!.push(...r[j]!);
     }
+    const [u, m, g] = t.map(median) as [number, number, number];
     const gbps = (ms: number) => round(n / (ms / 1000) / 1e9, 3);
     const chunks = shm.registry.snapshot().counters["data_shm_chunks"] ?? 0;
     rows.push({
       kind: "shm",
       bytes: n,
       rounds,
-      iterations: u.length,
-      unix_median_ms: round(median(u)),
-      unix_gb_s: gbps(median(u)),
-      shm_median_ms: round(median(m)),
-      shm_gb_s: gbps(median(m)),
-      ratio_shm_vs_unix: round(median(u) / median(m)),
+      iterations: t[0]!.length,
+      unix_median_ms: round(u),
+      unix_gb_s: gbps(u),
+      shm_median_ms: round(m),
+      shm_gb_s: gbps(m),
+      ratio_shm_vs_unix: round(u / m),
       round_ratios: roundRatios,
       shm_chunks_so_far: chunks,
+      // the same transfer from a producer with --shm-share-region (3.4 "Shared region")
+      region_median_ms: round(g),
+      region_gb_s: gbps(g),
+      ratio_region_vs_unix: round(u / g),
       // Informational: the issue's ">= 1.5x the unix data plane" target is shm_data_plane's row
       // (docs/benchmarks/ec-connector.md); here the same control round trip is on both sides.
       ...(n === 16 * MiB ? { target: "none (>= 1.5 is shm_data_plane's)" } : {}),
@@ -305,7 +312,9 @@ async function shmRow(): Promise<Record<string, unknown>[]> {
   }
   await unix.close();
   await shm.close();
+  await region.close();
   prod.proc.kill("SIGTERM");
+  prodRegion.proc.kill("SIGTERM");
   return rows;
 }
 
@@ -322,9 +331,11 @@ async function shmRow(): Promise<Record<string, unknown>[]> {
  */
 const NO_SHM_CRC = process.env["EC_BENCH_SHM_NOCRC"] === "1";
 
-async function shmDataPlaneRow(sizes: number[]): Promise<Record<string, unknown>[]> {
+/** One data-plane child (`region`: its cache region shared, 3.4 "Shared region") and its two readers. */
+async function dataPlaneChild(sizes: number[], region: boolean) {
   const child = spawn(process.execPath, ["--import", "tsx", SHM_DATA_CHILD, ...sizes.map(String)], {
     stdio: ["pipe", "pipe", "inherit"],
+    env: { ...process.env, EC_BENCH_SHM_REGION: region ? "1" : "0" },
   });
   const lines: Record<string, unknown>[] = [];
   let wake: (() => void) | null = null;
@@ -349,9 +360,10 @@ async function shmDataPlaneRow(sizes: number[]): Promise<Record<string, unknown>
       blockBytes: BB,
       ...(shm ? { shm: true } : {}),
     });
-    return { r, cache, agent: r.addRemotePeer(meta, desc) };
+    return { r, cache, agent: r.addRemotePeer(meta, desc), shm };
   };
-  const sides = { unix: await mk(false), shm: await mk(true) };
+  const unix = await mk(false);
+  const shm = await mk(true);
   const te = new TextEncoder();
   const one = async (s: Awaited<ReturnType<typeof mk>>, n: number): Promise<number> => {
     child.stdin!.write(`${n}\n`);
@@ -362,7 +374,7 @@ async function shmDataPlaneRow(sizes: number[]): Promise<Record<string, unknown>
     const t0 = performance.now();
     const h = s.r.postRead(local, s.agent, g["blocks"] as number[], te.encode(String(g["key"])), {
       nbytes: n,
-      checksum: !(NO_SHM_CRC && s === sides.shm),
+      checksum: !(NO_SHM_CRC && s.shm),
     });
     while (s.r.checkXferState(h) === "PROC") {
       await new Promise<void>((r) => {
@@ -376,37 +388,77 @@ async function shmDataPlaneRow(sizes: number[]): Promise<Record<string, unknown>
     s.cache.free("x");
     return dt;
   };
-  const rows: Record<string, unknown>[] = [];
+  const close = async () => {
+    await unix.r.close();
+    await shm.r.close();
+    child.kill("SIGTERM");
+  };
+  return { unix, shm, one, close };
+}
+
+/**
+ * The data plane alone, both shm modes in the same run: a ring child and a shared-region child
+ * (docs/ec-protocol.md 3.4 "Shared region", `--shm-share-region`), each read by a plain unix
+ * reader and an shm reader; per iteration all four transfers, the order rotating. Returns the
+ * region rows (`shm_data_plane`, the target's: `ratio_shm_vs_unix` is the shared region's over
+ * the unix socket of the same child) and the ring rows (`shm_data_plane_ring`).
+ */
+async function shmDataPlaneRows(
+  sizes: number[],
+): Promise<{ region: Record<string, unknown>[]; ring: Record<string, unknown>[] }> {
+  const ring = await dataPlaneChild(sizes, false);
+  const region = await dataPlaneChild(sizes, true);
+  const out = { region: [] as Record<string, unknown>[], ring: [] as Record<string, unknown>[] };
   for (const n of sizes) {
-    for (let i = 0; i < 5; i++) for (const s of [sides.unix, sides.shm]) await one(s, n); // warm up
-    const u: number[] = [];
-    const m: number[] = [];
+    const sides = [
+      { c: ring, s: ring.unix, t: [] as number[] },
+      { c: ring, s: ring.shm, t: [] as number[] },
+      { c: region, s: region.unix, t: [] as number[] },
+      { c: region, s: region.shm, t: [] as number[] },
+    ];
+    for (let i = 0; i < 5; i++) for (const x of sides) await x.c.one(x.s, n); // warm up
     const iters = n >= 16 * MiB ? 60 : 100;
-    for (let i = 0; i < iters; i++) {
-      if (i % 2 === 0) {
-        u.push(await one(sides.unix, n));
-        m.push(await one(sides.shm, n));
-      } else {
-        m.push(await one(sides.shm, n));
-        u.push(await one(sides.unix, n));
+    for (let i = 0; i < iters; i++)
+      for (let k = 0; k < sides.length; k++) {
+        const x = sides[(i + k) % sides.length]!;
+        x.t.push(await x.c.one(x.s, n));
       }
-    }
+    const [ringUnix, ringShm, regionUnix, regionShm] = sides.map((x) => median(x.t)) as [
+      number,
+      number,
+      number,
+      number,
+    ];
     const gbps = (ms: number) => round(n / (ms / 1000) / 1e9, 3);
-    rows.push({
+    out.region.push({
       kind: "shm-data-plane",
+      shm_mode: "shared region (--shm-share-region, one copy by the reader)",
       bytes: n,
       iterations: iters,
-      unix_median_ms: round(median(u)),
-      unix_gb_s: gbps(median(u)),
-      shm_median_ms: round(median(m)),
-      shm_gb_s: gbps(median(m)),
-      ratio_shm_vs_unix: round(median(u) / median(m)),
+      unix_median_ms: round(regionUnix),
+      unix_gb_s: gbps(regionUnix),
+      shm_median_ms: round(regionShm),
+      shm_gb_s: gbps(regionShm),
+      ratio_shm_vs_unix: round(regionUnix / regionShm),
+      ratio_region_vs_ring: round(ringShm / regionShm),
       ...(NO_SHM_CRC ? { shm_crc: false } : n === 16 * MiB ? { target: ">= 1.5" } : {}),
     });
+    out.ring.push({
+      kind: "shm-data-plane-ring",
+      shm_mode: "per-connection ring (default, two copies)",
+      bytes: n,
+      iterations: iters,
+      unix_median_ms: round(ringUnix),
+      unix_gb_s: gbps(ringUnix),
+      shm_median_ms: round(ringShm),
+      shm_gb_s: gbps(ringShm),
+      ratio_shm_vs_unix: round(ringUnix / ringShm),
+      ...(NO_SHM_CRC ? { shm_crc: false } : {}),
+    });
   }
-  for (const s of Object.values(sides)) await s.r.close();
-  child.kill("SIGTERM");
-  return rows;
+  await ring.close();
+  await region.close();
+  return out;
 }
 
 /**
@@ -437,14 +489,15 @@ async function main(): Promise<void> {
   if (ONLY === "shm" || ONLY === "shm-data-plane") {
     // the shm data-plane rows alone (docs/benchmarks/ec-connector.md "shm"); `shm-data-plane`:
     // only the target's row (EC_BENCH_SIZES=16 narrows it)
+    const load0 = loadavg();
     const shm = ONLY === "shm" ? await shmRow() : [];
-    const dataPlane = await shmDataPlaneRow(
+    const dataPlane = await shmDataPlaneRows(
       ONLY === "shm-data-plane" && process.env["EC_BENCH_SIZES"]
         ? process.env["EC_BENCH_SIZES"].split(",").map((x) => Number(x) * MiB)
         : SIZES,
     );
     process.stdout.write(
-      `${JSON.stringify({ node: process.version, loadavg: loadavg(), shm, shm_data_plane: dataPlane }, null, 2)}\n`,
+      `${JSON.stringify({ node: process.version, loadavg: load0, shm, shm_data_plane: dataPlane.region, shm_data_plane_ring: dataPlane.ring, loadavg_after: loadavg() }, null, 2)}\n`,
     );
     return;
   }
@@ -676,7 +729,9 @@ async function main(): Promise<void> {
   if (ONLY !== "throughput") {
     results["events"] = await eventsRow();
     results["shm"] = await shmRow();
-    results["shm_data_plane"] = await shmDataPlaneRow(SIZES);
+    const dataPlane = await shmDataPlaneRows(SIZES);
+    results["shm_data_plane"] = dataPlane.region;
+    results["shm_data_plane_ring"] = dataPlane.ring;
   }
   results["latency"] = latency;
   results["control"] = control;

@@ -42,6 +42,11 @@ export interface EmbeddingCacheOptions {
   onEvict?: (mmHash: string) => void;
   /** Back the region with a `SharedArrayBuffer` (lets a worker thread checksum landed bytes). */
   shared?: boolean;
+  /**
+   * Memory to keep the region in instead of a fresh one: at least `numBlocks * blockBytes` bytes
+   * (the producer's shared region, docs/ec-protocol.md 3.4 "Shared region"; excludes `shared`).
+   */
+  region?: Uint8Array;
 }
 
 /**
@@ -88,8 +93,13 @@ export class EmbeddingCache {
     if (options.shared !== undefined && typeof options.shared !== "boolean") {
       throw new EcError("EC_BAD_OPTION", "option shared: expected a boolean");
     }
-    this.region =
-      options.shared === true ? new Uint8Array(new SharedArrayBuffer(total)) : new Uint8Array(total);
+    if (options.region !== undefined) {
+      if (!(options.region instanceof Uint8Array) || options.region.length < total || options.shared === true)
+        throw new EcError("EC_BAD_OPTION", `option region: expected a Uint8Array of at least ${total} bytes`);
+      this.region = options.region.subarray(0, total);
+    } else
+      this.region =
+        options.shared === true ? new Uint8Array(new SharedArrayBuffer(total)) : new Uint8Array(total);
     this.#owner = new Int32Array(this.numBlocks).fill(FREE);
     this.#free = this.numBlocks;
   }

@@ -5,6 +5,7 @@ import { advertiseControl, advertiseData, advertisedData } from "./advertise.js"
 import { EmbeddingCache, viewsOf } from "./cache.js";
 import type { CurveServerOptions } from "./curve.js";
 import { checkCurveServer } from "./curve.js";
+import { DEFAULT_SHM_DIR, ShmSharedRegion } from "./data/shm-map.js";
 import type { DataTlsOptions } from "./data/socket.js";
 import { SocketDataTransport } from "./data/socket.js";
 import { checkIntOption, checkNumberOption, EcError } from "./errors.js";
@@ -122,6 +123,15 @@ export interface EcProducerOptions extends ProducerEventsOptions {
   /** EC-CONTRACT 9.5: idle data-server connections are closed after this long (default 30 000 ms). */
   dataIdleTimeoutMs?: number;
   /**
+   * docs/ec-protocol.md 3.4 "Shared region" (`--shm-share-region`, default off): with an
+   * `shm+unix://` data endpoint, keep the cache region in an unlinked 0600 /dev/shm file that
+   * same-user shm readers map read-only, so a served READ is copied once (by the reader) instead
+   * of through a ring. ONE TRUST DOMAIN ONLY: such a reader could read blocks it was not granted
+   * (docs/security.md). If the region cannot be made (too small /dev/shm, no koffi) an error is
+   * logged and the ordinary region and ring serve.
+   */
+  shareRegion?: boolean;
+  /**
    * EC-CONTRACT 9.4: CURVE keys of the control ROUTER and the consumer public keys it accepts.
    * With keys the data plane must be `tls://` (and `tls` given).
    */
@@ -179,6 +189,8 @@ export class EcProducer {
   readonly #interval: NodeJS.Timeout;
   #scheduled = false;
   #closed = false;
+  /** The shared cache region (3.4 "Shared region"), null without `shareRegion`. */
+  #shared: ShmSharedRegion | null = null;
   #encodes = 0;
 
   private constructor(
@@ -279,7 +291,30 @@ export class EcProducer {
     const compat = compatibilityHash({ modelId, dtype, hiddenSize, blockBytes });
     // EC-CONTRACT 10.1: an LRU eviction is an "evicted" event (the events start after the cache).
     let events: ResidencyEvents | null = null;
-    const cache = new EmbeddingCache({ numBlocks, blockBytes, onEvict: (h) => events?.evicted(h) });
+    let shared: ShmSharedRegion | null = null;
+    if (options.shareRegion !== undefined && typeof options.shareRegion !== "boolean")
+      throw new EcError("EC_BAD_OPTION", "option shareRegion: expected a boolean");
+    if (options.shareRegion === true) {
+      if (!dataAt.startsWith("shm+unix://"))
+        throw new EcError(
+          "EC_BAD_OPTION",
+          `option shareRegion: needs an shm+unix:// data endpoint, not ${dataAt}`,
+        );
+      try {
+        shared = ShmSharedRegion.create(DEFAULT_SHM_DIR, numBlocks * blockBytes);
+      } catch (err) {
+        log.error(
+          { bytes: numBlocks * blockBytes, why: (err as Error).message },
+          `shm: cannot share the cache region of ${numBlocks * blockBytes} bytes; serving through rings`,
+        );
+      }
+    }
+    const cache = new EmbeddingCache({
+      numBlocks,
+      blockBytes,
+      onEvict: (h) => events?.evicted(h),
+      ...(shared === null ? {} : { region: shared.bytes }),
+    });
     const pm = producerMetrics(registry);
     const gate = new InboundGate(inbound, registry);
     if (options.advertise !== undefined) parseAdvertise(options.advertise);
@@ -302,6 +337,10 @@ export class EcProducer {
       ...(options.maxDataConnections === undefined ? {} : { maxConnections: options.maxDataConnections }),
       ...(options.dataIdleTimeoutMs === undefined ? {} : { idleTimeoutMs: options.dataIdleTimeoutMs }),
       ...(options.tls === undefined ? {} : { tls: options.tls }),
+      ...(shared === null ? {} : { shmRegion: shared }),
+    }).catch((err: unknown) => {
+      shared?.close();
+      throw err;
     });
     const routers: ZmqRouterServer[] = [];
     let advertised: { control: Advertised; data: Advertised };
@@ -343,10 +382,12 @@ export class EcProducer {
       await events?.close();
       for (const r of routers) await r.close();
       await data.close();
+      shared?.close();
       throw err;
     }
     const [router, adminRouter] = routers as [ZmqRouterServer, ZmqRouterServer];
     const p = new EcProducer(cache, data, router, adminRouter, options, registry, compat, events, advertised);
+    p.#shared = shared;
     for (const [h, n] of options.prepopulate ?? []) {
       const r = p.encode(h, n);
       if (r === "full") log.warn({ mmHash: h, nbytes: n }, "prepopulate: cache full");
@@ -442,6 +483,7 @@ export class EcProducer {
     await this.events?.close();
     await this.#adminRouter.close();
     await this.data.close();
+    this.#shared?.close();
   }
 
   #fill(mmHash: string): void {

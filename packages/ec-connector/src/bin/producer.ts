@@ -162,6 +162,10 @@ const FLAGS = {
   "encode-delay-ms": { kind: "number", arg: "<ms>", help: "simulated encode time", def: 0 },
   prepopulate: { kind: "string", arg: "<h:n,...>", help: "encode these mm_hash:nbytes at start" },
   "prepopulate-file": { kind: "string", arg: "<path>", help: 'one "mm_hash nbytes" per line' },
+  "shm-share-region": {
+    kind: "boolean",
+    help: "with --data shm+unix://: keep the cache region in shared memory that same-user readers map read-only (one copy per read; ONE TRUST DOMAIN only: such a reader could read blocks it was not granted; docs/security.md)",
+  },
   "throttle-bps": {
     kind: "number",
     arg: "<n>",
@@ -321,6 +325,7 @@ const OPTION_FLAGS: [keyof EcProducerOptions, Flag][] = [
   ["missNbytes", "miss-nbytes"],
   ["encodeDelayMs", "encode-delay-ms"],
   ["throttleBytesPerSec", "throttle-bps"],
+  ["shareRegion", "shm-share-region"],
   ["events", "events-listen"],
   ["replay", "replay-listen"],
   ["eventsHeartbeatMs", "events-heartbeat-ms"],

@@ -12,14 +12,20 @@ export const SHM_LIMITS = { maxSlots: 16, minSlotBytes: 64 * 1024, maxSlotBytes:
 /** Longest SHM_OFFER text: a file name (status 0) or a refusal message (status 1), bytes. */
 export const MAX_OFFER_TEXT = 1016;
 
-/** SHM_OFFER statuses. */
-export const OfferStatus = { OFFERED: 0, REFUSED: 1 } as const;
+/**
+ * SHM_OFFER statuses. REGION (docs/ec-protocol.md 3.4 "Shared region"): only to an SHM_ATTACH with
+ * the `region` flag; the text is `<pid>/<fd>` of the producer's shared cache region, the geometry
+ * the window (chunks in flight) and the largest chunk.
+ */
+export const OfferStatus = { OFFERED: 0, REFUSED: 1, REGION: 2 } as const;
+/** SHM_ATTACH flags: bit 0, the reader can map a producer's shared region (3.4 "Shared region"). */
+export const AttachFlags = { REGION: 1 } as const;
 /** SHM_ATTACHED statuses. */
 export const AttachedStatus = { MAPPED: 0, DECLINED: 1 } as const;
 
 /** Frames of the shm capability a server receives. */
 export type ShmToServer =
-  | { readonly op: "attach"; readonly version: number }
+  | { readonly op: "attach"; readonly version: number; readonly flags: number }
   | { readonly op: "attached"; readonly status: number }
   | { readonly op: "release"; readonly slot: number; readonly seq: number };
 /** Frames of the shm capability a reader receives. */
@@ -50,9 +56,10 @@ function frame(bodyLen: number, op: number): Buffer {
   return b;
 }
 
-/** SHM_ATTACH (reader → server): asks for a ring on this connection. */
-export function encodeAttach(version = SHM_DATA_VERSION): Buffer {
+/** SHM_ATTACH (reader → server): asks for a ring (or, with `flags` REGION, the shared region). */
+export function encodeAttach(version = SHM_DATA_VERSION, flags = 0): Buffer {
   const b = frame(4, SHM_OPS.attach);
+  b[5] = flags;
   b.writeUInt16LE(version, 6);
   return b;
 }
@@ -106,7 +113,8 @@ function view(body: Uint8Array): Buffer {
 
 function exact(b: Buffer, n: number, what: string): void {
   if (b.length !== n) malformed(`${what} body_len ${b.length}, expected ${n}`);
-  if (b[1] !== 0 && what !== "SHM_ATTACHED") malformed(`${what} reserved byte ${b[1]}`);
+  if (b[1] !== 0 && what !== "SHM_ATTACHED" && what !== "SHM_ATTACH")
+    malformed(`${what} reserved byte ${b[1]}`);
 }
 
 /** Decodes an shm frame body (op first) a server receives; throws `EC_MALFORMED`. */
@@ -115,7 +123,8 @@ export function decodeShmToServer(body: Uint8Array): ShmToServer {
   switch (b[0]) {
     case SHM_OPS.attach:
       exact(b, 4, "SHM_ATTACH");
-      return { op: "attach", version: b.readUInt16LE(2) };
+      if (((b[1] as number) & ~AttachFlags.REGION) !== 0) malformed(`SHM_ATTACH flags ${b[1]}`);
+      return { op: "attach", version: b.readUInt16LE(2), flags: b[1] as number };
     case SHM_OPS.attached: {
       exact(b, 4, "SHM_ATTACHED");
       const status = b[1] as number;
@@ -139,13 +148,13 @@ export function decodeShmToReader(body: Uint8Array): ShmToReader {
       if (b.length < 12) malformed(`SHM_OFFER body_len ${b.length}`);
       const status = b[1] as number;
       const tl = b.readUInt16LE(8);
-      if (status > OfferStatus.REFUSED) malformed(`SHM_OFFER status ${status}`);
+      if (status > OfferStatus.REGION) malformed(`SHM_OFFER status ${status}`);
       if (tl > MAX_OFFER_TEXT || b.length !== 12 + tl) malformed(`SHM_OFFER text_len ${tl}`);
       if (b.readUInt16LE(10) !== 0) malformed("SHM_OFFER reserved field");
       const slots = b.readUInt16LE(2);
       const slotBytes = b.readUInt32LE(4);
       if (
-        status === OfferStatus.OFFERED &&
+        status !== OfferStatus.REFUSED &&
         (slots < 1 ||
           slots > SHM_LIMITS.maxSlots ||
           slotBytes < SHM_LIMITS.minSlotBytes ||

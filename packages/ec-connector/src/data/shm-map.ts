@@ -6,6 +6,8 @@
 // (src/shm.ts, docs/transport.md "shm"). What stays here is the data plane's own: koffi loaded from
 // this package (an optional peer, on first use), its missing-koffi text, its room-error words and
 // its error codes (EcError).
+
+import { randomBytes } from "node:crypto";
 import * as fs from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
@@ -150,5 +152,144 @@ export class ShmMapping {
   /** Unmaps (the caller no longer reads {@link bytes}); idempotent. */
   close(): void {
     this.#range.free();
+  }
+}
+
+// docs/ec-protocol.md 3.4 "Shared region": the room error's words.
+const REGION_WORDS = "the shared cache region (--shm-share-region)";
+
+/**
+ * The producer's cache region as a MAP_SHARED mapping of a /dev/shm file (docs/ec-protocol.md 3.4
+ * "Shared region", opt-in `shareRegion`): the file is created 0600 and exclusive, its pages
+ * allocated, and unlinked at once; only this process's fd keeps it, so nothing is ever left in the
+ * directory, even after SIGKILL. A reader of the same user maps it read-only through
+ * `/proc/<pid>/fd/<fd>` ({@link ShmPeerRegion.open}).
+ */
+export class ShmSharedRegion {
+  /** The region's bytes (the cache's region; valid until {@link close}). */
+  readonly bytes: Uint8Array;
+  /** This process's pid and the fd that keeps the unlinked file. */
+  readonly pid: number;
+  readonly fd: number;
+  readonly #range: ShmRange;
+  #closed = false;
+
+  private constructor(range: ShmRange, fd: number) {
+    this.#range = range;
+    this.bytes = range.bytes;
+    this.fd = fd;
+    this.pid = process.pid;
+  }
+
+  /**
+   * Creates the region of `size` bytes (rounded up to a page) in `dir`.
+   * @throws {EcError} `EC_SHM_SPACE` naming the size needed and the size free; `EC_SHM_UNAVAILABLE` otherwise.
+   */
+  static create(dir: string, size: number): ShmSharedRegion {
+    const pages = Math.max(4096, Math.ceil(size / 4096) * 4096);
+    const space = (free: number): EcError =>
+      new EcError(
+        "EC_SHM_SPACE",
+        `shm: ${dir} has ${free} bytes free, ${REGION_WORDS} needs ${pages} (raise the size of ${dir}, ` +
+          "e.g. docker --shm-size, or drop --shm-share-region); using the ordinary region and the ring",
+      );
+    const free = statFree(dir);
+    if (free !== null && free < pages) throw space(free);
+    let range: ShmRange | null = null;
+    let fd = -1;
+    try {
+      const libc = loadLibc();
+      range = new ShmRange(libc, pages, { populate: true });
+      const path = join(dir, `tapwire-${process.pid}-${randomBytes(8).toString("hex")}`);
+      fd = fs.openSync(path, "wx+", 0o600);
+      // Unlinked before anything can fail: the fd alone keeps the pages (nothing left behind).
+      fs.unlinkSync(path);
+      const err = libc.posixFallocate(fd, 0, pages);
+      if (err === 28) throw space(statFree(dir) ?? 0);
+      if (err !== 0)
+        throw new EcError("EC_SHM_UNAVAILABLE", `posix_fallocate of ${pages} bytes failed: errno ${err}`);
+      range.map(fd, true);
+      return new ShmSharedRegion(range, fd);
+    } catch (e) {
+      range?.free();
+      if (fd >= 0) fs.closeSync(fd);
+      throw ecError(e);
+    }
+  }
+
+  /** Bytes of the mapping (a page multiple, at least the cache region). */
+  get size(): number {
+    return this.#range.size;
+  }
+
+  /**
+   * Drops the file (the pages go with the readers' last mapping) and closes the fd; views of
+   * {@link bytes} then read zeros, never fault. Idempotent.
+   */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#range.unmapFile();
+    fs.closeSync(this.fd);
+  }
+}
+
+/** A reader's read-only (PROT_READ) mapping of a producer's {@link ShmSharedRegion}. */
+export class ShmPeerRegion {
+  /** The mapped bytes (read-only: a write would fault). */
+  readonly bytes: Uint8Array;
+  readonly #range: ShmRange;
+
+  private constructor(range: ShmRange) {
+    this.#range = range;
+    this.bytes = range.bytes;
+  }
+
+  /**
+   * Opens `/proc/<pid>/fd/<fd>` O_RDONLY and maps it PROT_READ: a regular file owned by this user,
+   * no group/other bits, a page multiple of at most 4 GiB + 1 page.
+   * @throws {EcError} `EC_MALFORMED` naming the failed check; `EC_SHM_UNAVAILABLE` without koffi.
+   */
+  static open(pid: number, fd: number): ShmPeerRegion {
+    const path = `/proc/${pid}/fd/${fd}`;
+    let range: ShmRange | null = null;
+    let f = -1;
+    try {
+      const libc = loadLibc();
+      try {
+        f = fs.openSync(path, fs.constants.O_RDONLY);
+      } catch (e) {
+        throw new EcError("EC_MALFORMED", `shm: cannot open ${path}: ${String(e)}`, { cause: e });
+      }
+      const st = fs.fstatSync(f);
+      const uid = process.getuid?.() ?? st.uid;
+      if (!st.isFile()) throw new EcError("EC_MALFORMED", `shm: ${path} is not a regular file`);
+      if (st.uid !== uid || (st.mode & 0o077) !== 0)
+        throw new EcError("EC_MALFORMED", `shm: ${path} is not private to uid ${uid} (mode 0600)`);
+      if (st.size < 4096 || st.size % 4096 !== 0 || st.size > 2 ** 32 + 4096)
+        throw new EcError("EC_MALFORMED", `shm: ${path} is ${st.size} bytes, not a region`);
+      range = new ShmRange(libc, st.size, { populate: true });
+      range.map(f, false);
+      return new ShmPeerRegion(range);
+    } catch (e) {
+      range?.free();
+      throw ecError(e);
+    } finally {
+      if (f >= 0) fs.closeSync(f);
+    }
+  }
+
+  /** Unmaps; idempotent. */
+  close(): void {
+    this.#range.free();
+  }
+}
+
+function statFree(dir: string): number | null {
+  try {
+    const s = fs.statfsSync(dir);
+    return s.bavail * s.bsize;
+  } catch {
+    return null;
   }
 }

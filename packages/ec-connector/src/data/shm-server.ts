@@ -1,7 +1,9 @@
 // The producer side of the shm data plane (issue 23, docs/ec-protocol.md 3.4): per connection a
 // ring in a /dev/shm file the producer creates; a served READ's granted bytes are copied from
 // the pinned cache region into the ring's slots (one copy) and announced by SHM_CHUNK doorbells on
-// the unix socket; a slot is written again only after the reader's SHM_RELEASE of it.
+// the unix socket; a slot is written again only after the reader's SHM_RELEASE of it. With a shared
+// region (3.4 "Shared region", opt-in `shareRegion`) a reader that asks maps the cache region itself
+// and the SHM_CHUNKs name the granted bytes where they lie: nothing is copied on this side.
 import type * as net from "node:net";
 import type { Counter, Gauge, Registry } from "@tapwire/stats";
 import type { Logger } from "pino";
@@ -9,11 +11,13 @@ import { EcError } from "../errors.js";
 import { encodeFrame, segments } from "./frame.js";
 import {
   AttachedStatus,
+  AttachFlags,
   decodeShmToServer,
   encodeChunk,
   encodeOffer,
   OfferStatus,
   SHM_DATA_VERSION,
+  SHM_LIMITS,
 } from "./shm-frame.js";
 import { ShmMapping, sweepStaleShmFiles } from "./shm-map.js";
 
@@ -49,6 +53,12 @@ export interface ShmServerOptions {
   readonly slotBytes: number;
   /** Most rings mapped at once; further SHM_ATTACHes are refused (the socket serves them). */
   readonly maxSessions: number;
+  /**
+   * The producer's cache region when it is shared (docs/ec-protocol.md 3.4 "Shared region",
+   * `--shm-share-region`): a reader that can map it is offered it instead of a ring, and a served
+   * READ's chunks then name the granted bytes where they lie (no copy on this side).
+   */
+  readonly region?: { readonly bytes: Uint8Array; readonly pid: number; readonly fd: number };
   readonly metrics: ShmMetrics;
   readonly logger: Logger;
 }
@@ -67,11 +77,16 @@ export class ShmServerConn {
   oldest = 1;
   /** Wakes the stream waiting for a free slot. */
   waiter: (() => void) | null = null;
+  /** The reader maps the shared region (3.4 "Shared region"): chunks point into it, no ring. */
+  readonly region: boolean;
+  /** The region connection's session was counted off. */
+  regionDropped = false;
 
-  constructor(state: ConnState, map: ShmMapping | null, slots: number) {
+  constructor(state: ConnState, map: ShmMapping | null, slots: number, region = false) {
     this.state = state;
     this.map = map;
     this.held = new Uint32Array(slots);
+    this.region = region;
   }
 
   wake(): void {
@@ -114,7 +129,7 @@ export class ShmDataServer {
     const f = decodeShmToServer(body);
     if (f.op === "attach") {
       if (st !== null || !fresh) throw malformed("SHM_ATTACH after the connection's first frame");
-      return this.#attach(socket, f.version);
+      return this.#attach(socket, f.version, f.flags);
     }
     if (f.op === "attached") {
       if (st === null || st.state !== ConnState.OFFERED) throw malformed("SHM_ATTACHED without an offer");
@@ -131,7 +146,7 @@ export class ShmDataServer {
     // release: only of the oldest chunk still held, in its slot (a replay or a release of a
     // region not held closes the connection).
     if (st === null || st.state !== ConnState.ACTIVE) throw malformed("SHM_RELEASE without a ring");
-    const slot = (st.oldest - 1) % this.#o.slots;
+    const slot = (st.oldest - 1) % st.held.length;
     if (st.oldest === st.nextSeq || f.seq !== st.oldest || f.slot !== slot || st.held[slot] !== f.seq) {
       throw malformed(
         `SHM_RELEASE of chunk ${f.seq} in slot ${f.slot}, not held (oldest held: ${st.oldest})`,
@@ -153,7 +168,7 @@ export class ShmDataServer {
     return st !== null && st.state === ConnState.OFFERED;
   }
 
-  #attach(socket: net.Socket, version: number): ShmServerConn {
+  #attach(socket: net.Socket, version: number, flags: number): ShmServerConn {
     const o = this.#o;
     const refuse = (why: string): ShmServerConn => {
       o.metrics.fallbacks.inc();
@@ -165,6 +180,18 @@ export class ShmDataServer {
       return refuse(`SHM_ATTACH version ${version}, this server speaks ${SHM_DATA_VERSION}`);
     if (this.#sessions >= o.maxSessions)
       return refuse(`shm: ${this.#sessions} rings mapped, limit ${o.maxSessions}`);
+    const shared = o.region;
+    if (shared !== undefined && (flags & AttachFlags.REGION) !== 0) {
+      // 3.4 "Shared region": no file to create; the reader opens /proc/<pid>/fd/<fd> read-only.
+      this.#sessions++;
+      o.metrics.sessions.set(this.#sessions);
+      // No ring memory behind the window: the widest one, so a READ of up to 16 slots' bytes is
+      // posted whole with its DATA (no release round trip through this event loop on the way).
+      socket.write(
+        encodeOffer(OfferStatus.REGION, SHM_LIMITS.maxSlots, o.slotBytes, `${shared.pid}/${shared.fd}`),
+      );
+      return new ShmServerConn(ConnState.OFFERED, null, SHM_LIMITS.maxSlots, true);
+    }
     let map: ShmMapping;
     try {
       map = ShmMapping.create(o.dir, this.ringBytes);
@@ -182,6 +209,14 @@ export class ShmDataServer {
     st.state = state;
     st.map = null;
     st.wake();
+    if (st.region) {
+      if (!st.regionDropped) {
+        st.regionDropped = true;
+        this.#sessions--;
+        this.#o.metrics.sessions.set(this.#sessions);
+      }
+      return;
+    }
     if (m === null) return;
     m.unlink();
     m.close();
@@ -211,6 +246,8 @@ export class ShmDataServer {
     onSent: (n: number) => void,
   ): Promise<boolean> {
     const o = this.#o;
+    if (st.region)
+      return this.#streamRegion(st, socket, region, blocks, blockBytes, nbytes, throttle, onSent);
     // Paced (demos, slow-read tests): chunks of the server's write chunk, a sleep after each.
     const pieceBytes = throttle.bytesPerSec > 0 ? Math.min(o.slotBytes, throttle.chunkBytes) : o.slotBytes;
     const { segStart, segLen } = segments(blocks, blockBytes, nbytes);
@@ -263,6 +300,72 @@ export class ShmDataServer {
       if (throttle.bytesPerSec > 0 && sent < nbytes) await sleep((want / throttle.bytesPerSec) * 1000);
     }
     return true;
+  }
+
+  /**
+   * 3.4 "Shared region": DATA, then per granted segment piece (at most a slot's bytes) an SHM_CHUNK
+   * naming where the bytes lie in the region, at most `slots` unreleased at once; resolves once
+   * every chunk is posted. The pins hold until the NOTIF (or the lease, EC-CONTRACT 4.4, 5.3),
+   * which the reader sends after it copied the last chunk out and released it.
+   */
+  async #streamRegion(
+    st: ShmServerConn,
+    socket: net.Socket,
+    region: Uint8Array,
+    blocks: readonly number[],
+    blockBytes: number,
+    nbytes: number,
+    throttle: { bytesPerSec: number; chunkBytes: number },
+    onSent: (n: number) => void,
+  ): Promise<boolean> {
+    const o = this.#o;
+    const window = st.held.length;
+    if (o.region === undefined || region.buffer !== o.region.bytes.buffer || region.byteOffset !== 0)
+      throw new EcError("EC_BAD_OPTION", "shm: the served region is not the shared region");
+    const pieceBytes = throttle.bytesPerSec > 0 ? Math.min(o.slotBytes, throttle.chunkBytes) : o.slotBytes;
+    const { segStart, segLen } = segments(blocks, blockBytes, nbytes);
+    const live = (): boolean => st.state === ConnState.ACTIVE && !socket.destroyed;
+    socket.cork();
+    socket.write(encodeFrame({ op: "data", nbytes }));
+    let corked = true;
+    const uncork = (): void => {
+      if (corked) {
+        corked = false;
+        socket.uncork();
+      }
+    };
+    let sent = 0;
+    for (let si = 0; si < segStart.length; si++) {
+      const len = segLen[si] as number;
+      for (let so = 0; so < len; ) {
+        const seq = st.nextSeq;
+        const slot = (seq - 1) % window;
+        while (st.held[slot] !== 0 && live()) {
+          uncork();
+          await new Promise<void>((resolve) => {
+            st.waiter = resolve;
+          });
+        }
+        if (!live()) return false;
+        const n = Math.min(pieceBytes, len - so);
+        st.held[slot] = seq;
+        st.nextSeq = next(seq);
+        // No copy: the granted bytes stay in the pinned region, the chunk says where.
+        socket.write(encodeChunk(slot, seq, (segStart[si] as number) + so, n));
+        o.metrics.chunks.inc();
+        onSent(n);
+        so += n;
+        sent += n;
+        if (throttle.bytesPerSec > 0 && sent < nbytes) {
+          uncork();
+          await sleep((n / throttle.bytesPerSec) * 1000);
+        }
+      }
+    }
+    uncork();
+    // Resolved once every chunk is posted (as the ring's): the pins hold until the reader's NOTIF
+    // (or the lease), and the reader sends it after releasing the last chunk it copied out.
+    return live();
   }
 }
 

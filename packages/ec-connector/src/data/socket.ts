@@ -159,6 +159,18 @@ export interface SocketDataTransportOptions {
    * metadata key `shm`); these options size its rings. Without koffi both sides use the socket.
    */
   shm?: boolean | ShmDataOptions;
+  /**
+   * Server: the region (`region`) is this shared mapping (docs/ec-protocol.md 3.4 "Shared region",
+   * the producer's `shareRegion`): shm readers that can map it read granted bytes from it directly.
+   */
+  shmRegion?: {
+    /** The mapping's bytes (`region` is a view of them from offset 0). */
+    readonly bytes: Uint8Array;
+    /** This process's pid. */
+    readonly pid: number;
+    /** The fd of the unlinked file (readers open `/proc/<pid>/fd/<fd>` read-only). */
+    readonly fd: number;
+  };
   /** Where the `data_*` metrics go (default: a fresh Registry). */
   registry?: Registry;
   /** pino logger (default: silent). */
@@ -206,7 +218,12 @@ export class SocketDataTransport implements DataTransport {
     let shmServer: ShmDataServer | undefined;
     if (shm.server && sm !== null) {
       if (shmAvailable()) {
-        shmServer = new ShmDataServer({ ...so, metrics: sm, logger });
+        shmServer = new ShmDataServer({
+          ...so,
+          metrics: sm,
+          logger,
+          ...(options.shmRegion === undefined ? {} : { region: options.shmRegion }),
+        });
       } else {
         sm.fallbacks.inc();
         logger.warn(
