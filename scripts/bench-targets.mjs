@@ -81,7 +81,7 @@ const TARGETS = [
   {
     id: "ec-shm-data-plane-16mib",
     bench: "ec",
-    label: "EC data plane shm / unix, 16 MiB (issue 23)",
+    label: "EC data plane shm (shared region, --shm-share-region) / unix, 16 MiB (issue 23)",
     path: `shm_data_plane[bytes=${16 * MiB}].ratio_shm_vs_unix`,
     targetPath: `shm_data_plane[bytes=${16 * MiB}].target`,
     target: ">= 1.5",

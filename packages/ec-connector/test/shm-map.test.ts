@@ -86,33 +86,39 @@ describe("shm files of the data plane (docs/ec-protocol.md 3.4)", () => {
   });
 
   it("both ends of a ring are pre-faulted: a first full pass over it takes almost no page faults", () => {
-    // Without MAP_POPULATE the producer's first write pass takes one fault per 4 KiB page (2048
-    // here) and the reader's first read pass one per 16 pages (fault-around, 128 here).
+    // Without MAP_POPULATE the producer's first write pass takes one fault per 4 KiB page (4096
+    // here) and the reader's first read pass one per 16 pages (fault-around, 256 here). The
+    // counter is the whole process's, so other threads' faults (GC, the test runner) add noise on
+    // a loaded machine: the fewest of three fresh rings is what is compared.
     const dir = shmDir();
-    const size = 8 * 1024 * 1024;
+    const size = 16 * 1024 * 1024;
     const pages = size / 4096;
     const dest = new Uint8Array(size).fill(1); // touched before counting
     const faults = () => process.resourceUsage().minorPageFault;
-    const w = ShmMapping.create(dir, size);
-    try {
-      const r = ShmMapping.open(dir, w.name, size);
-      w.unlink();
+    let writeFaults = Number.POSITIVE_INFINITY;
+    let readFaults = Number.POSITIVE_INFINITY;
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const w = ShmMapping.create(dir, size);
       try {
-        const f0 = faults();
-        w.bytes.fill(5);
-        const writeFaults = faults() - f0;
-        const f1 = faults();
-        dest.set(r.bytes);
-        const readFaults = faults() - f1;
-        expect(dest[size - 1]).toBe(5);
-        expect(writeFaults).toBeLessThan(pages / 16);
-        expect(readFaults).toBeLessThan(pages / 64);
+        const r = ShmMapping.open(dir, w.name, size);
+        w.unlink();
+        try {
+          const f0 = faults();
+          w.bytes.fill(5 + attempt);
+          writeFaults = Math.min(writeFaults, faults() - f0);
+          const f1 = faults();
+          dest.set(r.bytes);
+          readFaults = Math.min(readFaults, faults() - f1);
+          expect(dest[size - 1]).toBe(5 + attempt);
+        } finally {
+          r.close();
+        }
       } finally {
-        r.close();
+        w.close();
       }
-    } finally {
-      w.close();
     }
+    expect(writeFaults).toBeLessThan(pages / 16);
+    expect(readFaults).toBeLessThan(pages / 64);
   });
 
   it("the transport's refusals are EcErrors with this package's codes (EC_MALFORMED, EC_SHM_UNAVAILABLE)", () => {

@@ -268,7 +268,10 @@ export class ShmPeerRegion {
         throw new EcError("EC_MALFORMED", `shm: ${path} is not private to uid ${uid} (mode 0600)`);
       if (st.size < 4096 || st.size % 4096 !== 0 || st.size > 2 ** 32 + 4096)
         throw new EcError("EC_MALFORMED", `shm: ${path} is ${st.size} bytes, not a region`);
-      range = new ShmRange(libc, st.size, { populate: true });
+      // Pre-faulted up to POPULATE_PEER_REGION_MAX only: every reader connection maps the whole
+      // region, and populating a multi-GiB one per connection would cost its page tables and
+      // a long attach up front; past the cap, first reads take fault-around faults instead.
+      range = new ShmRange(libc, st.size, { populate: st.size <= POPULATE_PEER_REGION_MAX });
       range.map(f, false);
       return new ShmPeerRegion(range);
     } catch (e) {
@@ -284,6 +287,9 @@ export class ShmPeerRegion {
     this.#range.free();
   }
 }
+
+/** The largest shared region a reader pre-faults when it maps it (256 MiB). */
+const POPULATE_PEER_REGION_MAX = 256 * 1024 * 1024;
 
 function statFree(dir: string): number | null {
   try {
