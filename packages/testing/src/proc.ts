@@ -57,8 +57,9 @@ export function fdCountOf(pid: number): number {
 }
 
 /**
- * True while `pid` is a live process: it exists in `/proc` and is not a zombie (`Z`) or dead
- * (`X`). A zombie has ended; only its exit status waits to be reaped.
+ * True while `pid` is a live process: it exists in `/proc` and one of its threads is not a
+ * zombie (`Z`) or dead (`X`). A process whose threads are all zombies has ended (its files are
+ * closed); only its exit status waits to be reaped.
  */
 export function isAlive(pid: number): boolean {
   checkPid(pid);
@@ -68,6 +69,28 @@ export function isAlive(pid: number): boolean {
   } catch {
     return false;
   }
+  if (running(stat)) return true;
+  // The main thread is a zombie as soon as it is through exit_group, while other threads (e.g.
+  // libzmq's I/O thread) may still be exiting and holding the process's files (listening
+  // sockets): the process has ended only when no thread of it is left running.
+  let tasks: string[];
+  try {
+    tasks = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return false;
+  }
+  for (const t of tasks) {
+    try {
+      if (running(readFileSync(`/proc/${pid}/task/${t}/stat`, "utf8"))) return true;
+    } catch {
+      // that thread is gone
+    }
+  }
+  return false;
+}
+
+/** A /proc stat line's state is not Z (zombie) or X (dead). */
+function running(stat: string): boolean {
   // "pid (comm) S ...": comm may hold spaces and parentheses, the state follows the last ")"
   const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
   return state !== "Z" && state !== "X";
