@@ -16,10 +16,10 @@
  * path accepts decodes to exactly what the strict path returns (test/xfer-codec.test.ts checks both
  * on valid and hostile inputs).
  */
-import type { XferAck, XferReq, XferStatus } from "./protocol.js";
+// A value import from protocol.ts, which imports this module: MAX_STRING_BYTES is read only when a
+// message is decoded, after both modules have evaluated (one owner of the EC-CONTRACT 3 limit).
+import { MAX_STRING_BYTES, type XferAck, type XferReq, type XferStatus } from "./protocol.js";
 
-/** EC-CONTRACT 3: the longest string field (as protocol.ts `MAX_STRING_BYTES`). */
-const MAX_STR = 256;
 /** The highest status value (NACK_INTERNAL). */
 const MAX_STATUS = 5;
 
@@ -412,7 +412,7 @@ class Reader {
       len = b[p + 1]!;
       p += 2;
     } else return null;
-    if (len > MAX_STR || p + len > b.length) return null;
+    if (len > MAX_STRING_BYTES || p + len > b.length) return null;
     // ASCII only (valid UTF-8, the same characters as latin1); anything else: the strict decoder.
     for (let i = p; i < p + len; i++) if (b[i]! >= 0x80) return null;
     this.p = p + len;
