@@ -37,6 +37,7 @@ export {
   bindLibc,
   createSessionFile,
   createShmArena,
+  createUnlinkedShmFile,
   DEFAULT_SHM_DIR,
   ShmArena,
   ShmRange,

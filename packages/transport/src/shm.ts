@@ -285,6 +285,8 @@ export interface ShmSpaceWords {
   readonly mapping: string;
   /** The advice to shrink it, as in "lower the shm bytes option". */
   readonly lower: string;
+  /** The end of the message after {@link lower} (default ", or use unix://); falling back to the socket"). */
+  readonly fallback?: string;
 }
 
 /** A transport session's words (docs/transport.md "Fallback"). */
@@ -308,7 +310,58 @@ export function createSessionFile(
   words: ShmSpaceWords = SESSION_WORDS,
 ): string {
   sweepOnce(dir);
-  const size = range.size;
+  const { fd, path, name } = openAllocated(libc, dir, range.size, words);
+  try {
+    // what the caller already wrote into the range (an arena's stage area) survives the remap
+    if (keep > 0) fs.writeSync(fd, range.bytes, 0, keep, 0);
+    range.map(fd, true);
+    return name;
+  } catch (e) {
+    fs.rmSync(path, { force: true });
+    throw e;
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/**
+ * Creates a file of `range.size` bytes in `dir` by the same rules as {@link createSessionFile}
+ * (room check, `tapwire-<pid>-<16 hex>`, 0600, exclusive, pages allocated) but unlinks it at once
+ * and keeps it open: nothing is left in `dir` even after SIGKILL, and peers reach it only through
+ * `/proc/<pid>/fd/<fd>`. Maps it read/write over `range` and returns the fd (the caller closes it).
+ *
+ * @throws {TransportError} `TRANSPORT_SHM_SPACE` naming the size needed and the size available
+ *   (in `words`); `TRANSPORT_SHM_UNAVAILABLE` for any other failure.
+ */
+export function createUnlinkedShmFile(
+  libc: Libc,
+  dir: string,
+  range: ShmRange,
+  words: ShmSpaceWords,
+): number {
+  const { fd } = openAllocated(libc, dir, range.size, words, true);
+  try {
+    range.map(fd, true);
+    return fd;
+  } catch (e) {
+    fs.closeSync(fd);
+    throw e;
+  }
+}
+
+/**
+ * The one owner of a tapwire shm file's creation rules: the room check against `dir`'s free bytes,
+ * the name, `wx+` with mode 0600, and `posix_fallocate` of every page (a full /dev/shm fails here,
+ * not with SIGBUS later). With `unlinkFirst` the name is removed right after the open, before
+ * anything else can fail. On failure nothing is left open or on disk.
+ */
+function openAllocated(
+  libc: Libc,
+  dir: string,
+  size: number,
+  words: ShmSpaceWords,
+  unlinkFirst = false,
+): { fd: number; path: string; name: string } {
   const free = freeBytes(dir);
   if (free !== null && free < size) throw spaceError(dir, size, free, words);
   const name = `tapwire-${process.pid}-${randomBytes(8).toString("hex")}`;
@@ -322,6 +375,7 @@ export function createSessionFile(
     });
   }
   try {
+    if (unlinkFirst) fs.unlinkSync(path);
     const err = libc.posixFallocate(fd, 0, size);
     if (err !== 0) {
       throw err === 28 // ENOSPC
@@ -331,15 +385,11 @@ export function createSessionFile(
             `posix_fallocate(${path}, ${size}) failed: errno ${err}`,
           );
     }
-    // what the caller already wrote into the range (an arena's stage area) survives the remap
-    if (keep > 0) fs.writeSync(fd, range.bytes, 0, keep, 0);
-    range.map(fd, true);
-    return name;
+    return { fd, path, name };
   } catch (e) {
-    fs.rmSync(path, { force: true });
-    throw e;
-  } finally {
+    if (!unlinkFirst) fs.rmSync(path, { force: true });
     fs.closeSync(fd);
+    throw e;
   }
 }
 
@@ -347,7 +397,7 @@ function spaceError(dir: string, need: number, free: number, words: ShmSpaceWord
   return new TransportError(
     "TRANSPORT_SHM_SPACE",
     `shm: ${dir} has ${free} bytes free, ${words.mapping} needs ${need} (raise the size of ${dir}, e.g. ` +
-      `docker --shm-size, ${words.lower}, or use unix://); falling back to the socket`,
+      `docker --shm-size, ${words.lower}${words.fallback ?? ", or use unix://); falling back to the socket"}`,
   );
 }
 

@@ -500,3 +500,66 @@ describe("shm+unix: CONTRACT 11 limits apply to the request a doorbell describes
     expect(r.subarray(0, n).equals(first)).toBe(true);
   });
 });
+
+describe("shm files: one owner of the creation rules (createSessionFile, createUnlinkedShmFile)", () => {
+  test("an unlinked file: nothing in the directory, 0600, its pages allocated, the mapping shared through the fd", async () => {
+    const { createUnlinkedShmFile, ShmRange } = await import("../src/index.js");
+    const { loadLibcSync } = await import("../src/shm.js");
+    const libc = loadLibcSync();
+    const dir = fs.mkdtempSync(join("/dev/shm", "tw-unlinked-"));
+    try {
+      const range = new ShmRange(libc, 64 * 1024);
+      const fd = createUnlinkedShmFile(libc, dir, range, { mapping: "a test region", lower: "or shrink it" });
+      try {
+        expect(fs.readdirSync(dir)).toEqual([]);
+        const st = fs.fstatSync(fd);
+        expect(st.mode & 0o777).toBe(0o600);
+        expect(st.size).toBe(64 * 1024);
+        expect(st.blocks * 512).toBeGreaterThanOrEqual(64 * 1024);
+        range.bytes[100] = 42;
+        const back = Buffer.alloc(1);
+        fs.readSync(fd, back, 0, 1, 100);
+        expect(back[0]).toBe(42);
+      } finally {
+        range.free();
+        fs.closeSync(fd);
+      }
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test("no room: TRANSPORT_SHM_SPACE in the caller's words, nothing left open or on disk", async () => {
+    const { createUnlinkedShmFile, ShmRange } = await import("../src/index.js");
+    const { loadLibcSync } = await import("../src/shm.js");
+    const libc = loadLibcSync();
+    const free = fs.statfsSync("/dev/shm");
+    const tooBig = free.bavail * free.bsize + 1024 * 1024 * 1024;
+    const range = new ShmRange(libc, 4096);
+    const fdsBefore = fs.readdirSync("/proc/self/fd").length;
+    let err: unknown;
+    try {
+      createUnlinkedShmFile(
+        libc,
+        "/dev/shm",
+        { size: tooBig, map: () => undefined } as unknown as InstanceType<typeof ShmRange>,
+        {
+          mapping: "the shared cache region (--shm-share-region)",
+          lower: "or drop --shm-share-region",
+          fallback: "); using the ordinary region and the ring",
+        },
+      );
+    } catch (e) {
+      err = e;
+    } finally {
+      range.free();
+    }
+    expect(err).toBeInstanceOf(TransportError);
+    expect((err as TransportError).code).toBe("TRANSPORT_SHM_SPACE");
+    expect((err as Error).message).toContain(`needs ${tooBig}`);
+    expect((err as Error).message).toContain(
+      "or drop --shm-share-region); using the ordinary region and the ring",
+    );
+    expect(fs.readdirSync("/proc/self/fd").length).toBe(fdsBefore);
+  });
+});

@@ -7,7 +7,6 @@
 // this package (an optional peer, on first use), its missing-koffi text, its room-error words and
 // its error codes (EcError).
 
-import { randomBytes } from "node:crypto";
 import * as fs from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
@@ -15,6 +14,7 @@ import {
   attachSessionFile,
   bindLibc,
   createSessionFile,
+  createUnlinkedShmFile,
   type Libc,
   ShmRange,
   type ShmSpaceWords,
@@ -156,7 +156,11 @@ export class ShmMapping {
 }
 
 // docs/ec-protocol.md 3.4 "Shared region": the room error's words.
-const REGION_WORDS = "the shared cache region (--shm-share-region)";
+const REGION_WORDS: ShmSpaceWords = {
+  mapping: "the shared cache region (--shm-share-region)",
+  lower: "or drop --shm-share-region",
+  fallback: "); using the ordinary region and the ring",
+};
 
 /**
  * The producer's cache region as a MAP_SHARED mapping of a /dev/shm file (docs/ec-protocol.md 3.4
@@ -187,32 +191,15 @@ export class ShmSharedRegion {
    */
   static create(dir: string, size: number): ShmSharedRegion {
     const pages = Math.max(4096, Math.ceil(size / 4096) * 4096);
-    const space = (free: number): EcError =>
-      new EcError(
-        "EC_SHM_SPACE",
-        `shm: ${dir} has ${free} bytes free, ${REGION_WORDS} needs ${pages} (raise the size of ${dir}, ` +
-          "e.g. docker --shm-size, or drop --shm-share-region); using the ordinary region and the ring",
-      );
-    const free = statFree(dir);
-    if (free !== null && free < pages) throw space(free);
     let range: ShmRange | null = null;
-    let fd = -1;
     try {
       const libc = loadLibc();
       range = new ShmRange(libc, pages, { populate: true });
-      const path = join(dir, `tapwire-${process.pid}-${randomBytes(8).toString("hex")}`);
-      fd = fs.openSync(path, "wx+", 0o600);
-      // Unlinked before anything can fail: the fd alone keeps the pages (nothing left behind).
-      fs.unlinkSync(path);
-      const err = libc.posixFallocate(fd, 0, pages);
-      if (err === 28) throw space(statFree(dir) ?? 0);
-      if (err !== 0)
-        throw new EcError("EC_SHM_UNAVAILABLE", `posix_fallocate of ${pages} bytes failed: errno ${err}`);
-      range.map(fd, true);
+      // @tapwire/transport owns the file rules (room check, name, 0600, fallocate); unlinked at once.
+      const fd = createUnlinkedShmFile(libc, dir, range, REGION_WORDS);
       return new ShmSharedRegion(range, fd);
     } catch (e) {
       range?.free();
-      if (fd >= 0) fs.closeSync(fd);
       throw ecError(e);
     }
   }
@@ -290,12 +277,3 @@ export class ShmPeerRegion {
 
 /** The largest shared region a reader pre-faults when it maps it (256 MiB). */
 const POPULATE_PEER_REGION_MAX = 256 * 1024 * 1024;
-
-function statFree(dir: string): number | null {
-  try {
-    const s = fs.statfsSync(dir);
-    return s.bavail * s.bsize;
-  } catch {
-    return null;
-  }
-}
