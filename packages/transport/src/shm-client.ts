@@ -103,7 +103,8 @@ export class ShmClient implements RpcClient {
     // request limit is checked here on the request itself).
     this.#max = cfg.maxMessageBytes;
     const inner = { ...cfg, maxMessageBytes: Math.min(0xffff_ffff, cfg.maxMessageBytes + MAX_BELL_HEADER) };
-    this.#inner = new StreamClient(`unix://${path}`, { scheme: "unix", path }, inner, metrics);
+    // Errors name the endpoint the user gave (shm+unix://...), not the doorbell socket's scheme.
+    this.#inner = new StreamClient(endpoint, { scheme: "unix", path }, inner, metrics);
     this.registry = this.#inner.registry;
   }
 
@@ -208,7 +209,14 @@ export class ShmClient implements RpcClient {
         throw new TransportError("TRANSPORT_BAD_OPTION", "parts: not all Uint8Array");
       size += p.length;
     }
-    checkRequestState(this.endpoint, this.#pending, this.#inner.connected, "not connected", size, this.#max);
+    checkRequestState(
+      this.endpoint,
+      this.#pending,
+      this.#inner.connected,
+      this.#inner.closeReason,
+      size,
+      this.#max,
+    );
     this.#pending = true;
     try {
       return await this.#send(parts, replyBuf, timeoutMs);

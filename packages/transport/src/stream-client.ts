@@ -83,6 +83,11 @@ export class StreamClient implements RpcClient {
     return this.#state === State.OPEN;
   }
 
+  /** @internal Why requests are refused while not {@link connected} (never connected, closed, dropped by the peer). */
+  get closeReason(): string {
+    return this.#closeReason;
+  }
+
   /**
    * Diagnostic: the connection's send buffer (SO_SNDBUF) as the kernel reports it, or -1 when it
    * cannot be read here (not connected, no `koffi`, not Linux). A unix connection asks for one

@@ -319,6 +319,15 @@ describe("shm+unix: nothing left in /dev/shm after SIGKILL of either side", () =
     expect(ours(first.child.pid)).toEqual([]);
     expect(ours(process.pid)).toEqual([]);
     await expect(c.request(msg, r, 10_000)).rejects.toBeInstanceOf(TransportError);
+    // Once the drop is seen, a request is refused with why, naming the endpoint the user gave.
+    await waitUntil(() => !c.connected);
+    const refused = await c.request(msg, r, 10_000).then(
+      () => null,
+      (e: unknown) => e as TransportError,
+    );
+    expect(refused?.code).toBe("TRANSPORT_CLOSED");
+    expect(refused?.message).toContain(`shm+unix://${sock}`);
+    expect(refused?.message).not.toContain("not connected");
     fs.rmSync(sock, { force: true });
     const second = await spawnServer({ ...t, listen: () => `shm+unix://${sock}` });
     try {
