@@ -9,7 +9,12 @@ import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
 import { ShmDataReader, ShmReaderConn } from "../src/data/shm-reader.js";
 import { shmMetrics } from "../src/data/shm-server.js";
-import { DEFAULT_SEND_BUFFER_BYTES, sameHost, setSockbufKoffiForTest } from "../src/data/sockbuf.js";
+import {
+  DEFAULT_SEND_BUFFER_BYTES,
+  sameHost,
+  setSockbufKoffiForTest,
+  TCP_SEND_BUFFER_HEADROOM_BYTES,
+} from "../src/data/sockbuf.js";
 import { crc32, EmbeddingCache, SocketDataTransport, syntheticEmbedding } from "../src/index.js";
 import { silentLogger } from "../src/metrics.js";
 import { socketPath, until } from "./helpers/proc.js";
@@ -75,6 +80,20 @@ describe("same-host socket send buffer (issue 23, src/data/sockbuf.ts)", () => {
       expect(server.sendBufferBytes).toBeGreaterThanOrEqual(DEFAULT_SEND_BUFFER_BYTES);
     });
   }
+
+  it("loopback tcp: the send buffer holds 1 MiB plus its frame headers (headroom over twice the request)", async () => {
+    // Without the headroom the kernel reports exactly 2 x 512 KiB, and a corked ACK + DATA + 1 MiB
+    // writev leaves its tail behind for tcp's writable wakeup (issue 23, 2026-12-02).
+    const { server, read } = await pair("tcp://127.0.0.1:0");
+    expect((await read(3 * BB + 1)).state).toBe("DONE");
+    expect(TCP_SEND_BUFFER_HEADROOM_BYTES).toBeGreaterThan(0);
+    expect(server.sendBufferBytes).toBe(2 * (DEFAULT_SEND_BUFFER_BYTES + TCP_SEND_BUFFER_HEADROOM_BYTES));
+    expect(server.sendBufferBytes).toBeGreaterThan(2 * DEFAULT_SEND_BUFFER_BYTES + 4096);
+    // unix keeps the exact size
+    const u = await pair(`unix://${socketPath("bytes")}`);
+    expect((await u.read(BB)).state).toBe("DONE");
+    expect(u.server.sendBufferBytes).toBe(2 * DEFAULT_SEND_BUFFER_BYTES);
+  });
 
   it("sendBufferBytes 0 keeps the kernel's default; without koffi nothing is set and reads still work", async () => {
     const a = await pair(`unix://${socketPath("bytes")}`, { sendBufferBytes: 0 });

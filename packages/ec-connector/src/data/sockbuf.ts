@@ -17,6 +17,16 @@ import { setNativeKoffiForTest, setSocketBuffer, socketBuffer } from "@tapwire/t
 /** What {@link setSendBuffer} asks for by default on unix and loopback tcp data connections. */
 export const DEFAULT_SEND_BUFFER_BYTES = 512 * 1024;
 
+/**
+ * What {@link setSendBuffer} adds on loopback tcp (not unix) to the size it is given. tcp counts
+ * each queued segment's overhead against SO_SNDBUF, so with exactly 2 x 512 KiB a corked ACK + DATA
+ * header + 1 MiB writev left its last ~1 KiB behind (EAGAIN), and that tail waited for tcp's
+ * writable wakeup (a third of the buffer acked) before the reader could finish: ~0.1-0.2 ms per
+ * 1 MiB transfer that the raw stream (no header) never paid (issue 23, 2026-12-02). Unix sockets
+ * keep the exact size (the tail fit there, and 512 KiB is tuned for them).
+ */
+export const TCP_SEND_BUFFER_HEADROOM_BYTES = 64 * 1024;
+
 /** Internal, for tests: replaces how koffi is required (`null`: the real one) and forgets a loaded one. */
 export function setSockbufKoffiForTest(fn: (() => unknown) | null): void {
   setNativeKoffiForTest(fn);
@@ -38,11 +48,13 @@ export function sameHost(sock: net.Socket): boolean {
 }
 
 /**
- * Asks for a send buffer of `bytes` on a same-host `sock` (see the file comment). Returns the size
+ * Asks for a send buffer of `bytes` on a same-host `sock` (see the file comment; loopback tcp gets
+ * {@link TCP_SEND_BUFFER_HEADROOM_BYTES} more, for the frame headers). Returns the size
  * the kernel then reports, or -1 when nothing was set (`bytes` 0, a remote peer, no koffi, no
  * descriptor). Never throws: the socket works either way, only slower.
  */
 export function setSendBuffer(sock: net.Socket, bytes: number): number {
   if (bytes <= 0 || !sameHost(sock)) return -1;
-  return setSocketBuffer(sock, "send", bytes);
+  const tcp = sock.remoteAddress !== undefined;
+  return setSocketBuffer(sock, "send", tcp ? bytes + TCP_SEND_BUFFER_HEADROOM_BYTES : bytes);
 }
