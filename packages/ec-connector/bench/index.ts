@@ -5,6 +5,7 @@
  */
 
 import { type ChildProcess, spawn } from "node:child_process";
+import { createRequire } from "node:module";
 import * as net from "node:net";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -15,10 +16,14 @@ import { DEFAULT_SEND_BUFFER_BYTES } from "../src/data/sockbuf.js";
 import { SEND_BUFFER_ENV } from "../src/data/socket.js";
 import {
   ConsumerConnector,
+  CRC32_IMPLS,
+  type Crc32Fn,
   crc32Info,
   EcAdminClient,
   EcDirectory,
   EmbeddingCache,
+  ISAL_MIN_BYTES,
+  loadCrc32,
   SocketDataTransport,
 } from "../src/index.js";
 
@@ -462,7 +467,65 @@ async function shmDataPlaneRows(
 }
 
 /**
- * `EC_BENCH_ONLY`: `shm` (the shm rows), `shm-data-plane` (only the shm target's row,
+ * The CRC-32 implementations side by side (issue 23: the CRC is the consumer's remaining cost):
+ * GB/s per chunk size, hot (one buffer over and over, in cache) and cold (rotating through 256 MiB,
+ * more than the last-level cache, like bytes a socket just landed in a large region). `in_use` is
+ * what {@link crc32Info} picked; `libisal_raw` calls ISA-L at every size, to show where its call
+ * cost stops mattering ({@link ISAL_MIN_BYTES}).
+ */
+function crcRows(): Record<string, unknown>[] {
+  const impls: [string, Crc32Fn][] = [["in_use", crc32Info.fn]];
+  const nodeRs = loadCrc32(undefined, null);
+  if (nodeRs.impl === CRC32_IMPLS.native) impls.push(["node_rs", nodeRs.fn]);
+  const zlibOnly = loadCrc32(() => {
+    throw new Error("zlib row");
+  }, null);
+  impls.push([zlibOnly.impl === CRC32_IMPLS.zlib ? "node_zlib" : "table", zlibOnly.fn]);
+  if (crc32Info.impl === CRC32_IMPLS.isal) impls.push(["libisal_raw", isalRaw]);
+  const COLD = 256 * MiB;
+  const pool = new Uint8Array(COLD);
+  for (let i = 0; i < COLD; i += 4096) pool[i] = i >>> 12;
+  const rows: Record<string, unknown>[] = [];
+  for (const n of [1024, 4096, 16 * 1024, 64 * 1024, MiB, 16 * MiB]) {
+    const row: Record<string, unknown> = { bytes: n };
+    const reps = Math.max(20, Math.min(20_000, Math.floor((256 * MiB) / n)));
+    for (const [name, fn] of impls) {
+      const hot = pool.subarray(0, n);
+      for (let i = 0; i < 10; i++) fn(hot);
+      let t0 = performance.now();
+      for (let i = 0; i < reps; i++) fn(hot);
+      const hotMs = (performance.now() - t0) / reps;
+      const slots = Math.floor(COLD / n);
+      t0 = performance.now();
+      for (let i = 0; i < reps; i++) {
+        const at = ((i * 7919) % slots) * n;
+        fn(pool.subarray(at, at + n));
+      }
+      const coldMs = (performance.now() - t0) / reps;
+      row[`${name}_hot_gb_s`] = round((n / hotMs) * 1e-6, 2);
+      row[`${name}_cold_gb_s`] = round((n / coldMs) * 1e-6, 2);
+    }
+    rows.push(row);
+  }
+  return rows;
+}
+
+/** ISA-L on a chunk shorter than ISAL_MIN_BYTES (the hybrid would not): bound once, straight. */
+let isalBound: ((init: number, buf: Uint8Array, len: number) => number) | undefined;
+function isalRaw(d: Uint8Array, v = 0): number {
+  if (isalBound === undefined) {
+    const koffi = createRequire(import.meta.url)("koffi") as {
+      load(p: string): { func(s: string): (init: number, buf: Uint8Array, len: number) => number };
+    };
+    isalBound = koffi
+      .load("libisal.so.2")
+      .func("uint32_t crc32_gzip_refl(uint32_t, const uint8_t *, uint64_t)");
+  }
+  return isalBound(v >>> 0, d, d.length) >>> 0;
+}
+
+/**
+ * `EC_BENCH_ONLY`: `crc` (the CRC-32 implementations alone), `shm` (the shm rows), `shm-data-plane` (only the shm target's row,
  * `EC_BENCH_SIZES=16` narrows it), `events` (the events row), `throughput` (the tcp/unix
  * throughput rows and their targets alone; `EC_BENCH_KINDS=tcp|unix` and `EC_BENCH_SIZES=4,16`
  * (MiB) narrow them); unset: everything.
@@ -498,6 +561,12 @@ async function main(): Promise<void> {
     );
     process.stdout.write(
       `${JSON.stringify({ node: process.version, loadavg: load0, shm, shm_data_plane: dataPlane.region, shm_data_plane_ring: dataPlane.ring, loadavg_after: loadavg() }, null, 2)}\n`,
+    );
+    return;
+  }
+  if (ONLY === "crc") {
+    process.stdout.write(
+      `${JSON.stringify({ node: process.version, loadavg: loadavg(), crc_impl: crc32Info.impl, crc_small_impl: crc32Info.smallImpl, isal_min_bytes: ISAL_MIN_BYTES, crc: crcRows(), loadavg_after: loadavg() }, null, 2)}\n`,
     );
     return;
   }
@@ -721,6 +790,7 @@ async function main(): Promise<void> {
   results["block_bytes"] = BB;
   results["crc_impl"] = crc32Info.impl;
   results["producer_crc_impl"] = producerCrcImpl;
+  results["crc_small_impl"] = crc32Info.smallImpl;
   results["note"] =
     "producer (tapwire-ec-producer) and raw server each in a child process, consumer in the bench process; medians; ratio = raw_time / ec_time (1.0 = as fast as raw)";
   results["loadavg"] = loadavg();
@@ -732,6 +802,7 @@ async function main(): Promise<void> {
     const dataPlane = await shmDataPlaneRows(SIZES);
     results["shm_data_plane"] = dataPlane.region;
     results["shm_data_plane_ring"] = dataPlane.ring;
+    results["crc"] = crcRows();
   }
   results["latency"] = latency;
   results["control"] = control;

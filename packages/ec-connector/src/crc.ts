@@ -9,6 +9,13 @@ export type Crc32Fn = (data: Uint8Array, value?: number) => number;
  * (zlib's CRC-32, EC-CONTRACT 3); only the speed differs.
  */
 export const CRC32_IMPLS = {
+  /**
+   * ISA-L's `crc32_gzip_refl` (`libisal.so.2`, Debian/Ubuntu package `libisal2`), called through
+   * the optional peer dependency `koffi`, for chunks of {@link ISAL_MIN_BYTES} and more (2.5-3.5x
+   * `@node-rs/crc32` on x86-64 with VPCLMULQDQ); shorter chunks go to the next implementation,
+   * whose call costs less ({@link Crc32Info.smallImpl}).
+   */
+  isal: "libisal",
   /** `@node-rs/crc32`: prebuilt native SIMD/PCLMUL code (~3x `node:zlib` on x86-64). */
   native: "@node-rs/crc32",
   /** `node:zlib` `crc32` (Node >= 20.15). */
@@ -19,13 +26,28 @@ export const CRC32_IMPLS = {
 /** One of {@link CRC32_IMPLS}. */
 export type Crc32Impl = (typeof CRC32_IMPLS)[keyof typeof CRC32_IMPLS];
 
+/**
+ * Chunks of at least this many bytes go to ISA-L when it is in use; shorter ones to
+ * {@link Crc32Info.smallImpl}. A koffi call costs ~1 µs more than a `@node-rs/crc32` one, so
+ * ISA-L's faster loop wins from ~16 KiB (measured in `bench/crc.ts`, docs/benchmarks/ec-connector.md).
+ */
+export const ISAL_MIN_BYTES = 16 * 1024;
+
 /** The CRC-32 in use: the function and which implementation it is. */
 export interface Crc32Info {
-  /** Which implementation (`"@node-rs/crc32"`, `"node:zlib"` or `"table"`). */
+  /** Which implementation (`"libisal"`, `"@node-rs/crc32"`, `"node:zlib"` or `"table"`). */
   readonly impl: Crc32Impl;
+  /**
+   * The implementation for chunks under {@link ISAL_MIN_BYTES}: the same as {@link impl} unless
+   * that is `"libisal"`, then `"@node-rs/crc32"` (or its fallback).
+   */
+  readonly smallImpl: Crc32Impl;
   /** The function (always returns an unsigned 32-bit value). */
   readonly fn: Crc32Fn;
-  /** Why a faster implementation was not used (`null` when the native one loaded). */
+  /**
+   * Why a faster implementation was not used (`null` when the fastest one loaded), e.g. that
+   * `libisal.so.2` is not installed.
+   */
   readonly fallbackReason: string | null;
 }
 
@@ -70,19 +92,17 @@ function fallback(reason: string): Crc32Info {
   const z = (zlib as unknown as { crc32?: (data: Uint8Array, value: number) => number }).crc32;
   if (typeof z === "function") {
     const fn: Crc32Fn = (data, value = 0) => z(data, value >>> 0) >>> 0;
-    if (selfCheck(fn)) return { impl: CRC32_IMPLS.zlib, fn, fallbackReason: reason };
+    if (selfCheck(fn)) return single(CRC32_IMPLS.zlib, fn, reason);
   }
-  return { impl: CRC32_IMPLS.table, fn: crc32Table, fallbackReason: reason };
+  return single(CRC32_IMPLS.table, crc32Table, reason);
 }
 
-/**
- * Picks the CRC-32 implementation: `@node-rs/crc32` when `load()` returns a module whose `crc32`
- * passes a self-check (same values as zlib, including continuing from an initial value), else
- * `node:zlib` `crc32`, else the table code. `load` defaults to requiring `@node-rs/crc32` (a
- * missing prebuilt binary for this platform throws there); tests pass their own to exercise the
- * fallback. Never throws.
- */
-export function loadCrc32(load: () => unknown = defaultLoad): Crc32Info {
+function single(impl: Crc32Impl, fn: Crc32Fn, fallbackReason: string | null): Crc32Info {
+  return { impl, smallImpl: impl, fn, fallbackReason };
+}
+
+/** `@node-rs/crc32` when `load()` gives a module whose `crc32` passes the self-check, else the fallback. */
+function loadNative(load: () => unknown): Crc32Info {
   let mod: unknown;
   try {
     mod = load();
@@ -94,44 +114,156 @@ export function loadCrc32(load: () => unknown = defaultLoad): Crc32Info {
   const raw = f as (data: Uint8Array, value: number) => number;
   const fn: Crc32Fn = (data, value = 0) => raw(data, value >>> 0) >>> 0;
   if (!selfCheck(fn)) return fallback(`${CRC32_IMPLS.native} failed the CRC-32 self-check`);
-  return { impl: CRC32_IMPLS.native, fn, fallbackReason: null };
+  return single(CRC32_IMPLS.native, fn, null);
+}
+
+/** ISA-L's signature: `uint32_t crc32_gzip_refl(uint32_t init_crc, const unsigned char *buf, uint64_t len)`. */
+export type IsalCrc32 = (init: number, buf: Uint8Array, len: number) => number;
+
+/**
+ * Loads the optional peer dependency `koffi` and binds `crc32_gzip_refl` from `libisal.so.2`
+ * (throws when either is missing; the message says what to install).
+ */
+function defaultIsalLoad(): IsalCrc32 {
+  let koffi: { load(path: string): { func(decl: string): unknown } };
+  try {
+    koffi = createRequire(import.meta.url)("koffi");
+  } catch {
+    throw new Error('needs the optional peer dependency "koffi" (3.x) next to @tapwire/ec-connector');
+  }
+  let lib: { func(decl: string): unknown };
+  try {
+    lib = koffi.load("libisal.so.2");
+  } catch (err) {
+    throw new Error(
+      `libisal.so.2 did not load (${(err as Error)?.message ?? String(err)}); install Debian/Ubuntu libisal2 or Fedora isa-l`,
+    );
+  }
+  return lib.func(
+    "uint32_t crc32_gzip_refl(uint32_t init_crc, const uint8_t *buf, uint64_t len)",
+  ) as IsalCrc32;
+}
+
+/** A deterministic, non-repeating test pattern (so a wrong polynomial or stride shows). */
+function pattern(n: number): Uint8Array {
+  const out = new Uint8Array(n);
+  let x = 0x9e3779b9;
+  for (let i = 0; i < n; i++) {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    out[i] = x & 0xff;
+  }
+  return out;
+}
+
+/**
+ * ISA-L for chunks of {@link ISAL_MIN_BYTES} and more over `small` for the rest, when `load()`
+ * binds and both halves agree with `small` (the check value, chaining, odd offsets, and a long
+ * chunk split across the threshold); else `small` with the reason.
+ */
+function withIsal(load: () => unknown, small: Crc32Info): Crc32Info {
+  const why = (m: string): Crc32Info => ({ ...small, fallbackReason: `${CRC32_IMPLS.isal}: ${m}` });
+  let raw: IsalCrc32;
+  try {
+    const f = load();
+    if (typeof f !== "function") return why("the loader gave no function");
+    raw = f as IsalCrc32;
+  } catch (err) {
+    return why((err as Error)?.message ?? String(err));
+  }
+  const isal: Crc32Fn = (data, value = 0) => raw(value >>> 0, data, data.length) >>> 0;
+  const smallFn = small.fn;
+  const fn: Crc32Fn = (data, value = 0) =>
+    data.length >= ISAL_MIN_BYTES ? raw(value >>> 0, data, data.length) >>> 0 : smallFn(data, value);
+  try {
+    if (!selfCheck(isal)) return why("failed the CRC-32 self-check");
+    const long = pattern(3 * ISAL_MIN_BYTES + 7);
+    const view = long.subarray(1);
+    const want = smallFn(view);
+    if (isal(view) !== want || fn(view) !== want) return why("failed the CRC-32 self-check");
+    const cut = ISAL_MIN_BYTES - 5;
+    if (fn(view.subarray(cut), fn(view.subarray(0, cut))) !== want)
+      return why("failed the CRC-32 self-check");
+  } catch (err) {
+    return why(`failed the CRC-32 self-check: ${(err as Error)?.message ?? String(err)}`);
+  }
+  return { impl: CRC32_IMPLS.isal, smallImpl: small.impl, fn, fallbackReason: null };
+}
+
+/**
+ * Picks the CRC-32 implementation. First the small-chunk one: `@node-rs/crc32` when `load()`
+ * returns a module whose `crc32` passes a self-check (same values as zlib, including continuing
+ * from an initial value), else `node:zlib` `crc32`, else the table code. Then, unless `loadIsal`
+ * is `null`, ISA-L on top of it for chunks of {@link ISAL_MIN_BYTES} and more, when `loadIsal()`
+ * returns a working `crc32_gzip_refl` ({@link IsalCrc32}). `load` defaults to requiring
+ * `@node-rs/crc32` (a missing prebuilt binary for this platform throws there), `loadIsal` to
+ * binding `libisal.so.2` through `koffi`; tests pass their own to exercise each fallback.
+ * Never throws: {@link Crc32Info.fallbackReason} says why a faster one was not used.
+ */
+export function loadCrc32(
+  load: () => unknown = defaultLoad,
+  loadIsal: (() => unknown) | null = defaultIsalLoad,
+): Crc32Info {
+  const small = loadNative(load);
+  return loadIsal === null ? small : withIsal(loadIsal, small);
 }
 
 function defaultLoad(): unknown {
   return createRequire(import.meta.url)(CRC32_IMPLS.native);
 }
 
-/**
- * Where the native module resolves from this package (for the checksum thread, which loads it
- * itself), or `null` when it cannot be resolved.
- */
-export function nativeCrc32Path(): string | null {
-  try {
-    return createRequire(import.meta.url).resolve(CRC32_IMPLS.native);
-  } catch {
-    return null;
+/** The environment variable that chooses the implementation (see {@link crc32Info}). */
+export const CRC32_ENV = "TAPWIRE_EC_CRC32";
+
+/** The choice `TAPWIRE_EC_CRC32` asks for. */
+function fromEnv(v: string | undefined): Crc32Info {
+  switch (v) {
+    case "zlib":
+      return fallback(`${CRC32_ENV}=zlib`);
+    case "table":
+      return single(CRC32_IMPLS.table, crc32Table, `${CRC32_ENV}=table`);
+    case "node-rs":
+      return { ...loadCrc32(defaultLoad, null), fallbackReason: `${CRC32_ENV}=node-rs` };
+    default:
+      return loadCrc32();
   }
 }
 
-/** The environment variable that forces the `node:zlib` fallback when set to `zlib`. */
-export const CRC32_ENV = "TAPWIRE_EC_CRC32";
+let chosen: Crc32Info | undefined;
+const choice = (): Crc32Info => (chosen ??= fromEnv(process.env[CRC32_ENV]));
 
 /**
- * The implementation this process uses, chosen once at module load: {@link loadCrc32}, unless
- * the environment has `TAPWIRE_EC_CRC32=zlib` (forces the `node:zlib` fallback; any other value
- * is the default choice).
+ * The implementation this process uses, chosen once on first use (reading a field, or the first
+ * {@link crc32} call; the producer, the consumer and their metrics read it when they start, so
+ * binding ISA-L never lands on a transfer): {@link loadCrc32}, unless the environment has
+ * `TAPWIRE_EC_CRC32=node-rs` (no ISA-L), `=zlib` (the `node:zlib` fallback) or `=table`; any
+ * other value is the default choice.
  */
-export const crc32Info: Crc32Info =
-  process.env[CRC32_ENV] === "zlib" ? fallback(`${CRC32_ENV}=zlib`) : loadCrc32();
+export const crc32Info: Crc32Info = Object.freeze({
+  get impl() {
+    return choice().impl;
+  },
+  get smallImpl() {
+    return choice().smallImpl;
+  },
+  get fn() {
+    return choice().fn;
+  },
+  get fallbackReason() {
+    return choice().fallbackReason;
+  },
+});
 
-const active = crc32Info.fn;
+let active: Crc32Fn | undefined;
 
 /**
  * CRC-32 exactly as zlib (and `node:zlib` `crc32`) computes it, continuing from `value` so it can
- * run incrementally over chunks (EC-CONTRACT 3, 6.3). Uses `@node-rs/crc32` when it loads, else
- * `node:zlib` ({@link crc32Info} says which).
+ * run incrementally over chunks (EC-CONTRACT 3, 6.3). Uses ISA-L for long chunks and
+ * `@node-rs/crc32` for short ones when they load, else `node:zlib` ({@link crc32Info} says which).
  */
 export function crc32(data: Uint8Array, value = 0): number {
+  if (active === undefined) active = choice().fn;
   return active(data, value);
 }
 

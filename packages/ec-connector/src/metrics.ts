@@ -22,7 +22,10 @@ export function silentLogger(): Logger {
  * CRC-32 implementation this process uses (see `crc32Info`).
  */
 export function crcImplInfo(r: Registry): InfoValue {
-  const v = r.info("crc_impl", "the CRC-32 implementation in use (@node-rs/crc32, node:zlib or table)");
+  const v = r.info(
+    "crc_impl",
+    "the CRC-32 implementation in use (libisal, @node-rs/crc32, node:zlib or table)",
+  );
   v.set(crc32Info.impl);
   return v;
 }

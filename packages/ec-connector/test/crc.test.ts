@@ -12,6 +12,7 @@ import {
   crc32,
   crc32Info,
   EcAdminClient,
+  ISAL_MIN_BYTES,
   loadCrc32,
 } from "../src/index.js";
 import { consumerMetrics, producerMetrics } from "../src/metrics.js";
@@ -47,16 +48,40 @@ function chunks(data: Uint8Array, cuts: number[]): Uint8Array[] {
 
 const fallbackInfo = loadCrc32(() => {
   throw new Error("Cannot find module '@node-rs/crc32-linux-x64-gnu'");
-});
+}, null);
+
+/** ISA-L's crc32_gzip_refl bound straight (not through this package), or null when it does not load here. */
+function isalModule(): ((init: number, buf: Uint8Array, len: number) => number) | null {
+  try {
+    const koffi = createRequire(import.meta.url)("koffi") as {
+      load(p: string): { func(d: string): (init: number, buf: Uint8Array, len: number) => number };
+    };
+    return koffi.load("libisal.so.2").func("uint32_t crc32_gzip_refl(uint32_t, const uint8_t *, uint64_t)");
+  } catch {
+    return null;
+  }
+}
+
+/** A crc32_gzip_refl stand-in built on node:zlib, counting its calls. */
+function fakeIsal(calls: number[]): (init: number, buf: Uint8Array, len: number) => number {
+  return (init, buf, len) => {
+    calls.push(len);
+    return zlibCrc(buf.subarray(0, len), init);
+  };
+}
 
 describe("CRC-32 implementation choice", () => {
-  it("uses @node-rs/crc32 when it loads here, and says so", () => {
+  it("uses the fastest implementation that loads here (ISA-L over @node-rs/crc32), and says so", () => {
     const native = nativeModule();
-    if (native !== null && process.env[CRC32_ENV] !== "zlib") {
-      expect(crc32Info.impl).toBe(CRC32_IMPLS.native);
+    const isal = isalModule();
+    if (process.env[CRC32_ENV] === undefined && isal !== null && native !== null) {
+      expect(crc32Info.impl).toBe(CRC32_IMPLS.isal);
+      expect(crc32Info.smallImpl).toBe(CRC32_IMPLS.native);
       expect(crc32Info.fallbackReason).toBeNull();
+    } else if (process.env[CRC32_ENV] === undefined && native !== null) {
+      expect(crc32Info.impl).toBe(CRC32_IMPLS.native);
+      expect(crc32Info.fallbackReason).toMatch(/^libisal: /);
     } else {
-      expect(crc32Info.impl).not.toBe(CRC32_IMPLS.native);
       expect(crc32Info.fallbackReason).not.toBeNull();
     }
     // the metrics say which implementation is in use
@@ -71,24 +96,84 @@ describe("CRC-32 implementation choice", () => {
   it("falls back to node:zlib when the native package is missing, broken or wrong", () => {
     expect(fallbackInfo.impl).toBe(CRC32_IMPLS.zlib);
     expect(fallbackInfo.fallbackReason).toMatch(/did not load: Cannot find module/);
-    const empty = loadCrc32(() => ({}));
+    const empty = loadCrc32(() => ({}), null);
     expect(empty.impl).toBe(CRC32_IMPLS.zlib);
     expect(empty.fallbackReason).toMatch(/no crc32 function/);
     // a module whose crc32 computes something else (here: CRC-32C) fails the self-check
     const native = nativeModule() as { crc32c?: unknown } | null;
-    const wrong = loadCrc32(() => ({ crc32: native?.crc32c ?? ((d: Uint8Array) => d.length) }));
+    const wrong = loadCrc32(() => ({ crc32: native?.crc32c ?? ((d: Uint8Array) => d.length) }), null);
     expect(wrong.impl).toBe(CRC32_IMPLS.zlib);
     expect(wrong.fallbackReason).toMatch(/self-check/);
     // ignoring the initial value also fails it
-    const noInit = loadCrc32(() => ({ crc32: (d: Uint8Array) => zlibCrc(d) }));
+    const noInit = loadCrc32(() => ({ crc32: (d: Uint8Array) => zlibCrc(d) }), null);
     expect(noInit.fallbackReason).toMatch(/self-check/);
     // a loader handing back a good implementation is used
-    const good = loadCrc32(() => ({ crc32: (d: Uint8Array, v?: number) => zlibCrc(d, v ?? 0) }));
+    const good = loadCrc32(() => ({ crc32: (d: Uint8Array, v?: number) => zlibCrc(d, v ?? 0) }), null);
     expect(good.impl).toBe(CRC32_IMPLS.native);
+    expect(good.smallImpl).toBe(CRC32_IMPLS.native);
     expect(fallbackInfo.fn(Buffer.from("123456789"))).toBe(0xcbf43926);
   });
 
-  it("property: native, fallback, table and zlib agree; incremental over any chunking == one-shot (EC-CONTRACT 3, 6.3)", () => {
+  it("ISA-L takes chunks of ISAL_MIN_BYTES and more, the small implementation the rest; a missing or wrong libisal falls back and says why", () => {
+    const goodNative = () => ({ crc32: (d: Uint8Array, v?: number) => zlibCrc(d, v ?? 0) });
+    const calls: number[] = [];
+    const hybrid = loadCrc32(goodNative, () => fakeIsal(calls));
+    expect(hybrid.impl).toBe(CRC32_IMPLS.isal);
+    expect(hybrid.smallImpl).toBe(CRC32_IMPLS.native);
+    expect(hybrid.fallbackReason).toBeNull();
+    calls.length = 0;
+    const long = new Uint8Array(ISAL_MIN_BYTES + 3).fill(5);
+    expect(hybrid.fn(long, 7)).toBe(zlibCrc(long, 7) >>> 0);
+    expect(hybrid.fn(long.subarray(0, ISAL_MIN_BYTES - 1), 7)).toBe(
+      zlibCrc(long.subarray(0, ISAL_MIN_BYTES - 1), 7) >>> 0,
+    );
+    expect(hybrid.fn(long.subarray(0, ISAL_MIN_BYTES))).toBe(zlibCrc(long.subarray(0, ISAL_MIN_BYTES)) >>> 0);
+    expect(calls).toEqual([ISAL_MIN_BYTES + 3, ISAL_MIN_BYTES]);
+    // over the zlib fallback when @node-rs/crc32 is missing too
+    const overZlib = loadCrc32(
+      () => {
+        throw new Error("gone");
+      },
+      () => fakeIsal([]),
+    );
+    expect(overZlib.impl).toBe(CRC32_IMPLS.isal);
+    expect(overZlib.smallImpl).toBe(CRC32_IMPLS.zlib);
+    // libisal.so.2 or koffi missing: the small implementation, and the reason
+    const missing = loadCrc32(goodNative, () => {
+      throw new Error("libisal.so.2 did not load");
+    });
+    expect(missing.impl).toBe(CRC32_IMPLS.native);
+    expect(missing.fallbackReason).toBe("libisal: libisal.so.2 did not load");
+    expect(loadCrc32(goodNative, () => 42).fallbackReason).toMatch(/^libisal: .*no function/);
+    // wrong values: ignores the initial value; right only on short input; CRC-32C; throws
+    const noInit = loadCrc32(
+      goodNative,
+      () => (_i: number, b: Uint8Array, n: number) => zlibCrc(b.subarray(0, n)),
+    );
+    expect(noInit.impl).toBe(CRC32_IMPLS.native);
+    expect(noInit.fallbackReason).toMatch(/^libisal: failed the CRC-32 self-check/);
+    const shortOnly = loadCrc32(
+      goodNative,
+      () => (i: number, b: Uint8Array, n: number) => (n < 1000 ? zlibCrc(b.subarray(0, n), i) : 0),
+    );
+    expect(shortOnly.fallbackReason).toMatch(/self-check/);
+    const native = nativeModule() as { crc32c?: (d: Uint8Array, v?: number) => number } | null;
+    if (native?.crc32c !== undefined) {
+      const c = native.crc32c;
+      const castagnoli = loadCrc32(
+        goodNative,
+        () => (i: number, b: Uint8Array, n: number) => c(b.subarray(0, n), i),
+      );
+      expect(castagnoli.fallbackReason).toMatch(/self-check/);
+    }
+    const throws = loadCrc32(goodNative, () => () => {
+      throw new TypeError("bad pointer");
+    });
+    expect(throws.fallbackReason).toMatch(/^libisal: failed the CRC-32 self-check/);
+  });
+
+  const isal = isalModule();
+  it("property: ISA-L, native, fallback, table and zlib agree; incremental over any chunking == one-shot (EC-CONTRACT 3, 6.3)", () => {
     fc.assert(
       fc.property(
         fc.uint8Array({ maxLength: 70_000 }),
@@ -114,6 +199,7 @@ describe("CRC-32 implementation choice", () => {
           expect(f).toBe(want);
           const native = nativeModule();
           if (native !== null) expect(native.crc32(data, init) >>> 0).toBe(want);
+          if (isal !== null) expect(isal(init, data, data.length) >>> 0).toBe(want);
         },
       ),
       { numRuns: 300 },
@@ -140,6 +226,7 @@ it(`a producer forced onto the node:zlib fallback (${CRC32_ENV}=zlib) and a cons
   );
   const listening = child.readyLine.json!;
   expect(listening["crcImpl"]).toBe(CRC32_IMPLS.zlib);
+  expect(listening["crcFallback"]).toBe(`${CRC32_ENV}=zlib`);
   const admin = new EcAdminClient(String(listening["admin"]));
   const registry = new Registry();
   const conn = await ConsumerConnector.create({
@@ -163,6 +250,30 @@ it(`a producer forced onto the node:zlib fallback (${CRC32_ENV}=zlib) and a cons
     await conn.close();
     admin.close();
     await child.kill("SIGTERM");
+  }
+}, 60_000);
+
+it(`${CRC32_ENV} picks the producer's implementation (node-rs, table; unset: ${crc32Info.impl}) and its listening line says which and why`, async () => {
+  const want: [string | undefined, string, string | undefined][] = [
+    ["node-rs", CRC32_IMPLS.native, `${CRC32_ENV}=node-rs`],
+    ["table", CRC32_IMPLS.table, `${CRC32_ENV}=table`],
+    [undefined, crc32Info.impl, crc32Info.fallbackReason ?? undefined],
+  ];
+  for (const [value, impl, why] of want) {
+    const child = await spawnBin(
+      PRODUCER_BIN,
+      ["--log-level", "warn", "--num-blocks", "16", "--block-bytes", "65536"],
+      {
+        env: value === undefined ? {} : { [CRC32_ENV]: value },
+      },
+    );
+    try {
+      const listening = child.readyLine.json!;
+      expect(listening["crcImpl"]).toBe(impl);
+      expect(listening["crcFallback"]).toBe(why);
+    } finally {
+      await child.kill("SIGTERM");
+    }
   }
 }, 60_000);
 

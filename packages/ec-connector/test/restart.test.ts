@@ -110,7 +110,7 @@ describe("a producer restarted on the same address (issue 19)", () => {
         .filter(([k]) => k.startsWith("producer_nacks_"))
         .reduce((a, [, v]) => a + v, 0);
       expect(
-        c["producer_requests"] - nacks,
+        (c["producer_requests"] ?? 0) - nacks,
         `requests ${c["producer_requests"]}, NACKs ${nacks}`,
       ).toBeLessThanOrEqual(ENTRIES);
       expect(c["producer_grants"]).toBeLessThanOrEqual(ENTRIES);

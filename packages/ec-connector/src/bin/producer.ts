@@ -502,6 +502,7 @@ async function main(argv: string[]): Promise<void> {
       blockBytes: p.cache.blockBytes,
       entries: p.cache.size,
       crcImpl: crc32Info.impl,
+      ...(crc32Info.fallbackReason === null ? {} : { crcFallback: crc32Info.fallbackReason }),
     },
     "listening",
   );

@@ -1,7 +1,7 @@
 /**
  * The checksum thread's entry (a worker module, started by `ChecksumThread`): CRC-32 of ranges of
  * the shared cache region, in order, per read id. Uses the same implementation chain as the main
- * thread (`crc32Info` from `crc.ts`: `@node-rs/crc32` → `node:zlib` → table, and the
+ * thread (`crc32Info` from `crc.ts`: ISA-L for long ranges over `@node-rs/crc32` → `node:zlib` → table, and the
  * `TAPWIRE_EC_CRC32` override), and reports which one it uses first.
  */
 import { parentPort, workerData } from "node:worker_threads";
