@@ -158,6 +158,13 @@ const TARGETS = [
     path: "unshared_tax_null.ratio_mean",
     target: "<= 1.05",
   },
+  {
+    id: "tax-null-cpu",
+    bench: "shared",
+    label: "unshared tax K=4 / K=1, worker CPU per STEP, null drafter (issue 20)",
+    path: "unshared_tax_null.ratio_cpu",
+    target: "<= 1.05",
+  },
 ];
 // ---------------------------------------------------------------------------------------------
 
