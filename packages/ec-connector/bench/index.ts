@@ -5,13 +5,13 @@
  */
 
 import { type ChildProcess, spawn } from "node:child_process";
-import { createRequire } from "node:module";
 import * as net from "node:net";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { Dealer } from "zeromq";
+import { defaultIsalLoad, type IsalCrc32 } from "../src/crc.js";
 import { DEFAULT_SEND_BUFFER_BYTES } from "../src/data/sockbuf.js";
 import { SEND_BUFFER_ENV } from "../src/data/socket.js";
 import {
@@ -511,16 +511,9 @@ function crcRows(): Record<string, unknown>[] {
 }
 
 /** ISA-L on a chunk shorter than ISAL_MIN_BYTES (the hybrid would not): bound once, straight. */
-let isalBound: ((init: number, buf: Uint8Array, len: number) => number) | undefined;
+let isalBound: IsalCrc32 | undefined;
 function isalRaw(d: Uint8Array, v = 0): number {
-  if (isalBound === undefined) {
-    const koffi = createRequire(import.meta.url)("koffi") as {
-      load(p: string): { func(s: string): (init: number, buf: Uint8Array, len: number) => number };
-    };
-    isalBound = koffi
-      .load("libisal.so.2")
-      .func("uint32_t crc32_gzip_refl(uint32_t, const uint8_t *, uint64_t)");
-  }
+  isalBound ??= defaultIsalLoad();
   return isalBound(v >>> 0, d, d.length) >>> 0;
 }
 

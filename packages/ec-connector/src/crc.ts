@@ -1,5 +1,6 @@
 import { createRequire } from "node:module";
 import * as zlib from "node:zlib";
+import { requireKoffi } from "./koffi.js";
 
 /** A CRC-32 function continuing from `value` (an unsigned 32-bit CRC; 0 to start). */
 export type Crc32Fn = (data: Uint8Array, value?: number) => number;
@@ -29,7 +30,7 @@ export type Crc32Impl = (typeof CRC32_IMPLS)[keyof typeof CRC32_IMPLS];
 /**
  * Chunks of at least this many bytes go to ISA-L when it is in use; shorter ones to
  * {@link Crc32Info.smallImpl}. A koffi call costs ~1 µs more than a `@node-rs/crc32` one, so
- * ISA-L's faster loop wins from ~16 KiB (measured in `bench/crc.ts`, docs/benchmarks/ec-connector.md).
+ * ISA-L's faster loop wins from ~16 KiB (measured by `EC_BENCH_ONLY=crc pnpm bench`, docs/benchmarks/ec-connector.md).
  */
 export const ISAL_MIN_BYTES = 16 * 1024;
 
@@ -122,12 +123,14 @@ export type IsalCrc32 = (init: number, buf: Uint8Array, len: number) => number;
 
 /**
  * Loads the optional peer dependency `koffi` and binds `crc32_gzip_refl` from `libisal.so.2`
- * (throws when either is missing; the message says what to install).
+ * (throws when either is missing; the message says what to install). The bench binds through it
+ * too, to time ISA-L alone below {@link ISAL_MIN_BYTES}.
+ * @internal
  */
-function defaultIsalLoad(): IsalCrc32 {
+export function defaultIsalLoad(): IsalCrc32 {
   let koffi: { load(path: string): { func(decl: string): unknown } };
   try {
-    koffi = createRequire(import.meta.url)("koffi");
+    koffi = requireKoffi() as typeof koffi;
   } catch {
     throw new Error('needs the optional peer dependency "koffi" (3.x) next to @tapwire/ec-connector');
   }
@@ -176,17 +179,17 @@ function withIsal(load: () => unknown, small: Crc32Info): Crc32Info {
   const smallFn = small.fn;
   const fn: Crc32Fn = (data, value = 0) =>
     data.length >= ISAL_MIN_BYTES ? raw(value >>> 0, data, data.length) >>> 0 : smallFn(data, value);
+  const failed = "failed the CRC-32 self-check";
   try {
-    if (!selfCheck(isal)) return why("failed the CRC-32 self-check");
+    if (!selfCheck(isal)) return why(failed);
     const long = pattern(3 * ISAL_MIN_BYTES + 7);
     const view = long.subarray(1);
     const want = smallFn(view);
-    if (isal(view) !== want || fn(view) !== want) return why("failed the CRC-32 self-check");
+    if (isal(view) !== want || fn(view) !== want) return why(failed);
     const cut = ISAL_MIN_BYTES - 5;
-    if (fn(view.subarray(cut), fn(view.subarray(0, cut))) !== want)
-      return why("failed the CRC-32 self-check");
+    if (fn(view.subarray(cut), fn(view.subarray(0, cut))) !== want) return why(failed);
   } catch (err) {
-    return why(`failed the CRC-32 self-check: ${(err as Error)?.message ?? String(err)}`);
+    return why(`${failed}: ${(err as Error)?.message ?? String(err)}`);
   }
   return { impl: CRC32_IMPLS.isal, smallImpl: small.impl, fn, fallbackReason: null };
 }

@@ -8,7 +8,6 @@
 // its error codes (EcError).
 
 import * as fs from "node:fs";
-import { createRequire } from "node:module";
 import { join } from "node:path";
 import {
   attachSessionFile,
@@ -22,6 +21,7 @@ import {
   type TransportErrorCode,
 } from "@tapwire/transport";
 import { EcError, type EcErrorCode } from "../errors.js";
+import { requireKoffi as defaultRequire } from "../koffi.js";
 
 export { DEFAULT_SHM_DIR, sweepStaleShmFiles } from "@tapwire/transport";
 
@@ -40,7 +40,6 @@ const EC_CODE: Partial<Record<TransportErrorCode, EcErrorCode>> = {
 
 let loaded: Libc | null = null;
 let failure: unknown = null;
-const defaultRequire = (): unknown => createRequire(import.meta.url)("koffi");
 let requireKoffi: () => unknown = defaultRequire;
 
 /**
