@@ -192,9 +192,7 @@ export class WorkerCore {
     if (this.#tail !== null) return 0;
     if (this.#table === null) return this.#store.prepareAppends();
     // CONTRACT 12.1: a shared worker prepares every held session's windows.
-    let rows = 0;
-    for (const id of this.#table.ids()) rows += this.#table.find(id)?.store.prepareAppends() ?? 0;
-    return rows;
+    return this.#table.prepareAppends();
   }
 
   /**

@@ -147,6 +147,16 @@ export class SessionTable {
     return this.#held.map((h) => h.id);
   }
 
+  /**
+   * Compaction between STEPs of every held session ({@link WindowStore.prepareAppends}): the rows
+   * copied. Allocates nothing (it runs after every answered frame).
+   */
+  prepareAppends(): number {
+    let rows = 0;
+    for (let i = 0; i < this.#held.length; i++) rows += this.#held[i]!.store.prepareAppends();
+    return rows;
+  }
+
   /** The held session of id `id`, or null. */
   find(id: number): HeldSession | null {
     if (id === 0) return null;
