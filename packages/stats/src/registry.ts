@@ -80,6 +80,8 @@ export class Registry {
   /** Exposed Prometheus family name -> registration name, to catch `x_total` vs `x` clashes early. */
   private readonly exposed = new Map<string, string>();
   private readonly prom = new PromRegistry();
+  /** Called before every read ({@link Registry.beforeRead}). */
+  private readonly readers: (() => void)[] = [];
 
   constructor(options: RegistryOptions = {}) {
     if (typeof options !== "object" || options === null) {
@@ -206,8 +208,26 @@ export class Registry {
     return h;
   }
 
+  /**
+   * Registers `fold`, called before every read of this registry ({@link Registry.snapshot},
+   * {@link Registry.prometheus}, {@link Registry.reset}): a hot path that tallies observations
+   * in its own fields (a constant it saw `n` times, values kept in a buffer) folds them into its
+   * metrics there, instead of observing each one as it happens. `fold` must not throw.
+   */
+  beforeRead(fold: () => void): void {
+    if (typeof fold !== "function") {
+      throw new StatsError(StatsErrorCode.BAD_OPTION, "beforeRead: fold must be a function");
+    }
+    this.readers.push(fold);
+  }
+
+  private fold(): void {
+    for (const f of this.readers) f();
+  }
+
   /** Plain-JSON copy of every metric's current value (for the worker's STATS op and logs). */
   snapshot(): StatsSnapshot {
+    this.fold();
     const s: StatsSnapshot = { counters: {}, gauges: {}, info: {}, histograms: {} };
     for (const [name, c] of this.counters) s.counters[name] = c.value;
     for (const [name, g] of this.gauges) s.gauges[name] = g.value;
@@ -232,6 +252,7 @@ export class Registry {
 
   /** Prometheus text exposition (format 0.0.4) of this registry, rendered by prom-client from live values. */
   prometheus(): Promise<string> {
+    this.fold();
     return this.prom.metrics();
   }
 
@@ -240,6 +261,7 @@ export class Registry {
 
   /** Zeroes every counter, gauge and histogram and empties every string value; registrations stay. */
   reset(): void {
+    this.fold();
     for (const c of this.counters.values()) c.value = 0;
     for (const g of this.gauges.values()) g.value = 0;
     for (const v of this.infos.values()) v.value = "";

@@ -528,3 +528,26 @@ describe("serveMetrics", () => {
     }
   });
 });
+
+describe("Registry.beforeRead: tallies folded in before every read", () => {
+  test("snapshot, prometheus and reset each call the fold first; a bad fold is refused", async () => {
+    const r = new Registry({ prefix: "t_" });
+    const h = r.histogram("n", { unit: "none" });
+    let pending = 0;
+    let folds = 0;
+    r.beforeRead(() => {
+      folds++;
+      for (; pending > 0; pending--) h.observe(1);
+    });
+    pending = 3;
+    expect(r.snapshot().histograms.n!.count).toBe(3);
+    pending = 2;
+    expect(await r.prometheus()).toContain("t_n_count 5");
+    pending = 4;
+    r.reset();
+    expect(pending).toBe(0);
+    expect(r.snapshot().histograms.n!.count).toBe(0);
+    expect(folds).toBe(4);
+    expect(() => r.beforeRead(42 as unknown as () => void)).toThrow(/fold must be a function/);
+  });
+});

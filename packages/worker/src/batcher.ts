@@ -7,7 +7,7 @@ const EMPTY = new Uint8Array(0);
 
 /** One STEP's consumed entries waiting for a drafter call (CONTRACT 12.1 "Batching"). */
 interface Job {
-  readonly port: Batcher;
+  readonly port: Port;
   readonly batch: readonly DraftBatchEntry[];
   readonly out: DraftOutput;
   /** `performance.now()` when queued. */
@@ -91,11 +91,58 @@ export interface Batcher {
   leave(): void;
 }
 
+/** A session's door as the batcher holds it: its place in {@link Awaited} (-1: not awaited). */
+interface Port extends Batcher {
+  at: number;
+}
+
+/**
+ * The sessions a batch gather awaits. A call clears and refills it, and every STEP deletes its
+ * session from it: a `Set` would allocate a new table on each `clear` (V8), on the unshared path
+ * too, so each port holds its own index into one reused array (removal swaps in the last).
+ */
+class Awaited {
+  readonly #list: Port[] = [];
+  #n = 0;
+
+  get size(): number {
+    return this.#n;
+  }
+
+  add(p: Port): void {
+    if (p.at >= 0) return;
+    p.at = this.#n;
+    this.#list[this.#n++] = p;
+  }
+
+  /** Removes `p`; false when it was not awaited. */
+  delete(p: Port): boolean {
+    const i = p.at;
+    if (i < 0) return false;
+    const last = this.#list[--this.#n]!;
+    this.#list[i] = last;
+    last.at = i;
+    p.at = -1;
+    return true;
+  }
+
+  clear(): void {
+    for (let i = 0; i < this.#n; i++) this.#list[i]!.at = -1;
+    this.#n = 0;
+  }
+}
+
 /** Default bound of a batch gather (µs; `--batch-gather-us`, docs/worker.md "Batch gather"). */
 export const DEFAULT_BATCH_GATHER_US = 2000;
 
 /** Weight of the newest call in the running mean of call times (the gather's adaptive bound). */
 const CALL_EWMA = 0.2;
+
+/**
+ * Solo calls tallied before their observations are folded into the batch histograms (at the
+ * latest when this many are pending, else at the next scrape: `Registry.beforeRead`).
+ */
+export const SOLO_TALLY = 256;
 
 /**
  * Consecutive calls of one session alone after which a synchronous call no longer holds the
@@ -143,14 +190,14 @@ export class SharedBatcher {
   /** A drafter call runs (or a synchronous call's event-loop turn is not over). */
   #busy = false;
   /** Sessions answered by the last call whose next STEP has not arrived (the gather awaits them). */
-  readonly #awaited = new Set<Batcher>();
+  readonly #awaited = new Awaited();
   /** Cancels the pending gather's timer (null: no gather pending). */
   #gather: (() => void) | null = null;
   /** Running mean of drafter call wall times, ms (0 before the first call). */
   #callMs = 0;
   #callStart = 0;
   /** The session of the last calls when they were all one session's alone (null: not so). */
-  #lonePort: Batcher | null = null;
+  #lonePort: Port | null = null;
   /** How many calls in a row drafted {@link #lonePort} alone. */
   #loneRun = 0;
   // Scratch of a merged call, grown on demand and then reused.
@@ -161,6 +208,12 @@ export class SharedBatcher {
   #support = new Int32Array(0);
   #q = new Uint32Array(0);
   #failed = new Uint8Array(0);
+  // Solo calls not yet observed (folded by #fold): their entries and call seconds; each was one
+  // STEP that waited 0 s. Observing four histograms per call costs the unshared path a few µs
+  // of cache misses per STEP (docs/benchmarks/worker.md "Where the null drafter's tax is").
+  readonly #soloEntries = new Uint32Array(SOLO_TALLY);
+  readonly #soloCallS = new Float64Array(SOLO_TALLY);
+  #soloPending = 0;
   readonly #pool: DraftBatchEntry[] = [];
   readonly #merged: DraftBatchEntry[] = [];
   readonly #jobs: Job[] = [];
@@ -179,6 +232,7 @@ export class SharedBatcher {
     this.#maxEntries = maxBatchEntries === 0 ? Number.POSITIVE_INFINITY : maxBatchEntries;
     this.#gatherMs = gatherUs / 1000;
     this.#m = batcherMetrics(registry);
+    registry.beforeRead(() => this.#fold());
   }
 
   /** STEPs waiting for a drafter call. */
@@ -193,7 +247,8 @@ export class SharedBatcher {
 
   /** A new session's door (one per held session, sessions.ts). */
   port(): Batcher {
-    const port: Batcher = {
+    const port: Port = {
+      at: -1,
       submit: (batch, out) => this.#submit(port, batch, out),
       leave: () => this.#leave(port),
     };
@@ -205,12 +260,17 @@ export class SharedBatcher {
    * no other session is awaited, else in the next call with the other queued STEPs. Throws (or
    * rejects) when the call that drafted it threw.
    */
-  #submit(port: Batcher, batch: readonly DraftBatchEntry[], out: DraftOutput): void | Promise<void> {
+  #submit(port: Port, batch: readonly DraftBatchEntry[], out: DraftOutput): void | Promise<void> {
     this.#awaited.delete(port);
     if (!this.#busy && this.queued === 0 && (this.#awaited.size === 0 || this.#gatherMs === 0)) {
       this.#awaited.clear();
       return this.#solo(port, batch, out);
     }
+    return this.#enqueue(port, batch, out);
+  }
+
+  /** Queues a STEP for the next call (its own method: the solo path creates no closure). */
+  #enqueue(port: Port, batch: readonly DraftBatchEntry[], out: DraftOutput): Promise<void> {
     const p = new Promise<void>((resolve, reject) => {
       this.#queue.push({ port, batch, out, queuedAt: performance.now(), resolve, reject });
     });
@@ -221,7 +281,7 @@ export class SharedBatcher {
     return p;
   }
 
-  #leave(port: Batcher): void {
+  #leave(port: Port): void {
     if (!this.#awaited.delete(port)) return;
     if (this.#gather !== null && this.#gatherDone()) this.#endGather(false);
   }
@@ -261,44 +321,76 @@ export class SharedBatcher {
     if (steps > 1) m.merged.inc();
   }
 
-  /** A call with one STEP, written straight into its reply. */
-  #solo(port: Batcher, batch: readonly DraftBatchEntry[], out: DraftOutput): void | Promise<void> {
+  /**
+   * A call with one STEP, written straight into its reply. Counted like any call, but its
+   * histogram observations are tallied ({@link SOLO_TALLY}) and folded in later.
+   */
+  #solo(port: Port, batch: readonly DraftBatchEntry[], out: DraftOutput): void | Promise<void> {
     this.#busy = true;
-    this.#count(batch.length, 1);
-    this.#m.queueTime.observe(0);
+    const m = this.#m;
+    m.calls.inc();
+    m.entries.inc(batch.length);
     this.#callStart = performance.now();
     let r: void | Promise<void>;
     try {
       r = this.#drafter.draft(batch, out);
     } catch (e) {
-      this.#called(port, null);
+      this.#soloCalled(port, batch.length);
       this.#afterSync();
       throw e;
     }
-    if (r instanceof Promise) {
-      return r.then(
-        () => {
-          this.#called(port, null);
-          this.#next();
-        },
-        (e: unknown) => {
-          this.#called(port, null);
-          this.#next();
-          throw e;
-        },
-      );
-    }
-    this.#called(port, null);
+    if (r instanceof Promise) return this.#soloLater(r, port, batch.length);
+    this.#soloCalled(port, batch.length);
     this.#afterSync();
   }
 
-  /**
-   * A call ended: its time joins the running mean, and the sessions it answered (`port`, or the
-   * ports of `jobs`) are the ones the next gather awaits.
-   */
-  #called(port: Batcher | null, jobs: readonly Job[] | null): void {
+  /** An asynchronous solo call's end (its own method: the synchronous path creates no closure). */
+  #soloLater(r: Promise<void>, port: Port, entries: number): Promise<void> {
+    return r.then(
+      () => {
+        this.#soloCalled(port, entries);
+        this.#next();
+      },
+      (e: unknown) => {
+        this.#soloCalled(port, entries);
+        this.#next();
+        throw e;
+      },
+    );
+  }
+
+  /** A solo call of `entries` entries ended: tallied, then {@link #called}. */
+  #soloCalled(port: Port, entries: number): void {
     const ms = performance.now() - this.#callStart;
-    this.#m.callTime.observe(ms / 1000);
+    const i = this.#soloPending;
+    this.#soloEntries[i] = entries;
+    this.#soloCallS[i] = ms / 1000;
+    this.#soloPending = i + 1;
+    if (i + 1 === SOLO_TALLY) this.#fold();
+    this.#called(port, null, ms);
+  }
+
+  /** Observes the tallied solo calls: `batch_steps` 1 and `batch_queue_seconds` 0 each. */
+  #fold(): void {
+    const n = this.#soloPending;
+    if (n === 0) return;
+    this.#soloPending = 0;
+    const m = this.#m;
+    for (let i = 0; i < n; i++) {
+      m.batchEntries.observe(this.#soloEntries[i]!);
+      m.batchSteps.observe(1);
+      m.queueTime.observe(0);
+      m.callTime.observe(this.#soloCallS[i]!);
+    }
+  }
+
+  /**
+   * A call ended: its time (`soloMs` for a tallied solo call, else measured now) joins the running mean, and the sessions it
+   * answered (`port`, or the ports of `jobs`) are the ones the next gather awaits.
+   */
+  #called(port: Port | null, jobs: readonly Job[] | null, soloMs = -1): void {
+    const ms = soloMs >= 0 ? soloMs : performance.now() - this.#callStart;
+    if (soloMs < 0) this.#m.callTime.observe(ms / 1000);
     this.#callMs = this.#callMs === 0 ? ms : this.#callMs + CALL_EWMA * (ms - this.#callMs);
     this.#awaited.clear();
     if (port !== null) this.#awaited.add(port);

@@ -337,7 +337,24 @@ export class WorkerCore {
       if (r instanceof Promise && key !== null) this.#trackHeld(key, r);
       return r;
     }
-    const p = key.tail.then(() => this.#processShared(msg, conn, id, placed, arrival, t));
+    return this.#afterTail(key, key.tail, msg, conn, id, placed, arrival, t);
+  }
+
+  /**
+   * A frame of a session with a frame in flight: processed after it. Its own method, so that
+   * {@link #handleShared} creates no closure (and no context for one) per frame.
+   */
+  #afterTail(
+    key: HeldSession,
+    tail: Promise<unknown>,
+    msg: Uint8Array,
+    conn: FrameConn,
+    id: FrameConn,
+    placed: StepPlacement | null,
+    arrival: number,
+    t: SessionTable,
+  ): Promise<Uint8Array> {
+    const p = tail.then(() => this.#processShared(msg, conn, id, placed, arrival, t));
     this.#trackHeld(key, p);
     return p;
   }
@@ -391,18 +408,24 @@ export class WorkerCore {
   ): Uint8Array | Promise<Uint8Array> {
     const steps = h.steps.steps;
     const entries = h.steps.entries;
-    const count = (): void => {
-      if (h.steps.steps !== steps) t.countStep(h, h.steps.entries - entries);
-    };
     const r = h.steps.run(seq, session, body, placed, id, arrival);
-    if (r instanceof Promise) {
-      return r.then((v) => {
-        count();
-        return v;
-      });
-    }
-    count();
+    if (r instanceof Promise) return this.#countedLater(r, h, t, steps, entries);
+    if (h.steps.steps !== steps) t.countStep(h, h.steps.entries - entries);
     return r;
+  }
+
+  /** {@link #countedStep} of an asynchronous STEP (no closure on the synchronous path). */
+  #countedLater(
+    r: Promise<Uint8Array>,
+    h: HeldSession,
+    t: SessionTable,
+    steps: number,
+    entries: number,
+  ): Promise<Uint8Array> {
+    return r.then((v) => {
+      if (h.steps.steps !== steps) t.countStep(h, h.steps.entries - entries);
+      return v;
+    });
   }
 
   #placeShared(

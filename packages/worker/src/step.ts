@@ -42,6 +42,16 @@ export class StepRunner {
   // Per entry index: marks of the batch entries (#checkDrafted) and the drafter's failures.
   readonly #marks: Uint8Array;
   readonly #failed: Uint8Array;
+  /** The drafter's output views of the STEP being answered (#draft). */
+  readonly #out: DraftOutput = {
+    draftIds: new Int32Array(0),
+    confidence: new Float32Array(0),
+    margin: null,
+    sampledMask: null,
+    supportIds: null,
+    proposalQ: null,
+    numSpec: 0,
+  };
   // What entryValueProblem reads of the STEP being answered (CONTRACT 6.3, 8).
   readonly #valueCtx: EntryValueContext = { vocabSize: 0, entries: [], sampleMeta: null };
 
@@ -233,16 +243,16 @@ export class StepRunner {
     const batch = this.#batch;
     const batcher = this.#batcher;
     this.drafted += batch.length;
-    const out: DraftOutput = {
-      draftIds: views.draftIds,
-      confidence: views.confidence,
-      margin: views.margin,
-      sampledMask: views.sampledMask,
-      supportIds: views.supportIds,
-      proposalQ: views.proposalQ,
-      numSpec: d.numSpec,
-      failed: this.#failed,
-    };
+    // Reused, like #batch: a runner answers one STEP at a time (the session's frames are serialised).
+    const out = this.#out;
+    out.draftIds = views.draftIds;
+    out.confidence = views.confidence;
+    out.margin = views.margin;
+    out.sampledMask = views.sampledMask;
+    out.supportIds = views.supportIds;
+    out.proposalQ = views.proposalQ;
+    out.numSpec = d.numSpec;
+    out.failed = this.#failed;
     const td = performance.now();
     let r: void | Promise<void>;
     try {
@@ -258,16 +268,29 @@ export class StepRunner {
       this.#drafterFailed(e, views, nReq);
       return this.#finish(buf, views, nReq, t0, td);
     }
-    if (r instanceof Promise) {
-      return r.then(
-        () => this.#checkedFinish(buf, views, nReq, t0, td),
-        (e: unknown) => {
-          this.#drafterFailed(e, views, nReq);
-          return this.#finish(buf, views, nReq, t0, td);
-        },
-      );
-    }
+    if (r instanceof Promise) return this.#drafted(r, buf, views, nReq, t0, td);
     return this.#checkedFinish(buf, views, nReq, t0, td);
+  }
+
+  /**
+   * The reply of an asynchronous drafter call. Its own method, so that the synchronous path of
+   * {@link #draft} creates no closures (and no context for them) per STEP.
+   */
+  #drafted(
+    r: Promise<void>,
+    buf: Uint8Array,
+    views: ReplyViews,
+    nReq: number,
+    t0: number,
+    td: number,
+  ): Promise<Uint8Array> {
+    return r.then(
+      () => this.#checkedFinish(buf, views, nReq, t0, td),
+      (e: unknown) => {
+        this.#drafterFailed(e, views, nReq);
+        return this.#finish(buf, views, nReq, t0, td);
+      },
+    );
   }
 
   /**
