@@ -209,8 +209,8 @@ export class SharedBatcher {
   #q = new Uint32Array(0);
   #failed = new Uint8Array(0);
   // Solo calls not yet observed (folded by #fold): their entries and call seconds; each was one
-  // STEP that waited 0 s. Observing four histograms per call costs the unshared path a few µs
-  // of cache misses per STEP (docs/benchmarks/worker.md "Where the null drafter's tax is").
+  // STEP that waited 0 s. Keeps a lone session's call to field writes; by itself within the
+  // bench's noise (docs/benchmarks/worker.md "What the shared path allocated, and the fix").
   readonly #soloEntries = new Uint32Array(SOLO_TALLY);
   readonly #soloCallS = new Float64Array(SOLO_TALLY);
   #soloPending = 0;
@@ -312,10 +312,15 @@ export class SharedBatcher {
     this.#next();
   }
 
+  /** Counts a drafter call of `entries` entries (solo calls too: their histograms are tallied). */
+  #countCall(entries: number): void {
+    this.#m.calls.inc();
+    this.#m.entries.inc(entries);
+  }
+
   #count(entries: number, steps: number): void {
     const m = this.#m;
-    m.calls.inc();
-    m.entries.inc(entries);
+    this.#countCall(entries);
     m.batchEntries.observe(entries);
     m.batchSteps.observe(steps);
     if (steps > 1) m.merged.inc();
@@ -327,9 +332,7 @@ export class SharedBatcher {
    */
   #solo(port: Port, batch: readonly DraftBatchEntry[], out: DraftOutput): void | Promise<void> {
     this.#busy = true;
-    const m = this.#m;
-    m.calls.inc();
-    m.entries.inc(batch.length);
+    this.#countCall(batch.length);
     this.#callStart = performance.now();
     let r: void | Promise<void>;
     try {
@@ -370,6 +373,13 @@ export class SharedBatcher {
     this.#called(port, null, ms);
   }
 
+  /** The wall time of the call that just ended (ms), observed in `batch_call_seconds`. */
+  #timed(): number {
+    const ms = performance.now() - this.#callStart;
+    this.#m.callTime.observe(ms / 1000);
+    return ms;
+  }
+
   /** Observes the tallied solo calls: `batch_steps` 1 and `batch_queue_seconds` 0 each. */
   #fold(): void {
     const n = this.#soloPending;
@@ -385,12 +395,10 @@ export class SharedBatcher {
   }
 
   /**
-   * A call ended: its time (`soloMs` for a tallied solo call, else measured now) joins the running mean, and the sessions it
-   * answered (`port`, or the ports of `jobs`) are the ones the next gather awaits.
+   * A call of `ms` ended: its time joins the running mean, and the sessions it answered (`port`,
+   * or the ports of `jobs`) are the ones the next gather awaits.
    */
-  #called(port: Port | null, jobs: readonly Job[] | null, soloMs = -1): void {
-    const ms = soloMs >= 0 ? soloMs : performance.now() - this.#callStart;
-    if (soloMs < 0) this.#m.callTime.observe(ms / 1000);
+  #called(port: Port | null, jobs: readonly Job[] | null, ms: number): void {
     this.#callMs = this.#callMs === 0 ? ms : this.#callMs + CALL_EWMA * (ms - this.#callMs);
     this.#awaited.clear();
     if (port !== null) this.#awaited.add(port);
@@ -484,7 +492,7 @@ export class SharedBatcher {
     try {
       r = this.#drafter.draft(j.batch, j.out);
     } catch (e) {
-      this.#called(j.port, null);
+      this.#called(j.port, null, this.#timed());
       j.reject(e);
       this.#afterSync();
       return;
@@ -492,19 +500,19 @@ export class SharedBatcher {
     if (r instanceof Promise) {
       r.then(
         () => {
-          this.#called(j.port, null);
+          this.#called(j.port, null, this.#timed());
           j.resolve();
           this.#next();
         },
         (e: unknown) => {
-          this.#called(j.port, null);
+          this.#called(j.port, null, this.#timed());
           j.reject(e);
           this.#next();
         },
       );
       return;
     }
-    this.#called(j.port, null);
+    this.#called(j.port, null, this.#timed());
     j.resolve();
     this.#afterSync();
   }
@@ -563,7 +571,7 @@ export class SharedBatcher {
     try {
       r = this.#drafter.draft(merged, out);
     } catch (e) {
-      this.#called(null, jobs);
+      this.#called(null, jobs, this.#timed());
       done(e, true);
       this.#afterSync();
       return;
@@ -571,19 +579,19 @@ export class SharedBatcher {
     if (r instanceof Promise) {
       r.then(
         () => {
-          this.#called(null, jobs);
+          this.#called(null, jobs, this.#timed());
           done(null, false);
           this.#next();
         },
         (e: unknown) => {
-          this.#called(null, jobs);
+          this.#called(null, jobs, this.#timed());
           done(e, true);
           this.#next();
         },
       );
       return;
     }
-    this.#called(null, jobs);
+    this.#called(null, jobs, this.#timed());
     done(null, false);
     this.#afterSync();
   }
