@@ -156,6 +156,26 @@ async function fetchOne(conn: ConsumerConnector, producer: string, h: string, n:
 let producerCrcImpl = "";
 
 /**
+ * Runs every one of `variants` at least `atLeast` times, interleaved so background load hits them
+ * alike, in rotating order forwards and backwards (as the client bench does): each variant runs in
+ * every slot and after every other one equally often. Returns how many times each ran (`atLeast`
+ * rounded up to whole rotations). Why: in the fixed order this replaced, the transfer right after
+ * the two raw fetches measured 0.1-0.4 ms slower at 1 MiB than the same connector two slots later
+ * (2026-12-03, docs/benchmarks/ec-connector.md "The slot bias"), a cost charged to whichever
+ * variant sat there (`crc`, the target's).
+ */
+async function interleaved(variants: readonly (() => Promise<void>)[], atLeast: number): Promise<number> {
+  const nv = variants.length;
+  const rounds = Math.ceil(atLeast / (2 * nv)) * 2 * nv;
+  for (let i = 0; i < rounds; i++) {
+    const r = i % nv;
+    const back = Math.floor(i / nv) % 2 === 1;
+    for (let j = 0; j < nv; j++) await variants[back ? (r + nv - j) % nv : (r + j) % nv]!();
+  }
+  return rounds;
+}
+
+/**
  * EC-CONTRACT 10: the cost of residency events on transfer throughput at 16 MiB. Two producer
  * children, one with events (and an EcDirectory subscribed to it), one without; before each timed
  * transfer both get the same untimed-but-concurrent churn (encode a fresh 1 KiB item, evict the
@@ -665,20 +685,25 @@ async function main(): Promise<void> {
       const noCrcTimes: number[] = [];
       const classicTimes: number[] = [];
       const ackAheadTimes: number[] = [];
-      // interleave so background load hits all three alike
-      for (let i = 0; i < iters; i++) {
+      const rawFetch = async (c: RawClient): Promise<number> => {
         const t0 = performance.now();
-        await rawClient.fetch(n);
-        rawTimes.push(performance.now() - t0);
-        const t1 = performance.now();
-        await rawSbClient.fetch(n);
-        rawSbTimes.push(performance.now() - t1);
-        crcTimes.push(await fetchOne(conns.crc, producer.controlEndpoint, `emb-${n}`, n));
-        crcThreadTimes.push(await fetchOne(conns.crcThread, producer.controlEndpoint, `emb-${n}`, n));
-        noCrcTimes.push(await fetchOne(conns.nocrc, producer.controlEndpoint, `emb-${n}`, n));
-        classicTimes.push(await fetchOne(conns.crcClassic, producer.controlEndpoint, `emb-${n}`, n));
-        ackAheadTimes.push(await fetchOne(conns.crcAckAhead, producer.controlEndpoint, `emb-${n}`, n));
-      }
+        await c.fetch(n);
+        return performance.now() - t0;
+      };
+      const item = `emb-${n}`;
+      const cp = producer.controlEndpoint;
+      const rounds = await interleaved(
+        [
+          async () => void rawTimes.push(await rawFetch(rawClient)),
+          async () => void rawSbTimes.push(await rawFetch(rawSbClient)),
+          async () => void crcTimes.push(await fetchOne(conns.crc, cp, item, n)),
+          async () => void crcThreadTimes.push(await fetchOne(conns.crcThread, cp, item, n)),
+          async () => void noCrcTimes.push(await fetchOne(conns.nocrc, cp, item, n)),
+          async () => void classicTimes.push(await fetchOne(conns.crcClassic, cp, item, n)),
+          async () => void ackAheadTimes.push(await fetchOne(conns.crcAckAhead, cp, item, n)),
+        ],
+        iters,
+      );
       const gbps = (ms: number) => round(n / (ms / 1000) / 1e9, 3);
       const raw = median(rawTimes);
       const crc = median(crcTimes);
@@ -688,7 +713,7 @@ async function main(): Promise<void> {
       throughput.push({
         kind,
         bytes: n,
-        iterations: iters,
+        iterations: rounds,
         raw_median_ms: round(raw),
         raw_gb_s: gbps(raw),
         ec_crc_median_ms: round(crc),
@@ -741,15 +766,19 @@ async function main(): Promise<void> {
         const zXs: number[] = [];
         const oldXs: number[] = [];
         const aaXs: number[] = [];
-        for (let i = 0; i < 2 * LAT_ITER; i++) {
-          ecXs.push(await fetchOne(conns.crc, producer.controlEndpoint, h, n));
-          oldXs.push(await fetchOne(conns.crcClassic, producer.controlEndpoint, h, n));
-          aaXs.push(await fetchOne(conns.crcAckAhead, producer.controlEndpoint, h, n));
-          zXs.push(await zmqRtt());
-        }
+        const cp = producer.controlEndpoint;
+        const rounds = await interleaved(
+          [
+            async () => void ecXs.push(await fetchOne(conns.crc, cp, h, n)),
+            async () => void oldXs.push(await fetchOne(conns.crcClassic, cp, h, n)),
+            async () => void aaXs.push(await fetchOne(conns.crcAckAhead, cp, h, n)),
+            async () => void zXs.push(await zmqRtt()),
+          ],
+          2 * LAT_ITER,
+        );
         control.push({
           kind,
-          iterations: 2 * LAT_ITER,
+          iterations: rounds,
           ec_1k_transfer_p50_ms: round(median(ecXs)),
           raw_zmq_rtt_p50_ms: round(median(zXs)),
           ratio_ec_1k_to_raw_zmq: round(median(ecXs) / median(zXs)),
