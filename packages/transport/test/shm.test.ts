@@ -244,6 +244,34 @@ describe("shm+unix: hostile doorbells close the connection with a typed error, t
         ),
       ],
     ],
+    [
+      "a region inside an earlier one after an ascending run",
+      (q) => [
+        bellMsg(
+          q,
+          [
+            [0, 10],
+            [100, 10],
+            [200, 10],
+            [103, 2],
+          ],
+          Buffer.alloc(0),
+        ),
+      ],
+    ],
+    [
+      "overlapping regions in descending order",
+      (q) => [
+        bellMsg(
+          q,
+          [
+            [50, 100],
+            [0, 60],
+          ],
+          Buffer.alloc(0),
+        ),
+      ],
+    ],
     ["an empty region", (q) => [bellMsg(q, [[0, 0]], Buffer.alloc(0))]],
     ["a replayed seq", (q) => [bellMsg(q, [[0, 4]], Buffer.alloc(0)), bellMsg(q, [[0, 4]], Buffer.alloc(0))]],
     ["a seq skipping ahead", (q) => [bellMsg(q + 5, [[0, 4]], Buffer.alloc(0))]],
