@@ -22,7 +22,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import * as v8 from "node:v8";
 import { barChartSvg } from "@tapwire/stats";
-import { type ChildHandle, spawnBin, uniqueSocketPath } from "@tapwire/testing";
+import { type ChildHandle, interleaved, spawnBin, uniqueSocketPath } from "@tapwire/testing";
 import { TraceWriter } from "@tapwire/trace";
 import { makeClient } from "@tapwire/transport";
 import { APP_HEADER_SIZE, rowsOffsetFor, stepReplyBodySize } from "@tapwire/wire";
@@ -461,15 +461,7 @@ async function runLine(
   ];
   // the contenders in rotating order, forwards and backwards: none always goes first or follows
   // the same one
-  const nc = contenders.length;
-  for (let i = 0; i < ITERS; i++) {
-    const r = i % nc;
-    const back = Math.floor(i / nc) % 2 === 1;
-    for (let j = 0; j < nc; j++) {
-      const k = back ? (r + nc - j) % nc : (r + j) % nc;
-      await contenders[k]!();
-    }
-  }
+  await interleaved(contenders, ITERS);
   st.unwrap();
   const allocRing = await allocPerCall(HEAP_ITERS, () => advance(st, sh, true));
   const allocCopy = await allocPerCall(HEAP_ITERS, () => advance(st, sh, false));

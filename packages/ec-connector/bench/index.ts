@@ -10,6 +10,7 @@ import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+import { interleaved } from "@tapwire/testing";
 import { Dealer } from "zeromq";
 import { defaultIsalLoad, type IsalCrc32 } from "../src/crc.js";
 import { DEFAULT_SEND_BUFFER_BYTES } from "../src/data/sockbuf.js";
@@ -155,25 +156,11 @@ async function fetchOne(conn: ConsumerConnector, producer: string, h: string, n:
 
 let producerCrcImpl = "";
 
-/**
- * Runs every one of `variants` at least `atLeast` times, interleaved so background load hits them
- * alike, in rotating order forwards and backwards (as the client bench does): each variant runs in
- * every slot and after every other one equally often. Returns how many times each ran (`atLeast`
- * rounded up to whole rotations). Why: in the fixed order this replaced, the transfer right after
- * the two raw fetches measured 0.1-0.4 ms slower at 1 MiB than the same connector two slots later
- * (2026-12-03, docs/benchmarks/ec-connector.md "The slot bias"), a cost charged to whichever
- * variant sat there (`crc`, the target's).
- */
-async function interleaved(variants: readonly (() => Promise<void>)[], atLeast: number): Promise<number> {
-  const nv = variants.length;
-  const rounds = Math.ceil(atLeast / (2 * nv)) * 2 * nv;
-  for (let i = 0; i < rounds; i++) {
-    const r = i % nv;
-    const back = Math.floor(i / nv) % 2 === 1;
-    for (let j = 0; j < nv; j++) await variants[back ? (r + nv - j) % nv : (r + j) % nv]!();
-  }
-  return rounds;
-}
+// The throughput rows and the 1 KiB control row run their variants through @tapwire/testing's
+// `interleaved`: in the fixed order it replaced, the transfer right after the two raw fetches
+// measured 0.1-0.4 ms slower at 1 MiB than the same connector two slots later (2026-12-03,
+// docs/benchmarks/ec-connector.md "The slot bias"), a cost charged to whichever variant sat
+// there (`crc`, the target's).
 
 /**
  * EC-CONTRACT 10: the cost of residency events on transfer throughput at 16 MiB. Two producer

@@ -31,6 +31,7 @@ export type {
   ProxyTarget,
 } from "./fault-proxy.js";
 export { startFaultProxy } from "./fault-proxy.js";
+export { interleaved } from "./interleave.js";
 export type { LinkSpec } from "./link-spec.js";
 export {
   DEFAULT_STALL_MS,
