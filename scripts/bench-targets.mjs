@@ -86,6 +86,13 @@ const TARGETS = [
     targetPath: `shm_data_plane[bytes=${16 * MiB}].target`,
     target: ">= 1.5",
   },
+  {
+    id: "ec-shm-data-plane-16mib-thread",
+    bench: "ec",
+    label: "the same, reader with checksumThread (the CRC beside the copy) / unix, 16 MiB (issue 23)",
+    path: `shm_data_plane[bytes=${16 * MiB}].ratio_shm_checksum_thread_vs_unix`,
+    target: ">= 1.5",
+  },
   ...["tcp", "unix"].map((kind) => ({
     id: `client-64x1-${kind}`,
     bench: "client",

@@ -363,19 +363,22 @@ async function dataPlaneChild(sizes: number[], region: boolean) {
   const meta = Buffer.from(String(first["meta"]), "base64");
   const desc = Buffer.from(String(first["desc"]), "base64");
   const NB = 512;
-  const mk = async (shm: boolean) => {
-    const cache = new EmbeddingCache({ numBlocks: NB, blockBytes: BB });
+  const mk = async (shm: boolean, checksumThread = false) => {
+    const cache = new EmbeddingCache({ numBlocks: NB, blockBytes: BB, shared: checksumThread });
     const r = await SocketDataTransport.create({
       name: shm ? "bench-shm" : "bench-unix",
       region: cache.region,
       numBlocks: NB,
       blockBytes: BB,
       ...(shm ? { shm: true } : {}),
+      ...(checksumThread ? { checksumThread } : {}),
     });
     return { r, cache, agent: r.addRemotePeer(meta, desc), shm };
   };
   const unix = await mk(false);
   const shm = await mk(true);
+  // The shm reader with the checksum thread (each landed piece CRC'd there while the next copies).
+  const shmThread = await mk(true, true);
   const te = new TextEncoder();
   const one = async (s: Awaited<ReturnType<typeof mk>>, n: number): Promise<number> => {
     child.stdin!.write(`${n}\n`);
@@ -403,15 +406,17 @@ async function dataPlaneChild(sizes: number[], region: boolean) {
   const close = async () => {
     await unix.r.close();
     await shm.r.close();
+    await shmThread.r.close();
     child.kill("SIGTERM");
   };
-  return { unix, shm, one, close };
+  return { unix, shm, shmThread, one, close };
 }
 
 /**
  * The data plane alone, both shm modes in the same run: a ring child and a shared-region child
  * (docs/ec-protocol.md 3.4 "Shared region", `--shm-share-region`), each read by a plain unix
- * reader and an shm reader; per iteration all four transfers, the order rotating. Returns the
+ * reader and an shm reader (the region child also by an shm reader with the checksum thread); per
+ * iteration all five transfers, the order rotating. Returns the
  * region rows (`shm_data_plane`, the target's: `ratio_shm_vs_unix` is the shared region's over
  * the unix socket of the same child) and the ring rows (`shm_data_plane_ring`).
  */
@@ -427,6 +432,7 @@ async function shmDataPlaneRows(
       { c: ring, s: ring.shm, t: [] as number[] },
       { c: region, s: region.unix, t: [] as number[] },
       { c: region, s: region.shm, t: [] as number[] },
+      { c: region, s: region.shmThread, t: [] as number[] },
     ];
     for (let i = 0; i < 5; i++) for (const x of sides) await x.c.one(x.s, n); // warm up
     const iters = n >= 16 * MiB ? 60 : 100;
@@ -435,7 +441,8 @@ async function shmDataPlaneRows(
         const x = sides[(i + k) % sides.length]!;
         x.t.push(await x.c.one(x.s, n));
       }
-    const [ringUnix, ringShm, regionUnix, regionShm] = sides.map((x) => median(x.t)) as [
+    const [ringUnix, ringShm, regionUnix, regionShm, regionThread] = sides.map((x) => median(x.t)) as [
+      number,
       number,
       number,
       number,
@@ -453,6 +460,8 @@ async function shmDataPlaneRows(
       shm_gb_s: gbps(regionShm),
       ratio_shm_vs_unix: round(regionUnix / regionShm),
       ratio_region_vs_ring: round(ringShm / regionShm),
+      shm_checksum_thread_median_ms: round(regionThread),
+      ratio_shm_checksum_thread_vs_unix: round(regionUnix / regionThread),
       ...(NO_SHM_CRC ? { shm_crc: false } : n === 16 * MiB ? { target: ">= 1.5" } : {}),
     });
     out.ring.push({

@@ -65,7 +65,7 @@ async function startProducer(share: boolean, extra: string[] = []): Promise<Prod
   ]);
 }
 
-async function consumer(compatibility: string) {
+async function consumer(compatibility: string, checksumThread = false) {
   const registry = new Registry();
   const conn = await ConsumerConnector.create({
     numBlocks: 400,
@@ -73,6 +73,7 @@ async function consumer(compatibility: string) {
     compatibility,
     registry,
     dataShm: true,
+    ...(checksumThread ? { checksumThread } : {}),
   });
   const counter = (n: string) => registry.snapshot().counters[n] ?? 0;
   return { conn, driver: new Driver(conn).start(), counter };
@@ -392,4 +393,39 @@ describe("shareRegion option", () => {
     // closed: the file's pages are dropped from this process (the range reads zeros)
     expect(shmMappings("self", process.pid)).toEqual([]);
   });
+});
+
+describe("shm reads with checksumThread (docs/ec-connector.md: the CRC on the checksum thread)", () => {
+  for (const share of [true, false]) {
+    it(`${share ? "shared region" : "ring"}: a read of 8 MiB or more has each landed piece CRC'd on the thread (the copy of the next overlaps it), smaller ones inline; the same CRC, corruption caught`, async () => {
+      const prod = await startProducer(share);
+      const pid = prod.child.pid as number;
+      const c = await consumer(prod.compatibilityHash, true);
+      const data = c.conn.data as SocketDataTransport;
+      try {
+        // the thread starts with the first range handed to it; reads below 8 MiB are CRC'd inline
+        for (const [h, n] of SIZES.filter(([, n]) => n < 8 * MiB))
+          expect([h, await c.driver.fetch(h, prod.control, n)]).toEqual([h, "loaded"]);
+        await new Promise((r) => setTimeout(r, 50));
+        expect(data.checksumThreadCrcImpl).toBeNull();
+        expect(await c.driver.fetch("r-16m", prod.control, 16 * MiB)).toBe("loaded");
+        expect(c.driver.mismatched).toEqual([]);
+        expect(c.counter("data_shm_chunks")).toBeGreaterThanOrEqual(SIZES.length);
+        expect(c.counter("consumer_checksum_failures")).toBe(0);
+        // the 16 MiB read handed its landed bytes to the thread (its CRC decided the promotion)
+        await until(() => data.checksumThreadCrcImpl ?? undefined);
+        // EC-CONTRACT 6.3 over what landed, on the thread too
+        c.conn.free("r-16m");
+        data.injectFault({ kind: "corrupt" });
+        expect(await c.driver.fetch("r-16m", prod.control, 16 * MiB)).toMatch(/checksum/);
+        expect(c.counter("consumer_checksum_failures")).toBe(1);
+        expect(await c.driver.fetch("r-16m", prod.control, 16 * MiB)).toBe("loaded");
+      } finally {
+        c.driver.stop();
+        await c.conn.close();
+        await prod.kill("SIGTERM");
+      }
+      expect(filesOf(pid)).toEqual([]);
+    });
+  }
 });

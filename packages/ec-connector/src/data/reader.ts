@@ -19,7 +19,7 @@ import {
 } from "./frame.js";
 import { encodeXferReqFrame } from "./request-frame.js";
 import { decodeShmToReader, isShmOp } from "./shm-frame.js";
-import type { ShmDataReader, ShmReaderConn } from "./shm-reader.js";
+import type { ShmDataReader, ShmReaderConn, ShmReadTarget } from "./shm-reader.js";
 import type { AgentMetadata, MemDescriptor, ReadOptions, XferHandle, XferHandleState } from "./transport.js";
 import {
   agentNameOf,
@@ -39,6 +39,14 @@ import {
 const INLINE_CRC_RECV_BYTES = 256 * 1024;
 /** Landed bytes handed to the checksum thread per message. */
 const CRC_BATCH = 512 * 1024;
+/**
+ * The smallest shm read whose CRC goes to the checksum thread (with `checksumThread`): there the
+ * copy and the CRC are the whole read, so the thread's CRC of one piece overlaps the copy of the
+ * next. Below it the thread's messages cost more than they overlap: measured (shared region,
+ * idle 2-core VM, docs/benchmarks/ec-connector.md "The cache region is page-aligned") 16 MiB 3.3-3.9
+ * ms against 4.3-4.7 ms inline, 4 MiB even, 1 MiB 0.83-0.89 against 0.62 ms.
+ */
+const SHM_CRC_THREAD_MIN_BYTES = 8 * 1024 * 1024;
 
 /** Test/demo faults the socket reader can apply to its next reads (EC-CONTRACT 5.4 for real sockets). */
 export type SocketFault =
@@ -88,8 +96,10 @@ interface Read {
   notifFrame: Buffer;
   conn: ReaderConn | null;
   fault: SocketFault | null;
-  /** Its bytes came through an shm ring (docs/ec-protocol.md 3.4; CRC'd inline there). */
+  /** Its bytes came through an shm ring or the shared region (docs/ec-protocol.md 3.4). */
   shm: boolean;
+  /** Its CRC-32 runs on the checksum thread (`checksumThread`; shm reads from SHM_CRC_THREAD_MIN_BYTES). */
+  crcThread: boolean;
   /** docs/ec-protocol.md 3.3: this READ_AHEAD asked for the ACK frame before DATA. */
   ackFirst: boolean;
   /** The ACK frame's XferAck bytes, until taken. */
@@ -153,6 +163,8 @@ export class DataReader {
   #thread: ChecksumThread | null = null;
   /** `self` as UTF-8 (for XFER_REQ frames, encoded once). */
   readonly #selfBytes: Uint8Array;
+  /** With the checksum thread, an shm read's landed pieces go to it (shm-reader.ts `chunk`). */
+  readonly #shmLanded: (r: ShmReadTarget, start: number, n: number) => void;
 
   constructor(options: DataReaderOptions) {
     this.#o = options;
@@ -160,6 +172,8 @@ export class DataReader {
     this.#bb = options.blockBytes;
     this.#m = options.metrics;
     this.#selfBytes = Buffer.from(options.self, "utf8");
+    // Every shm read's target is one of this reader's Read records (#onShmFrame).
+    this.#shmLanded = (r, start, n) => this.#crcRange(r as Read, start, n);
   }
 
   /** The checksum thread's CRC-32 implementation once it has said (`null` before or without it). */
@@ -268,6 +282,7 @@ export class DataReader {
       nbytes,
       received: 0,
       checksum,
+      crcThread: checksum && this.#o.checksumThread,
       crc: 0,
       state: "PROC",
       error: null,
@@ -461,8 +476,7 @@ export class DataReader {
       // most INLINE_CRC_RECV_BYTES when the CRC runs inline on each chunk.
       const start = r.segStart[r.seg]! + r.segOff;
       const left = r.segLen[r.seg]! - r.segOff;
-      const n =
-        r.checksum && !this.#o.checksumThread && left > INLINE_CRC_RECV_BYTES ? INLINE_CRC_RECV_BYTES : left;
+      const n = r.checksum && !r.crcThread && left > INLINE_CRC_RECV_BYTES ? INLINE_CRC_RECV_BYTES : left;
       return this.#region.subarray(start, start + n);
     }
     if (conn.phase === "hdr") return conn.scratch.subarray(LEN_BYTES + conn.filled, LEN_BYTES + conn.hdrLen);
@@ -508,7 +522,7 @@ export class DataReader {
       r.fault = null;
     }
     if (r.checksum) {
-      if (this.#o.checksumThread) this.#crcRange(r, buf.byteOffset - this.#region.byteOffset, n);
+      if (r.crcThread) this.#crcRange(r, buf.byteOffset - this.#region.byteOffset, n);
       else r.crc = crc32(buf.subarray(0, n), r.crc);
     }
     r.received += n;
@@ -565,6 +579,7 @@ export class DataReader {
     if (conn.shm !== null && this.#o.shm?.bodyStarts(conn.shm) === true) {
       conn.phase = "len";
       r.shm = true;
+      if (r.nbytes < SHM_CRC_THREAD_MIN_BYTES) r.crcThread = false;
     }
     // Injected faults strike before the first body byte, so they hit reads of any size.
     if (r.fault?.kind === "abort") {
@@ -592,7 +607,8 @@ export class DataReader {
         return true;
       }
       const before = r.received;
-      shm.chunk(st, conn.socket, f, r, this.#region, r.fault?.kind === "corrupt");
+      const landed = r.crcThread ? this.#shmLanded : null;
+      shm.chunk(st, conn.socket, f, r, this.#region, r.fault?.kind === "corrupt", landed);
       if (r.fault?.kind === "corrupt") r.fault = null;
       this.#m.bytesReceived.inc(r.received - before);
     } catch (err) {
@@ -609,7 +625,7 @@ export class DataReader {
       // microseconds of syscall): see the end of this method.
       conn.notif = r.notifFrame;
     }
-    if (r.checksum && this.#o.checksumThread && !r.shm) {
+    if (r.crcThread) {
       // Every byte landed; the read is DONE when the thread's CRC of the last range comes back.
       this.#crcPost(r, true);
       r.crcPending = true;

@@ -151,7 +151,9 @@ export class ShmDataReader {
 
   /**
    * SHM_CHUNK of the current read: checks it names the next slot exactly and fits what is left,
-   * copies the bytes once into the destination and CRCs them there, releases the slot. Throws `EC_MALFORMED` for a chunk the protocol does not allow (the reader closes).
+   * copies the bytes once into the destination and CRCs them there, releases the slot. With
+   * `landed` (the reader's checksum thread) each landed piece is handed to it instead of CRC'd
+   * here, so the next piece's copy overlaps the thread's CRC of this one. Throws `EC_MALFORMED` for a chunk the protocol does not allow (the reader closes).
    */
   chunk(
     st: ShmReaderConn,
@@ -160,6 +162,7 @@ export class ShmDataReader {
     r: ShmReadTarget,
     region: Uint8Array,
     corrupt: boolean,
+    landed: ((r: ShmReadTarget, start: number, n: number) => void) | null = null,
   ): void {
     const ring = st.map?.bytes;
     if (st.state !== ReaderState.ACTIVE || !st.body || ring === undefined)
@@ -194,7 +197,10 @@ export class ShmDataReader {
         region[dst] = (region[dst] as number) ^ 0xff;
         corrupt = false;
       }
-      if (r.checksum) r.crc = crc32(region.subarray(dst, dst + n), r.crc);
+      if (!r.checksum) {
+        // no CRC asked
+      } else if (landed !== null) landed(r, dst, n);
+      else r.crc = crc32(region.subarray(dst, dst + n), r.crc);
       src += n;
       r.received += n;
       r.segOff += n;
