@@ -3,12 +3,19 @@
 // the rows into 64 window segments with receiveInto (the worker's path: over unix the kernel
 // reads into them, over shm they are copied once from the mapping); the client's rows sit in
 // 64 ring buffers (unix: ordinary buffers sent as parts; shm: rings inside a ShmArena, sent by
-// offset). Reply 1 KiB. Same process for both contenders. JSON on stdout when run directly.
+// offset). Reply 1 KiB. Same process for all contenders. JSON on stdout when run directly.
+//
+// The window segments are laid out as the worker's (packages/worker window-store.ts): one slot
+// buffer of 4 windows of 16 rows per slot, from copyTargetBytes, the row of the round at a
+// multiple of the row size. A third contender, `shm_malloc_windows`, receives over shm into slot
+// buffers from a plain `new Uint8Array` (what the worker used before copyTargetBytes: 16 bytes
+// past a page, so every row copy lands 16 bytes ahead of its source mod 4096; src/aligned.ts).
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { createShmArena, listen, makeClient, type ReceivePlan } from "../src/index.js";
+import { copyTargetBytes, createShmArena, listen, makeClient, type ReceivePlan } from "../src/index.js";
+import { loadLibc } from "../src/shm.js";
 
 const HEAD = 2048;
 const ROWS = 64;
@@ -26,10 +33,19 @@ function pct(xs: number[], q: number): number {
   return s[Math.min(s.length - 1, Math.floor(q * s.length))] as number;
 }
 
-async function contender(scheme: "unix" | "shm+unix", dir: string) {
-  const windows = Array.from({ length: ROWS }, () => Buffer.alloc(ROW));
+/** Rows per slot buffer, as the worker's default (`--slot-buffer-windows 4` of W 16). */
+const SLOT_ROWS = 64;
+
+async function contender(
+  scheme: "unix" | "shm+unix",
+  dir: string,
+  alloc: (n: number) => Uint8Array,
+  name: string,
+) {
+  // Slot i's row lands at row 3 of its own slot buffer (a multiple of ROW, as the worker appends).
+  const windows = Array.from({ length: ROWS }, () => alloc(SLOT_ROWS * ROW).subarray(3 * ROW, 4 * ROW));
   const plan: ReceivePlan = { headBytes: HEAD, segments: windows };
-  const srv = await listen(`${scheme}://${join(dir, `${scheme === "unix" ? "u" : "m"}.sock`)}`, () => REPLY, {
+  const srv = await listen(`${scheme}://${join(dir, `${name}.sock`)}`, () => REPLY, {
     receiveInto: (h) => (h.length < HEAD ? HEAD : plan),
     onError: (e) => process.stderr.write(`server error: ${String(e)}\n`),
   });
@@ -74,34 +90,39 @@ function median(xs: number[]): number {
 /** Interleaved rounds of unix and shm; medians over rounds of per-round p50/p99 and their ratios. */
 export async function benchShm(rounds = 6, iters = 300): Promise<Record<string, unknown>> {
   const dir = mkdtempSync(join(tmpdir(), "tws-"));
-  const u = await contender("unix", dir);
-  const m = await contender("shm+unix", dir);
+  await loadLibc(); // as the worker has once it listens on shm+unix: copyTargetBytes aligns
+  const u = await contender("unix", dir, copyTargetBytes, "u");
+  const m = await contender("shm+unix", dir, copyTargetBytes, "m");
+  const mm = await contender("shm+unix", dir, (n) => new Uint8Array(n), "mm");
   await u.run(50);
   await m.run(50);
+  await mm.run(50);
   const su: Sample[] = [];
   const sm: Sample[] = [];
+  const smm: Sample[] = [];
   const r50: number[] = [];
   const r99: number[] = [];
+  const rm50: number[] = [];
   for (let r = 0; r < rounds; r++) {
-    // Which contender goes first alternates by round (the second one finds the caches the first
-    // left), as the ec bench's rotation does.
-    let a: Sample;
-    let b: Sample;
-    if (r % 2 === 0) {
-      a = await u.run(iters);
-      b = await m.run(iters);
-    } else {
-      b = await m.run(iters);
-      a = await u.run(iters);
-    }
+    // The order rotates by round, forwards then backwards (the next one finds the caches the one
+    // before left), as the ec bench's rotation does.
+    const order = [0, 1, 2, 2, 1, 0].slice((r % 2) * 3, (r % 2) * 3 + 3);
+    const got: Sample[] = [];
+    for (const k of order) got[k] = await [u, m, mm][k]!.run(iters);
+    const [a, b, c] = got as [Sample, Sample, Sample];
     su.push(a);
     sm.push(b);
+    smm.push(c);
     r50.push(b.p50 / a.p50);
     r99.push(b.p99 / a.p99);
-    process.stderr.write(`shm round ${r}: unix p50 ${a.p50.toFixed(0)} us, shm p50 ${b.p50.toFixed(0)} us\n`);
+    rm50.push(c.p50 / a.p50);
+    process.stderr.write(
+      `shm round ${r}: unix p50 ${a.p50.toFixed(0)} us, shm p50 ${b.p50.toFixed(0)} us, shm into malloc windows ${c.p50.toFixed(0)} us\n`,
+    );
   }
   await u.close();
   await m.close();
+  await mm.close();
   const round = (x: number) => Math.round(x * 100) / 100;
   return {
     bench: "STEP 64 rows x 24 KiB: shm+unix vs unix (issue 23)",
@@ -113,6 +134,11 @@ export async function benchShm(rounds = 6, iters = 300): Promise<Record<string, 
     shm: { p50_us: round(median(sm.map((s) => s.p50))), p99_us: round(median(sm.map((s) => s.p99))) },
     p50_ratio_shm_to_unix: round(median(r50)),
     p99_ratio_shm_to_unix: round(median(r99)),
+    shm_malloc_windows: {
+      p50_us: round(median(smm.map((s) => s.p50))),
+      p99_us: round(median(smm.map((s) => s.p99))),
+    },
+    p50_ratio_shm_malloc_windows_to_unix: round(median(rm50)),
     per_round_p50_ratios: r50.map(round),
     targets: { p50_ratio: "<= 0.5", p99_ratio: "<= 1.0" },
   };

@@ -3,6 +3,8 @@
  *
  * @packageDocumentation
  */
+
+export { copyTargetBytes } from "./aligned.js";
 export type { Endpoint } from "./endpoint.js";
 export { formatEndpoint, parseEndpoint, SCHEMES, Scheme } from "./endpoint.js";
 export { TransportError, TransportErrorCode } from "./errors.js";

@@ -41,6 +41,8 @@ export interface Libc {
   readonly address: (p: unknown) => bigint;
   /** An ArrayBuffer over `len` bytes at a pointer mmap returned (no copy). */
   readonly view: (p: unknown, len: number) => ArrayBuffer;
+  /** The address of a view's first byte (`memset(v, 0, 0)` returns its first argument). */
+  readonly addressOf: (v: Uint8Array) => bigint;
 }
 
 // Linux x86-64 / arm64 values.
@@ -102,12 +104,14 @@ export function bindLibc(m: unknown): Libc {
   const mmap = libc.func("void *mmap(void *addr, size_t len, int prot, int flags, int fd, int64_t off)");
   const munmap = libc.func("int munmap(void *addr, size_t len)");
   const fall = libc.func("int posix_fallocate(int fd, int64_t off, int64_t len)");
+  const memset = libc.func("void *memset(void *d, int c, size_t n)");
   loaded = {
     mmap: mmap as Libc["mmap"],
     munmap: munmap as Libc["munmap"],
     posixFallocate: fall as Libc["posixFallocate"],
     address: (p) => k.address(p),
     view: (p, len) => k.view(p, len),
+    addressOf: (v) => k.address(memset(v, 0, 0)),
   };
   return loaded;
 }

@@ -32,6 +32,7 @@
  * the per-entry hot path, and with `#` fields the placed-STEP benchmark ran about 6 % slower on
  * Node 20 (3 µs per STEP at 64 slots, interleaved runs; docs/benchmarks/worker.md).
  */
+import { copyTargetBytes } from "@tapwire/transport";
 
 import { WorkerError } from "./errors.js";
 import { intOption } from "./int-option.js";
@@ -566,7 +567,9 @@ export class WindowStore {
       }
     }
     this.allocatedBytes += bytes;
-    return new Uint8Array(bytes);
+    // Page-aligned once the shm transport has loaded koffi (@tapwire/transport copyTargetBytes):
+    // its row copies from the mapping then run at full speed on AMD Zen.
+    return copyTargetBytes(bytes);
   }
 
   private giveBack(buf: Uint8Array): void {
