@@ -38,8 +38,8 @@ const ResizableAb = ArrayBuffer as unknown as WithMax<ArrayBuffer>;
 const GrowableSab = SharedArrayBuffer as unknown as WithMax<SharedArrayBuffer>;
 
 /**
- * A fresh region of `total` zeroed bytes whose first byte is page-aligned (docs/ec-connector.md
- * "The cache region is page-aligned"). A plain `new Uint8Array(total)` of this size comes from
+ * A fresh region of `total` zeroed bytes whose first byte is page-aligned
+ * (docs/benchmarks/ec-connector.md "The cache region is page-aligned"). A plain `new Uint8Array(total)` of this size comes from
  * malloc and starts 16 bytes past a page (the allocator's header), while every source a read
  * copies from is page-aligned at block offsets (a shared-memory mapping, the producer's region):
  * each piece copied is then 16 bytes ahead of its source modulo 4096, and on AMD Zen glibc's

@@ -11,7 +11,7 @@ const koffi = createRequire(import.meta.url)("koffi") as {
 const memset = koffi.load("libc.so.6").func("void *memset(void *d, int c, size_t n)");
 const addressOf = (v: Uint8Array): bigint => koffi.address(memset(v, 0, 0));
 
-describe("EmbeddingCache region alignment (docs/ec-connector.md)", () => {
+describe("EmbeddingCache region alignment (README, docs/benchmarks/ec-connector.md)", () => {
   it("starts its region on a page, plain and shared, at sizes malloc would offset by its header", () => {
     for (const shared of [false, true]) {
       for (const [numBlocks, blockBytes] of [

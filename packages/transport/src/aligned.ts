@@ -15,8 +15,8 @@ const MIN_ALIGNED_BYTES = 16 * 1024;
  * Why: a plain array of this size comes from malloc and starts 16 bytes past a page, while the
  * rows it receives over shm sit at page-aligned offsets of the mapping. Each copy then lands 16
  * bytes ahead of its source modulo 4096, where glibc's `rep movsb` copy (sizes from ~2 KiB up to
- * the L2 size) runs 3-4x slower on AMD Zen: 64 rows of 24 KiB over shm took 2.0-2.1x the unix
- * round trip into such buffers, 0.43x into aligned ones (docs/benchmarks/transport.md).
+ * the L2 size) runs 3-4x slower on AMD Zen: 64 rows of 24 KiB over shm took 2.0-2.6x the unix
+ * round trip into such buffers, 0.43-0.45x into aligned ones (docs/benchmarks/transport.md).
  * Costs at most 4 KiB more per buffer.
  */
 export function copyTargetBytes(n: number): Uint8Array {

@@ -197,10 +197,10 @@ export class ShmDataReader {
         region[dst] = (region[dst] as number) ^ 0xff;
         corrupt = false;
       }
-      if (!r.checksum) {
-        // no CRC asked
-      } else if (landed !== null) landed(r, dst, n);
-      else r.crc = crc32(region.subarray(dst, dst + n), r.crc);
+      if (r.checksum) {
+        if (landed !== null) landed(r, dst, n);
+        else r.crc = crc32(region.subarray(dst, dst + n), r.crc);
+      }
       src += n;
       r.received += n;
       r.segOff += n;
