@@ -4,6 +4,7 @@
 import { randomUUID } from "node:crypto";
 import type { Registry } from "@tapwire/stats";
 import type { Logger } from "pino";
+import { sourceRunsMatch } from "./data/source-runs.js";
 import type { DataTransport, XferHandle } from "./data/transport.js";
 import { checkIntOption, checkNumberOption, EcError } from "./errors.js";
 import type { ConsumerMetrics } from "./metrics.js";
@@ -721,8 +722,24 @@ export class ConsumerSession {
     }
     if (state === "DONE") {
       const crc = this.#data.getXferChecksum(h);
+      const src = this.#data.getXferSourceRuns?.(h) ?? null;
       this.#release(xfer);
       const ack = xfer.ack!;
+      // docs/ec-protocol.md 3.4 "Shared region": the chunks named region offsets; they must be the
+      // ack's blocks, in order (checked with the CRC off too: bytes from elsewhere are never promoted).
+      if (src !== null && !sourceRunsMatch(src, ack.srcBlockIndices, this.#blockBytes, ack.nbytes)) {
+        this.#m.sourceMismatches.inc();
+        this.#log.warn(
+          {
+            mmHash: xfer.mmHash,
+            runs: src.overflow ? "overflow" : src.runs.slice(0, 8),
+            blocks: ack.srcBlockIndices.slice(0, 8),
+          },
+          "shared-region read copied from other than the ack's blocks; dropping the read",
+        );
+        this.#fail(xfer, "source_mismatch", true);
+        return;
+      }
       if (this.#verify && crc !== ack.crc32) {
         this.#m.checksumFailures.inc();
         this.#log.warn(

@@ -42,6 +42,8 @@ export {
   SHM_DATA_DEFAULTS,
   SocketDataTransport,
 } from "./data/socket.js";
+export type { SourceRuns } from "./data/source-runs.js";
+export { recordSourceRun, sourceRunsMatch } from "./data/source-runs.js";
 export type {
   AgentMetadata,
   DataTransport,

@@ -142,6 +142,7 @@ export interface ConsumerMetrics {
   /** XFER_REQs whose connection failed before the answer (retried on the control plane). */
   dataRequestFailures: Counter;
   checksumFailures: Counter;
+  sourceMismatches: Counter;
   quarantines: Counter;
   settles: Counter;
   quarantineTimeouts: Counter;
@@ -199,6 +200,10 @@ export function consumerMetrics(r: Registry): ConsumerMetrics {
       "XFER_REQs whose data connection failed before the answer (retried on the control plane)",
     ),
     checksumFailures: r.counter("consumer_checksum_failures", "reads whose CRC-32 differed from the ack's"),
+    sourceMismatches: r.counter(
+      "consumer_source_mismatches",
+      "shared-region reads whose bytes came from other than the ack's blocks (docs/ec-protocol.md 3.4)",
+    ),
     quarantines: r.counter("consumer_quarantines", "reads quarantined (PROC past deadline or peer down)"),
     settles: r.counter("consumer_settles", "quarantined reads that left PROC (blocks freed)"),
     quarantineTimeouts: r.counter(

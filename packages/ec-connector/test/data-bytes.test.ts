@@ -190,6 +190,8 @@ describe("shm reader: the CRC covers the bytes as they landed (docs/ec-protocol.
       received: 0,
       checksum: true,
       crc: 0,
+      src: null,
+      srcMaxRuns: 1,
     };
     const sock = { write: () => true } as unknown as net.Socket;
     reader.chunk(st, sock, { op: "chunk", slot: 0, seq: 1, offset: 0, length: n }, r, region, false);

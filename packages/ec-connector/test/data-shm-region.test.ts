@@ -9,6 +9,7 @@ import { fileURLToPath } from "node:url";
 import { Registry } from "@tapwire/stats";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { ShmSharedRegion } from "../src/data/shm-map.js";
+import { type SourceRuns, sourceRunsMatch } from "../src/data/source-runs.js";
 import {
   ConsumerConnector,
   EcAdminClient,
@@ -271,10 +272,14 @@ describe("shared region, reader side against a producer written from the tables"
       nbytes: N,
       checksum: true,
     });
-    return until(() =>
+    const out = await until(() =>
       reader.checkXferState(h) === "PROC" ? undefined : (reader.getXferError(h) ?? "DONE"),
     );
+    const src = reader.getXferSourceRuns(h);
+    lastRuns = src === null ? null : { runs: [...src.runs], overflow: src.overflow };
+    return out;
   }
+  let lastRuns: SourceRuns | null = null;
 
   it("an offset outside the mapping is rejected (EC_MALFORMED: the read is ERR)", async () => {
     const err = await fake((s, text, size) => {
@@ -292,12 +297,25 @@ describe("shared region, reader side against a producer written from the tables"
     expect(err).toMatch(/shm data frame: SHM_CHUNK of \d+ bytes .*left/);
   });
 
-  it("in-window chunks land and CRC-check (the happy path of the same fake)", async () => {
+  it("in-window chunks land and CRC-check (the happy path of the same fake); their source is the READ's blocks", async () => {
     const err = await fake((s, text) => {
       s.write(handOffer(2, 2, 4 * SLOT, text));
       s.write(Buffer.concat([handData(N), handChunk(0, 1, 0, N)]));
     });
     expect(err).toBe("DONE");
+    expect(lastRuns).toEqual({ runs: [0, N], overflow: false });
+    expect(sourceRunsMatch(lastRuns!, [0, 1], SLOT, N)).toBe(true);
+  });
+
+  it("a chunk naming other blocks of the region is recorded where it came from: it does not match the READ's (never promoted)", async () => {
+    const err = await fake((s, text) => {
+      s.write(handOffer(2, 2, 4 * SLOT, text));
+      // the bytes of blocks 1 and 2, not the granted 0 and 1
+      s.write(Buffer.concat([handData(N), handChunk(0, 1, SLOT, N)]));
+    });
+    expect(err).toBe("DONE"); // the reader cannot know the blocks of every read: the consumer checks
+    expect(lastRuns).toEqual({ runs: [SLOT, N], overflow: false });
+    expect(sourceRunsMatch(lastRuns!, [0, 1], SLOT, N)).toBe(false);
   });
 });
 

@@ -354,6 +354,34 @@ describe("ConsumerSession + ProducerSession over the loopback data plane (EC-CON
     expect(c2.session.takeResults().completed.map((x) => x.mmHash)).toEqual(["img"]);
   });
 
+  it("bytes copied from other than the ack's blocks -> tombstoned and counted, with the CRC check off too (docs/ec-protocol.md 3.4)", () => {
+    const { clock, fabric, p, c } = setup([
+      ["img", 200],
+      ["other", 300],
+    ]);
+    for (const verifyChecksum of [true, false]) {
+      const cc = verifyChecksum ? c : makeConsumer(fabric, p, { verifyChecksum });
+      cc.data.injectFault({ kind: "wrong_source" });
+      start(cc, clock, "img", 200);
+      step(p, cc, clock);
+      const r = cc.session.takeResults();
+      expect(r.completed).toEqual([]);
+      expect(r.tombstoned.map((x) => x.reason)).toEqual(["source_mismatch"]);
+      expect(counters(cc.registry)["consumer_source_mismatches"]).toBe(1);
+      expect(counters(cc.registry)["consumer_checksum_failures"] ?? 0).toBe(0);
+      // never promoted (the entry is not ready); freed, then read again from the right blocks
+      expect(cc.cache.get("img")?.ready ?? false).toBe(false);
+      if (cc.cache.get("img") !== undefined) cc.cache.free("img");
+      start(cc, clock, "img", 200);
+      step(p, cc, clock);
+      const done = cc.session.takeResults().completed;
+      expect(done.map((x) => x.mmHash)).toEqual(["img"]);
+      cc.cache.markReady("img", done[0]!.crc32);
+      expect(bytesEqual(cc, "img", 200)).toBe(true);
+      expect(counters(cc.registry)["consumer_source_mismatches"]).toBe(1);
+    }
+  });
+
   it("a lost notification leaves the grant until the lease expires (EC-CONTRACT 4.4)", () => {
     const { clock, p, c } = setup();
     c.data.injectFault({ kind: "lost_notification" });

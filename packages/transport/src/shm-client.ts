@@ -30,7 +30,12 @@ import { StreamClient } from "./stream-client.js";
 // Parts at least this long that do not already lie in the stage area are copied into the copy
 // area rather than written to the socket (below it, the socket is as cheap as a memcpy).
 const COPY_THRESHOLD = 16 * 1024;
-const ATTACH_TIMEOUT_MS = 5_000;
+/**
+ * The least time the ATTACH's answer gets, whatever is left of the connect timeout: the answer
+ * waits for the server to open and map the session file, which on a loaded host (many clients
+ * attaching at once, each mapping 2 x `shmBytes`) can take seconds.
+ */
+const ATTACH_MIN_TIMEOUT_MS = 5_000;
 
 /** The shm options of a client, validated (ClientOptions.shmBytes, shmDir, onShmFallback). */
 export interface ShmClientOptions {
@@ -84,6 +89,7 @@ export class ShmClient implements RpcClient {
   /** sendArea was handed out: an own arena is then never unmapped, only emptied (no dangling views). */
   #exposed = false;
   readonly #max: number;
+  readonly #connectTimeoutMs: number;
   readonly #hdr = Buffer.alloc(MAX_BELL_HEADER);
   readonly #attachReply = Buffer.alloc(8);
   readonly #parts: Uint8Array[] = [];
@@ -102,6 +108,7 @@ export class ShmClient implements RpcClient {
     // The doorbell header rides in front of the inline bytes: the socket limit grows by it (the
     // request limit is checked here on the request itself).
     this.#max = cfg.maxMessageBytes;
+    this.#connectTimeoutMs = cfg.connectTimeoutMs;
     const inner = { ...cfg, maxMessageBytes: Math.min(0xffff_ffff, cfg.maxMessageBytes + MAX_BELL_HEADER) };
     // Errors name the endpoint the user gave (shm+unix://...), not the doorbell socket's scheme.
     this.#inner = new StreamClient(endpoint, { scheme: "unix", path }, inner, metrics);
@@ -131,8 +138,11 @@ export class ShmClient implements RpcClient {
   async connect(timeoutMs?: number): Promise<void> {
     if (this.#inner.connected) return;
     this.#detach();
+    const t0 = performance.now();
     await this.#inner.connect(timeoutMs);
-    await this.#attach();
+    // The ATTACH is part of connecting: it gets what the socket connect left of the timeout.
+    const left = (timeoutMs ?? this.#connectTimeoutMs) - (performance.now() - t0);
+    await this.#attach(Math.max(ATTACH_MIN_TIMEOUT_MS, Math.ceil(left)));
   }
 
   #warn(e: TransportError): void {
@@ -141,7 +151,7 @@ export class ShmClient implements RpcClient {
     this.#warned = true;
   }
 
-  async #attach(): Promise<void> {
+  async #attach(timeoutMs: number): Promise<void> {
     try {
       if (this.#arena === null) this.#arena = new ShmArena(await loadLibc(), this.#o.bytes);
     } catch (e) {
@@ -169,7 +179,7 @@ export class ShmClient implements RpcClient {
     msg.writeUInt32LE(msg.length - ATTACH_FIXED, 12);
     msg.write(name, ATTACH_FIXED);
     try {
-      const n = await this.#inner.request(msg, this.#attachReply, ATTACH_TIMEOUT_MS);
+      const n = await this.#inner.request(msg, this.#attachReply, timeoutMs);
       if (n !== 4 || this.#attachReply.readUInt32LE(0) !== AttachStatus.OK) {
         arena.range.unmapFileKeep(arena.size);
         this.#warn(

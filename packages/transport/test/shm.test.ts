@@ -190,6 +190,46 @@ function bellMsg(seq: number, regions: [number, number][], inline: Buffer, total
   return Buffer.concat([b, inline]);
 }
 
+describe("shm+unix: a slow ATTACH answer (a loaded host)", () => {
+  test("the ATTACH gets what the connect timeout leaves (at least 5 s): answered after 6 s, the session still attaches", async () => {
+    // A server written from the table (docs/transport.md "shm"): it answers the ATTACH OK only
+    // after 6 s, as a host busy mapping many clients' session files might.
+    const path = uniqueSocketPath("shms");
+    let attachAt = 0;
+    const socks = new Set<net.Socket>();
+    const srv = net.createServer((sock) => {
+      socks.add(sock);
+      sock.on("error", () => undefined);
+      sock.once("data", (d: Buffer) => {
+        expect(d.readUInt32LE(4)).toBe(1); // kind ATTACH
+        attachAt = performance.now();
+        setTimeout(() => {
+          const ok = Buffer.alloc(8);
+          ok.writeUInt32LE(4, 0); // length prefix
+          ok.writeUInt32LE(0, 4); // status OK
+          sock.write(ok);
+        }, 6_000);
+      });
+    });
+    await new Promise<void>((r) => srv.listen(path, r));
+    open.push({
+      close: () =>
+        new Promise<void>((r) => {
+          for (const k of socks) k.destroy();
+          srv.close(() => r());
+        }),
+    });
+    const seen: string[] = [];
+    const c = makeClient(`shm+unix://${path}`, { onShmFallback: (e) => seen.push(e.code) }) as ShmClient;
+    open.push(c);
+    await c.connect(20_000);
+    expect(performance.now() - attachAt).toBeGreaterThanOrEqual(5_900);
+    expect(seen).toEqual([]);
+    expect(c.shmActive).toBe(true);
+    expect(c.sendArea).not.toBeNull();
+  }, 30_000);
+});
+
 describe("shm+unix: hostile doorbells close the connection with a typed error, the server lives", () => {
   const SIZE = 128 * 1024;
   async function attached(): Promise<{ srv: RpcServer; errors: unknown[]; bell: RawBell; name: string }> {

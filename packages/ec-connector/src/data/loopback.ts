@@ -1,5 +1,6 @@
 import { crc32 } from "../crc.js";
 import { checkIntOption, EcError, isIntInRange } from "../errors.js";
+import { recordSourceRun, type SourceRuns } from "./source-runs.js";
 import type {
   AgentMetadata,
   DataTransport,
@@ -28,6 +29,8 @@ import {
  * - `error`: ERR on the first check.
  * - `lost_notification`: completes, but the notification never reaches the remote agent.
  * - `corrupt`: completes with one byte flipped (the checksum must catch it).
+ * - `wrong_source`: completes with the bytes of the remote block after each granted one (a data
+ *   plane that read the wrong place; the source check must catch it, docs/ec-protocol.md 3.4).
  * - `throw_on_check` / `throw_on_post`: `checkXferState` / `postRead` throw.
  */
 export type LoopbackFault =
@@ -45,6 +48,7 @@ export type LoopbackFault =
         | "error"
         | "lost_notification"
         | "corrupt"
+        | "wrong_source"
         | "throw_on_check"
         | "throw_on_post";
     };
@@ -67,6 +71,8 @@ interface Read {
   fault: LoopbackFault | null;
   state: XferHandleState;
   crc: number | null;
+  /** Where the bytes were copied from (the remote region's offsets), once landed. */
+  src: SourceRuns | null;
   error: string | null;
   released: boolean;
 }
@@ -250,6 +256,7 @@ export class LoopbackDataTransport implements DataTransport {
       fault,
       state: "PROC",
       crc: null,
+      src: null,
       error: null,
       released: false,
     });
@@ -277,6 +284,12 @@ export class LoopbackDataTransport implements DataTransport {
   getXferChecksum(handle: XferHandle): number | null {
     const r = this.#must(handle);
     return r.state === "DONE" ? r.crc : null;
+  }
+
+  /** The remote region's runs the bytes were copied from (every loopback read reads the region). */
+  getXferSourceRuns(handle: XferHandle): Readonly<SourceRuns> | null {
+    const r = this.#must(handle);
+    return r.state === "DONE" ? r.src : null;
   }
 
   getXferError(handle: XferHandle): string | null {
@@ -351,9 +364,13 @@ export class LoopbackDataTransport implements DataTransport {
     const bb = this.#blockBytes;
     let left = r.nbytes;
     let crc = 0;
+    const runs: SourceRuns = { runs: [], overflow: false };
+    const wrong = r.fault?.kind === "wrong_source";
     for (let i = 0; i < r.local.length && left > 0; i++) {
       const n = Math.min(bb, left);
-      const src = remote.#region.subarray(r.remoteBlocks[i]! * bb, r.remoteBlocks[i]! * bb + n);
+      const b = wrong ? (r.remoteBlocks[i]! + 1) % remote.#numBlocks : r.remoteBlocks[i]!;
+      recordSourceRun(runs, b * bb, n, r.local.length);
+      const src = remote.#region.subarray(b * bb, b * bb + n);
       const dst = this.#region.subarray(r.local[i]! * bb, r.local[i]! * bb + n);
       dst.set(src);
       if (i === 0 && r.fault?.kind === "corrupt") dst[0] = dst[0]! ^ 0xff;
@@ -361,6 +378,7 @@ export class LoopbackDataTransport implements DataTransport {
       left -= n;
     }
     r.crc = r.checksum ? crc : null;
+    r.src = runs;
     r.state = "DONE";
     if (r.fault?.kind !== "lost_notification") {
       const grant = remote.#grants.get(r.key) ?? null;

@@ -20,6 +20,7 @@ import {
 import { encodeXferReqFrame } from "./request-frame.js";
 import { decodeShmToReader, isShmOp } from "./shm-frame.js";
 import type { ShmDataReader, ShmReaderConn, ShmReadTarget } from "./shm-reader.js";
+import type { SourceRuns } from "./source-runs.js";
 import type { AgentMetadata, MemDescriptor, ReadOptions, XferHandle, XferHandleState } from "./transport.js";
 import {
   agentNameOf,
@@ -100,6 +101,10 @@ interface Read {
   shm: boolean;
   /** Its CRC-32 runs on the checksum thread (`checksumThread`; shm reads from SHM_CRC_THREAD_MIN_BYTES). */
   crcThread: boolean;
+  /** 3.4 "Shared region": where its bytes were copied from (null: not from a shared region). */
+  src: SourceRuns | null;
+  /** Its item's blocks: the most source runs it can have. */
+  srcMaxRuns: number;
   /** docs/ec-protocol.md 3.3: this READ_AHEAD asked for the ACK frame before DATA. */
   ackFirst: boolean;
   /** The ACK frame's XferAck bytes, until taken. */
@@ -283,6 +288,8 @@ export class DataReader {
       received: 0,
       checksum,
       crcThread: checksum && this.#o.checksumThread,
+      src: null,
+      srcMaxRuns: Math.ceil(nbytes / this.#bb),
       crc: 0,
       state: "PROC",
       error: null,
@@ -415,6 +422,12 @@ export class DataReader {
   getXferChecksum(handle: XferHandle): number | null {
     const r = this.#must(handle);
     return r.state === "DONE" && r.checksum ? r.crc >>> 0 : null;
+  }
+
+  /** docs/ec-protocol.md 3.4 "Shared region": where a DONE read's bytes came from, else null. */
+  getXferSourceRuns(handle: XferHandle): Readonly<SourceRuns> | null {
+    const r = this.#must(handle);
+    return r.state === "DONE" ? r.src : null;
   }
 
   getXferError(handle: XferHandle): string | null {
@@ -580,6 +593,7 @@ export class DataReader {
       conn.phase = "len";
       r.shm = true;
       if (r.nbytes < SHM_CRC_THREAD_MIN_BYTES) r.crcThread = false;
+      if (conn.shm.region) r.src = { runs: [], overflow: false };
     }
     // Injected faults strike before the first body byte, so they hit reads of any size.
     if (r.fault?.kind === "abort") {

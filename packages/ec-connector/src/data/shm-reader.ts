@@ -18,6 +18,7 @@ import {
 } from "./shm-frame.js";
 import { ShmMapping, ShmPeerRegion, shmAvailable } from "./shm-map.js";
 import type { ShmMetrics } from "./shm-server.js";
+import { recordSourceRun, type SourceRuns } from "./source-runs.js";
 
 /**
  * Copy then CRC in pieces of at most this size, so the CRC reads the piece from this core's L2
@@ -63,6 +64,10 @@ export interface ShmReadTarget {
   received: number;
   checksum: boolean;
   crc: number;
+  /** 3.4 "Shared region": where its chunks came from (null: not recorded, a ring). */
+  src: SourceRuns | null;
+  /** The most source runs the item can have (its blocks). */
+  srcMaxRuns: number;
 }
 
 /** Options of {@link ShmDataReader}. */
@@ -182,6 +187,7 @@ export class ShmDataReader {
     const left = r.nbytes - r.received;
     if (f.length === 0 || f.length > st.slotBytes || f.length > left)
       throw malformed(`SHM_CHUNK of ${f.length} bytes (slot ${st.slotBytes}, ${left} left)`);
+    if (st.region && r.src !== null) recordSourceRun(r.src, f.offset, f.length, r.srcMaxRuns);
     let src = f.offset;
     const end = f.offset + f.length;
     const piece = st.region ? REGION_PIECE : PIECE;

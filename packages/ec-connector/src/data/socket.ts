@@ -16,6 +16,7 @@ import { DEFAULT_SHM_DIR, KOFFI_MISSING_MESSAGE, shmAvailable } from "./shm-map.
 import { ShmDataReader } from "./shm-reader.js";
 import { ShmDataServer, shmMetrics } from "./shm-server.js";
 import { DEFAULT_SEND_BUFFER_BYTES } from "./sockbuf.js";
+import type { SourceRuns } from "./source-runs.js";
 import type {
   AgentMetadata,
   DataTransport,
@@ -460,6 +461,10 @@ export class SocketDataTransport implements DataTransport {
 
   getXferChecksum(handle: XferHandle): number | null {
     return this.#reader.getXferChecksum(handle);
+  }
+
+  getXferSourceRuns(handle: XferHandle): Readonly<SourceRuns> | null {
+    return this.#reader.getXferSourceRuns(handle);
   }
 
   getXferError(handle: XferHandle): string | null {

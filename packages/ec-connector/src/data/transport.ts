@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { EcError, isIntInRange } from "../errors.js";
 import { int, packMsg, str, unpackMap } from "../protocol.js";
+import type { SourceRuns } from "./source-runs.js";
 
 /** EC-CONTRACT 5.1: the state of a posted read. */
 export const XferHandleState = { DONE: "DONE", PROC: "PROC", ERR: "ERR" } as const;
@@ -50,6 +51,12 @@ export interface DataTransport {
   checkXferState(handle: XferHandle): XferHandleState;
   /** CRC-32 of the bytes received by a `DONE` read posted with `checksum: true`, else `null`. */
   getXferChecksum(handle: XferHandle): number | null;
+  /**
+   * docs/ec-protocol.md 3.4 "Shared region", optional: where in the producer's region a `DONE`
+   * read's bytes were copied from (chunk runs in byte order), for the consumer to check against
+   * the ack's blocks (`sourceRunsMatch`); `null` when they did not come from a shared region.
+   */
+  getXferSourceRuns?(handle: XferHandle): Readonly<SourceRuns> | null;
   /** Why a read is `ERR` (for logs), else `null`. */
   getXferError(handle: XferHandle): string | null;
   /**
