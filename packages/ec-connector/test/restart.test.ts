@@ -43,11 +43,13 @@ describe("a producer restarted on the same address (issue 19)", () => {
     // slow reads on the first producer so transfers are in flight when it dies
     const first = await start("tcp://127.0.0.1:0", ["--throttle-bps", String(2 * ENTRY)]);
     const control = first.control;
+    const registry = new Registry();
+    const ackTimeouts = () => registry.snapshot().counters["consumer_ack_timeouts"] ?? 0;
     const conn = await ConsumerConnector.create({
       numBlocks: 1024,
       blockBytes: BB,
       compatibility: first.compatibilityHash,
-      registry: new Registry(),
+      registry,
     });
     const d = new Driver(conn).start();
     try {
@@ -67,6 +69,7 @@ describe("a producer restarted on the same address (issue 19)", () => {
       await until(() => (Date.now() - t > 4_500 ? true : undefined), 10_000);
       const second = await start(control);
       expect(second.control).toBe(control);
+      const timeoutsAtStart = ackTimeouts();
       // EC-CONTRACT 6.4: a read in flight when its producer died fails (the engine computes
       // locally); every request made during the outage loads from the successor; none runs out
       // its deadline
@@ -101,8 +104,15 @@ describe("a producer restarted on the same address (issue 19)", () => {
       );
       admin2.close();
       // every copy the consumer sent while the address was dead was dropped, not delivered: the
-      // successor saw each request once (a copy would have been a regrant of a held pin)
-      expect(c["producer_regrants"] ?? 0).toBe(0);
+      // successor saw each request once (a copy would have been a regrant of a held pin). The
+      // only regrants allowed are retries of requests the successor itself answered after the
+      // consumer's ack timeout (a loaded machine: its acks can take longer than 2 s), one per
+      // ack timeout counted after it started.
+      const lateRetries = ackTimeouts() - timeoutsAtStart;
+      expect(
+        c["producer_regrants"] ?? 0,
+        `regrants ${c["producer_regrants"]}, ack timeouts after the successor started ${lateRetries}`,
+      ).toBeLessThanOrEqual(lateRetries);
       // A request the successor NACKed (e.g. NOT_READY while its prepopulation still runs on a
       // loaded machine, EC-CONTRACT 4.2) is retried by the consumer: a new request, not a copy.
       // Every request that was not NACKed is a distinct entry's.
