@@ -114,11 +114,12 @@ export async function benchShm(rounds = 6, iters = 300): Promise<Record<string, 
   const r50 = su.map((a, i) => sm[i]!.p50 / a.p50);
   const r99 = su.map((a, i) => sm[i]!.p99 / a.p99);
   const rm50 = su.map((a, i) => smm[i]!.p50 / a.p50);
-  su.forEach((a, i) =>
+  for (const [i, a] of su.entries()) {
     process.stderr.write(
       `shm round ${i}: unix p50 ${a.p50.toFixed(0)} us, shm p50 ${sm[i]!.p50.toFixed(0)} us, shm into malloc windows ${smm[i]!.p50.toFixed(0)} us\n`,
-    ),
-  );
+    );
+  }
+
   await u.close();
   await m.close();
   await mm.close();
