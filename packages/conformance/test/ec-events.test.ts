@@ -50,9 +50,13 @@ describe("tapwire-conformance ec-producer --events against tapwire-ec-producer",
       // a loaded CI machine: replies may take seconds (the drop window stays 300 ms)
       timeoutMs: 5000,
     });
+    // 10.2.6 reports INFORMATIONAL, not judged, when more than 16 messages were published while
+    // it asked (a loaded CI machine: seen with 43). Every other verdict must be OK.
+    const notJudged = (r: { id: string; verdict: string; expected?: string }) =>
+      r.id === "10.2.6" && r.verdict === "INFORMATIONAL" && /published while asking/.test(r.expected ?? "");
     expect(
       rep.results
-        .filter((r) => r.verdict !== "OK")
+        .filter((r) => r.verdict !== "OK" && !notJudged(r))
         .map((r) => `${r.id} ${r.verdict}: ${r.expected}; got ${r.got}`),
     ).toEqual([]);
     expect(rep.results.map((r) => r.id)).toEqual(EC_EVENTS_CASES.map((c) => c.id));
