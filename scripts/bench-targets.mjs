@@ -161,14 +161,14 @@ const TARGETS = [
   {
     id: "tax-null",
     bench: "shared",
-    label: "unshared tax K=4 / K=1, mean STEP RTT, null drafter (issue 20)",
+    label: "unshared tax K=4 / K=1, mean STEP RTT, null drafter, steady state (issue 20)",
     path: "unshared_tax_null.ratio_mean",
     target: "<= 1.05",
   },
   {
     id: "tax-null-cpu",
     bench: "shared",
-    label: "unshared tax K=4 / K=1, worker CPU per STEP, null drafter (issue 20)",
+    label: "unshared tax K=4 / K=1, worker CPU per STEP, null drafter, steady state, median of 8 blocks (issue 20)",
     path: "unshared_tax_null.ratio_cpu",
     target: "<= 1.05",
   },

@@ -12,7 +12,13 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { interleaved } from "@tapwire/testing";
 import { Dealer } from "zeromq";
-import { defaultIsalLoad, type IsalCrc32 } from "../src/crc.js";
+import {
+  CHECKSUM_THREAD_MAX_INLINE_GBPS,
+  checksumThreadUsed,
+  crc32InlineGbps,
+  defaultIsalLoad,
+  type IsalCrc32,
+} from "../src/crc.js";
 import { DEFAULT_SEND_BUFFER_BYTES } from "../src/data/sockbuf.js";
 import { SEND_BUFFER_ENV } from "../src/data/socket.js";
 import {
@@ -364,14 +370,16 @@ async function dataPlaneChild(sizes: number[], region: boolean) {
   const desc = Buffer.from(String(first["desc"]), "base64");
   const NB = 512;
   const mk = async (shm: boolean, checksumThread = false) => {
-    const cache = new EmbeddingCache({ numBlocks: NB, blockBytes: BB, shared: checksumThread });
+    // as ConsumerConnector.create: a region the checksum thread will not read stays an ArrayBuffer
+    const thread = checksumThread && checksumThreadUsed(true);
+    const cache = new EmbeddingCache({ numBlocks: NB, blockBytes: BB, shared: thread });
     const r = await SocketDataTransport.create({
       name: shm ? "bench-shm" : "bench-unix",
       region: cache.region,
       numBlocks: NB,
       blockBytes: BB,
       ...(shm ? { shm: true } : {}),
-      ...(checksumThread ? { checksumThread } : {}),
+      ...(thread ? { checksumThread: true } : {}),
     });
     return { r, cache, agent: r.addRemotePeer(meta, desc), shm };
   };
@@ -462,6 +470,8 @@ async function shmDataPlaneRows(
       ratio_region_vs_ring: round(ringShm / regionShm),
       shm_checksum_thread_median_ms: round(regionThread),
       ratio_shm_checksum_thread_vs_unix: round(regionUnix / regionThread),
+      // checksumThread: true uses the thread only where the CRC is slow (crc.ts CHECKSUM_THREAD_MAX_INLINE_GBPS)
+      checksum_thread_in_use: region.shmThread.r.checksumThreadInUse,
       ...(NO_SHM_CRC ? { shm_crc: false } : n === 16 * MiB ? { target: ">= 1.5" } : {}),
     });
     out.ring.push({
@@ -809,6 +819,9 @@ async function main(): Promise<void> {
   results["crc_impl"] = crc32Info.impl;
   results["producer_crc_impl"] = producerCrcImpl;
   results["crc_small_impl"] = crc32Info.smallImpl;
+  // With checksumThread: true the thread is used only below CHECKSUM_THREAD_MAX_INLINE_GBPS.
+  results["crc_inline_gb_s"] = round(crc32InlineGbps(), 1);
+  results["checksum_thread_max_inline_gb_s"] = CHECKSUM_THREAD_MAX_INLINE_GBPS;
   results["note"] =
     "producer (tapwire-ec-producer) and raw server each in a child process, consumer in the bench process; medians; ratio = raw_time / ec_time (1.0 = as fast as raw)";
   results["loadavg"] = loadavg();

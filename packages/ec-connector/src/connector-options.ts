@@ -113,9 +113,11 @@ export interface CreateConsumerConnectorOptions extends Omit<ConsumerConnectorOp
   dataListen?: string;
   /**
    * Checksum on a worker thread (a `SharedArrayBuffer` cache region) so the CRC-32 overlaps the
-   * receive; worth it with a spare core (default false).
+   * receive; worth it with a spare core (default false). `true` uses the thread only where this
+   * process's CRC-32 runs below `CHECKSUM_THREAD_MAX_INLINE_GBPS` (a faster one stays inline,
+   * which is then cheaper); `"always"` uses it regardless (`SocketDataTransport` `checksumThread`).
    */
-  checksumThread?: boolean;
+  checksumThread?: boolean | "always";
   /** EC-CONTRACT 9.4: the client certificate, key and trusted producer certificates for `tls://` data planes. */
   tls?: DataTlsOptions;
   /**

@@ -14,6 +14,7 @@ import type {
 import { dealerFactory, RETRY_DEFAULTS } from "./connector-options.js";
 import type { ConsumerSessionResults } from "./consumer-session.js";
 import { CONSUMER_DEFAULTS, ConsumerSession } from "./consumer-session.js";
+import { checksumThreadInlineNote, checksumThreadUsed } from "./crc.js";
 import { SocketDataTransport } from "./data/socket.js";
 import type { DataTransport } from "./data/transport.js";
 import { checkFunctionOption, checkNumberOption, EcError, isIntInRange } from "./errors.js";
@@ -187,10 +188,13 @@ export class ConsumerConnector {
    * connector over them; `close()` closes the data plane too.
    */
   static async create(options: CreateConsumerConnectorOptions): Promise<ConsumerConnector> {
+    // A region the checksum thread will not read stays an ordinary ArrayBuffer (faster copies).
+    const thread = checksumThreadUsed(options.checksumThread);
+    if (options.checksumThread === true && !thread) options.logger?.info(...checksumThreadInlineNote());
     const cache = new EmbeddingCache({
       numBlocks: options.numBlocks,
       blockBytes: options.blockBytes,
-      shared: options.checksumThread === true,
+      shared: thread,
     });
     const registry = options.registry ?? defaultRegistry();
     const data = await SocketDataTransport.create({
@@ -200,7 +204,7 @@ export class ConsumerConnector {
       blockBytes: cache.blockBytes,
       registry,
       ...(options.dataListen === undefined ? {} : { listen: options.dataListen }),
-      ...(options.checksumThread === undefined ? {} : { checksumThread: options.checksumThread }),
+      ...(thread ? { checksumThread: options.checksumThread } : {}),
       ...(options.tls === undefined ? {} : { tls: options.tls }),
       ...(options.logger === undefined ? {} : { logger: options.logger }),
       ...(options.dataShm === undefined ? {} : { shm: options.dataShm }),

@@ -270,5 +270,63 @@ export function crc32(data: Uint8Array, value = 0): number {
   return active(data, value);
 }
 
+/**
+ * With `checksumThread: true`, the checksum thread is used only while the in-use CRC-32 runs below
+ * this rate (GB/s, {@link crc32InlineGbps}). Above it the CRC costs a small part of the copy it
+ * would overlap, and the thread's hand-offs cost more than they hide: with ISA-L's AVX-512
+ * VPCLMULQDQ code (50-60 GB/s, AMD Zen 5) a 4 MiB unix read took 1.22 ms with the thread against
+ * 0.87-0.94 ms inline, 16 MiB from the shm shared region 1.47-1.81 against 1.45 ms; with ISA-L on
+ * AVX2 (~10 GB/s, Zen 3) the thread won (docs/benchmarks/ec-connector.md "A fast CRC stays inline").
+ */
+export const CHECKSUM_THREAD_MAX_INLINE_GBPS = 24;
+
+let inlineGbps: number | undefined;
+
+/**
+ * The in-use {@link crc32}'s rate over 1 MiB of cache-hot bytes, GB/s: the best of 5 calls,
+ * measured once per process on first use (0.1-1 ms) and then remembered. The best of several is
+ * what the code can do: load only slows a call down.
+ */
+export function crc32InlineGbps(): number {
+  if (inlineGbps !== undefined) return inlineGbps;
+  const buf = new Uint8Array(1024 * 1024);
+  for (let i = 0; i < buf.length; i += 64) buf[i] = i & 0xff;
+  crc32(buf);
+  let best = Number.POSITIVE_INFINITY;
+  for (let k = 0; k < 5; k++) {
+    const t0 = performance.now();
+    crc32(buf);
+    const dt = performance.now() - t0;
+    if (dt < best) best = dt;
+  }
+  // a call under the clock's resolution: as fast as the clock can say
+  inlineGbps = buf.length / 1e6 / Math.max(best, 1e-3);
+  return inlineGbps;
+}
+
+/**
+ * Whether the `checksumThread` option value puts reads' CRCs on the checksum thread in this
+ * process: `"always"`; `true` while {@link crc32InlineGbps} is below
+ * {@link CHECKSUM_THREAD_MAX_INLINE_GBPS}; else (`false`, unset, a fast CRC) inline. The one owner
+ * of that rule: the reader and `ConsumerConnector.create` (which then keeps the cache region an
+ * ordinary `ArrayBuffer`, whose copies are faster than a `SharedArrayBuffer`'s) both ask it.
+ */
+export function checksumThreadUsed(option: boolean | "always" | undefined): boolean {
+  return option === "always" || (option === true && crc32InlineGbps() < CHECKSUM_THREAD_MAX_INLINE_GBPS);
+}
+
+/** The log line of `checksumThread: true` left inline (a fast CRC-32): fields and message. */
+export function checksumThreadInlineNote(): [Record<string, number>, string] {
+  return [
+    { crc_gbps: Math.round(crc32InlineGbps() * 10) / 10, max_inline_gbps: CHECKSUM_THREAD_MAX_INLINE_GBPS },
+    'checksum thread not used: the CRC-32 is fast enough inline (checksumThread: "always" forces it)',
+  ];
+}
+
+/** Test hook: replaces the measured {@link crc32InlineGbps} (undefined: measure again on next use). */
+export function setCrc32InlineGbpsForTest(gbps: number | undefined): void {
+  inlineGbps = gbps;
+}
+
 /** The portable table implementation (exported for tests that compare it with zlib's). */
 export { crc32Table };

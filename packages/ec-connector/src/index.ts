@@ -25,7 +25,17 @@ export {
   XferState,
 } from "./consumer-session.js";
 export type { Crc32Fn, Crc32Impl, Crc32Info, IsalCrc32 } from "./crc.js";
-export { CRC32_ENV, CRC32_IMPLS, crc32, crc32Info, ISAL_MIN_BYTES, loadCrc32 } from "./crc.js";
+export {
+  CHECKSUM_THREAD_MAX_INLINE_GBPS,
+  CRC32_ENV,
+  CRC32_IMPLS,
+  checksumThreadUsed,
+  crc32,
+  crc32Info,
+  crc32InlineGbps,
+  ISAL_MIN_BYTES,
+  loadCrc32,
+} from "./crc.js";
 export type { CurveClientOptions, CurveKeyPair, CurveServerOptions } from "./curve.js";
 export { newCurveKeyPair } from "./curve.js";
 export type { LoopbackDataTransportOptions, LoopbackFault } from "./data/loopback.js";

@@ -1,12 +1,15 @@
 import { Registry } from "@tapwire/stats";
 import { describe, expect, it } from "vitest";
+import { setCrc32InlineGbpsForTest } from "../src/crc.js";
 import type { ConnectorStepResults, ControlClient } from "../src/index.js";
 import {
+  CHECKSUM_THREAD_MAX_INLINE_GBPS,
   ConsumerConnector,
   EcError,
   EmbeddingCache,
   LoopbackDataTransport,
   LoopbackFabric,
+  type SocketDataTransport,
   syntheticEmbedding,
 } from "../src/index.js";
 import type { FakeRouter, Producer } from "./helpers/loop.js";
@@ -277,5 +280,34 @@ describe("ConsumerConnector with real ZeroMQ (EC-CONTRACT 7)", () => {
     expect(r.failed[0]!.reason).toMatch(/could not start/);
     expect(conn.cache.freeBlocks).toBe(8);
     await conn.close();
+  });
+});
+
+describe("ConsumerConnector.create checksumThread (crc.ts checksumThreadUsed)", () => {
+  it('true: a shared region and the thread only where the CRC-32 is slow, else an ordinary region and inline; "always": the thread', async () => {
+    // [checksumThread, measured inline rate (GB/s), thread used]
+    const cases: [boolean | "always", number, boolean][] = [
+      [true, CHECKSUM_THREAD_MAX_INLINE_GBPS * 2, false],
+      [true, CHECKSUM_THREAD_MAX_INLINE_GBPS / 2, true],
+      ["always", CHECKSUM_THREAD_MAX_INLINE_GBPS * 2, true],
+      [false, CHECKSUM_THREAD_MAX_INLINE_GBPS / 2, false],
+    ];
+    try {
+      for (const [option, gbps, used] of cases) {
+        setCrc32InlineGbpsForTest(gbps);
+        const conn = await ConsumerConnector.create({
+          numBlocks: 8,
+          blockBytes: BLOCK,
+          compatibility: COMPAT,
+          checksumThread: option,
+        });
+        const shared = conn.cache.region.buffer instanceof SharedArrayBuffer;
+        const inUse = (conn.data as SocketDataTransport).checksumThreadInUse;
+        await conn.close();
+        expect([option, gbps, shared, inUse]).toEqual([option, gbps, used, used]);
+      }
+    } finally {
+      setCrc32InlineGbpsForTest(undefined);
+    }
   });
 });

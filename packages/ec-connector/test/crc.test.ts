@@ -4,13 +4,14 @@ import { Registry } from "@tapwire/stats";
 import { spawnBin } from "@tapwire/testing";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { crc32Table } from "../src/crc.js";
+import { crc32Table, setCrc32InlineGbpsForTest } from "../src/crc.js";
 import {
   ConsumerConnector,
   CRC32_ENV,
   CRC32_IMPLS,
   crc32,
   crc32Info,
+  crc32InlineGbps,
   EcAdminClient,
   ISAL_MIN_BYTES,
   loadCrc32,
@@ -69,6 +70,19 @@ function fakeIsal(calls: number[]): (init: number, buf: Uint8Array, len: number)
     return zlibCrc(buf.subarray(0, len), init);
   };
 }
+
+describe("crc32InlineGbps (the checksum thread's decision, crc.ts CHECKSUM_THREAD_MAX_INLINE_GBPS)", () => {
+  it("measures the in-use CRC-32 once: a positive finite rate, remembered; the test hook replaces it", () => {
+    setCrc32InlineGbpsForTest(undefined);
+    const g = crc32InlineGbps();
+    expect(Number.isFinite(g) && g > 0).toBe(true);
+    expect(crc32InlineGbps()).toBe(g);
+    setCrc32InlineGbpsForTest(1.5);
+    expect(crc32InlineGbps()).toBe(1.5);
+    setCrc32InlineGbpsForTest(undefined);
+    expect(crc32InlineGbps()).toBeGreaterThan(0);
+  });
+});
 
 describe("CRC-32 implementation choice", () => {
   it("uses the fastest implementation that loads here (ISA-L over @node-rs/crc32), and says so", () => {

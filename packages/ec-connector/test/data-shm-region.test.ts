@@ -66,7 +66,7 @@ async function startProducer(share: boolean, extra: string[] = []): Promise<Prod
   ]);
 }
 
-async function consumer(compatibility: string, checksumThread = false) {
+async function consumer(compatibility: string, checksumThread: boolean | "always" = false) {
   const registry = new Registry();
   const conn = await ConsumerConnector.create({
     numBlocks: 400,
@@ -74,7 +74,7 @@ async function consumer(compatibility: string, checksumThread = false) {
     compatibility,
     registry,
     dataShm: true,
-    ...(checksumThread ? { checksumThread } : {}),
+    ...(checksumThread !== false ? { checksumThread } : {}),
   });
   const counter = (n: string) => registry.snapshot().counters[n] ?? 0;
   return { conn, driver: new Driver(conn).start(), counter };
@@ -418,7 +418,7 @@ describe("shm reads with checksumThread (docs/ec-connector.md: the CRC on the ch
     it(`${share ? "shared region" : "ring"}: a read of 8 MiB or more has each landed piece CRC'd on the thread (the copy of the next overlaps it), smaller ones inline; the same CRC, corruption caught`, async () => {
       const prod = await startProducer(share);
       const pid = prod.child.pid as number;
-      const c = await consumer(prod.compatibilityHash, true);
+      const c = await consumer(prod.compatibilityHash, "always");
       const data = c.conn.data as SocketDataTransport;
       try {
         // the thread starts with the first range handed to it; reads below 8 MiB are CRC'd inline

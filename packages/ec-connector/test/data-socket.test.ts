@@ -1,7 +1,9 @@
 import * as net from "node:net";
 import { Registry } from "@tapwire/stats";
 import { afterEach, describe, expect, it } from "vitest";
+import { setCrc32InlineGbpsForTest } from "../src/crc.js";
 import {
+  CHECKSUM_THREAD_MAX_INLINE_GBPS,
   crc32,
   crc32Info,
   EcError,
@@ -215,7 +217,7 @@ for (const [kind, listen] of KINDS) {
         region: cCache.region,
         numBlocks: 512,
         blockBytes: BB,
-        checksumThread: true,
+        checksumThread: "always",
       });
       open.push(server, reader);
       const agent = reader.addRemotePeer(server.getAgentMetadata(), server.getMemDescriptor());
@@ -241,6 +243,73 @@ for (const [kind, listen] of KINDS) {
           numBlocks: 512,
           blockBytes: BB,
           checksumThread: true,
+        }),
+      ).rejects.toThrow(/checksumThread/);
+    });
+
+    it('checksumThread: true takes the thread only while the CRC-32 runs below CHECKSUM_THREAD_MAX_INLINE_GBPS; "always" regardless', async () => {
+      const sCache = new EmbeddingCache({ numBlocks: 512, blockBytes: BB });
+      const server = await SocketDataTransport.create({
+        name: "p",
+        region: sCache.region,
+        numBlocks: 512,
+        blockBytes: BB,
+        listen: listen(),
+      });
+      open.push(server);
+      const n = 300 * BB + 5; // several batches of landed ranges
+      sCache.allocate("big", n);
+      sCache.write("big", 0, syntheticEmbedding("big", n));
+      const e = sCache.markReady("big");
+      server.grant("s:big", e.blocks, Number.POSITIVE_INFINITY);
+      // [checksumThread, measured inline rate (GB/s), thread used]
+      const cases: [true | "always", number, boolean][] = [
+        [true, CHECKSUM_THREAD_MAX_INLINE_GBPS * 2, false],
+        [true, CHECKSUM_THREAD_MAX_INLINE_GBPS / 2, true],
+        ["always", CHECKSUM_THREAD_MAX_INLINE_GBPS * 2, true],
+      ];
+      try {
+        for (const [option, gbps, used] of cases) {
+          setCrc32InlineGbpsForTest(gbps);
+          const cCache = new EmbeddingCache({ numBlocks: 512, blockBytes: BB, shared: true });
+          const reader = await SocketDataTransport.create({
+            name: "c",
+            region: cCache.region,
+            numBlocks: 512,
+            blockBytes: BB,
+            checksumThread: option,
+          });
+          open.push(reader);
+          expect([option, gbps, reader.checksumThreadInUse]).toEqual([option, gbps, used]);
+          const agent = reader.addRemotePeer(server.getAgentMetadata(), server.getMemDescriptor());
+          const local = cCache.allocate("big", n);
+          const h = reader.postRead(local, agent, e.blocks, te.encode("s:big"), {
+            nbytes: n,
+            checksum: true,
+          });
+          expect(await settle(reader, h)).toBe("DONE");
+          expect(reader.getXferChecksum(h)).toBe(e.crc32);
+          // the thread starts with the first range handed to it: never when the CRC stays inline
+          expect([option, gbps, reader.checksumThreadCrcImpl !== null]).toEqual([option, gbps, used]);
+          // inline, corruption is still caught
+          reader.injectFault({ kind: "corrupt" });
+          const h2 = reader.postRead(local, agent, e.blocks, te.encode("s:big"), {
+            nbytes: n,
+            checksum: true,
+          });
+          expect(await settle(reader, h2)).toBe("DONE");
+          expect(reader.getXferChecksum(h2)).not.toBe(e.crc32);
+        }
+      } finally {
+        setCrc32InlineGbpsForTest(undefined);
+      }
+      await expect(
+        SocketDataTransport.create({
+          name: "x",
+          region: sCache.region,
+          numBlocks: 512,
+          blockBytes: BB,
+          checksumThread: "always",
         }),
       ).rejects.toThrow(/checksumThread/);
     });

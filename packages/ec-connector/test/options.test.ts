@@ -128,6 +128,7 @@ describe("options are validated naming the bad one", () => {
       [{ throttleBytesPerSec: -1 }, "throttleBytesPerSec"],
       [{ maxIdlePerPeer: 0.5 }, "maxIdlePerPeer"],
       [{ checksumThread: 1 }, "checksumThread"],
+      [{ checksumThread: "sometimes" }, "checksumThread"],
     ];
     for (const [o, name] of cases) {
       await badOptionAsync(() => SocketDataTransport.create({ ...ok, ...o } as never), name);

@@ -15,8 +15,9 @@
  *   process and of this (client) process, and the worker's own call metrics; and
  *   `where_the_time_goes`: per STEP, the worker's wall time, its drafter calls' wall time (from its
  *   metrics, over the blocks only), its CPU beside the drafter calls and its time off a CPU.
- * - `unshared_tax`: 1 session x 8 entries, K = 4 vs K = 1, runs interleaved: mean STEP RTT ratio
- *   (target <= 1.05).
+ * - `unshared_tax`: 1 session x 8 entries, K = 4 vs K = 1, STEPs interleaved: worker CPU per STEP
+ *   and STEP RTT ratios (target <= 1.05); for the null drafter also in the steady state, after
+ *   V8 has optimised the worker's hot path (see `unsharedTax`).
  * - `memory`: 4 sessions fill every slot's window (RESYNC of W rows); RSS (from /proc) at idle,
  *   full, after the sessions were dropped and after 5 more admit-fill-drop cycles.
  * - `drafter_alone_in_process`: the drafters called directly at 8 and 64 entries (the ceiling of
@@ -30,7 +31,9 @@
  * TAPWIRE_BENCH_QUICK=1 runs fewer STEPs (a smoke run); TAPWIRE_BENCH_ONLY=onnx,reference,tax,memory
  * runs only those sections; TAPWIRE_BENCH_SHARED_ARGS adds flags to the batched (gather) worker;
  * TAPWIRE_BENCH_ONNX_ARGS adds flags to every ONNX worker (a drafter policy, the same in each mode);
- * TAPWIRE_BENCH_WORKER_NODE_ARGS adds node flags to every worker (e.g. --cpu-prof).
+ * TAPWIRE_BENCH_WORKER_NODE_ARGS adds node flags to every worker (e.g. --cpu-prof);
+ * TAPWIRE_BENCH_WARM sets the warm-up STEPs per session before the blocks (default 15; the null
+ * drafter's tax has its own, longer steady-state warm-up).
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -60,7 +63,7 @@ const BIN = join(HERE, "..", "dist", "bin", "worker.js");
 const ONNX_PKG = join(HERE, "..", "..", "drafter-onnx");
 const QUICK = process.env.TAPWIRE_BENCH_QUICK === "1";
 const STEPS = QUICK ? 30 : 150;
-const WARM = QUICK ? 5 : 15;
+const WARM = Number(process.env.TAPWIRE_BENCH_WARM ?? (QUICK ? 5 : 15));
 /** TAPWIRE_BENCH_ONLY=onnx,reference,tax,memory runs only those sections (iteration); tax-null only the null drafter's tax. */
 const ONLY = (process.env.TAPWIRE_BENCH_ONLY ?? "").split(",").filter((x) => x !== "");
 const want = (s: string): boolean => ONLY.length === 0 || ONLY.includes(s);
@@ -493,19 +496,83 @@ function batchStats(s: Record<string, unknown>) {
   };
 }
 
-/** STEPs per bin in the unshared-tax section: more than elsewhere, for a stable mean of ~0.2 ms RTTs. */
+/** STEPs of the unshared-tax section's cold phase (the first STEPs after {@link WARM} x 4 warm-up ones). */
 const TAX_STEPS = QUICK ? 60 : 1500;
+/**
+ * STEPs each worker serves before the steady phase is measured: enough for V8 to have optimised
+ * the hot path (measured: the null drafter's CPU per STEP falls from ~120-140 µs in the first
+ * 1500 STEPs to ~30-40 µs after ~3000; docs/benchmarks/worker.md "unshared tax").
+ */
+const TAX_STEADY_WARM = QUICK ? 100 : 3000;
+/** Blocks of the steady phase, and STEPs per block (per worker). */
+const TAX_BLOCKS = QUICK ? 3 : 8;
+const TAX_BLOCK_STEPS = QUICK ? 100 : 1000;
+
+const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+const trimmed = (xs: number[]) => {
+  const ys = [...xs].sort((a, b) => a - b);
+  const cut = Math.floor(ys.length * 0.05);
+  return mean(ys.slice(cut, ys.length - cut));
+};
+
+/**
+ * `n` STEPs on each of `s1` and `s4`, interleaved STEP by STEP with the order swapped every pair
+ * (so that machine load hits both alike); the workers' CPU per STEP (µs, every thread's schedstat)
+ * and the RTTs of these STEPs.
+ */
+async function taxPhase(k1: Bin, k4: Bin, s1: Session, s4: Session, n: number) {
+  const from1 = s1.rtts.length;
+  const from4 = s4.rtts.length;
+  const cpu1 = cpuNsOf(k1.pid);
+  const cpu4 = cpuNsOf(k4.pid);
+  for (let i = 0; i < n; i++) {
+    if (i % 2 === 0) {
+      await s1.step(true);
+      await s4.step(true);
+    } else {
+      await s4.step(true);
+      await s1.step(true);
+    }
+  }
+  const cpuUs1 = (cpuNsOf(k1.pid) - cpu1) / 1e3 / n;
+  const cpuUs4 = (cpuNsOf(k4.pid) - cpu4) / 1e3 / n;
+  return { cpuUs1, cpuUs4, rtt1: s1.rtts.slice(from1), rtt4: s4.rtts.slice(from4) };
+}
+
+/** The RTT figures of a phase: means, trimmed means, p50s and their ratios. */
+function taxRtts(rtt1: number[], rtt4: number[]) {
+  const pairs = rtt4.map((x, i) => x / rtt1[i]!);
+  return {
+    k1_rtt_ms_mean: r3(mean(rtt1)),
+    k4_rtt_ms_mean: r3(mean(rtt4)),
+    k1_rtt_ms_trimmed_mean: r3(trimmed(rtt1)),
+    k4_rtt_ms_trimmed_mean: r3(trimmed(rtt4)),
+    k1_rtt_ms_p50: r3(pct(rtt1, 50)),
+    k4_rtt_ms_p50: r3(pct(rtt4, 50)),
+    ratio_mean: r3(mean(rtt4) / mean(rtt1)),
+    ratio_trimmed_mean: r3(trimmed(rtt4) / trimmed(rtt1)),
+    ratio_p50: r3(pct(rtt4, 50) / pct(rtt1, 50)),
+    /** Median of the per-pair ratios (each pair measured back to back). */
+    ratio_median_of_pairs: r3(pct(pairs, 50)),
+  };
+}
 
 /**
  * The unshared tax (issue 20: 1 session on a K = 4 worker costs no more than 1.05x K = 1 per
- * STEP). Two measures from the same interleaved STEPs:
+ * STEP), 1 session x 8 entries on each worker, STEPs interleaved. Two measures:
  * - `ratio_cpu`: the worker processes' CPU time per STEP (all threads, schedstat ns), the cost
  *   itself; a loaded machine stretches RTTs but hardly a process's own CPU time. The target row.
  * - RTT ratios (mean, 5% trimmed mean, p50, median of back-to-back pairs): what a client sees,
  *   including scheduler wake-ups, which on a 2-core VM shared with the clients dominate the mean
- *   of ~0.2 ms round trips (docs/benchmarks/worker.md "unshared tax").
+ *   of ~0.1-0.2 ms round trips.
+ * With `steady` (the null drafter, whose STEPs are only the worker's own code), two phases: `cold`,
+ * the first {@link TAX_STEPS} STEPs after {@link WARM} x 4 warm-up ones, while V8 is still
+ * optimising the hot path (what the section measured until 2026-12-06), then, after
+ * {@link TAX_STEADY_WARM} STEPs on each worker, the steady state a serving worker runs in:
+ * {@link TAX_BLOCKS} blocks, the top-level figures and `ratio_cpu` the median of the blocks' CPU
+ * ratios (docs/benchmarks/worker.md "unshared tax").
  */
-async function unsharedTax(drafterArgs: string[]) {
+async function unsharedTax(drafterArgs: string[], steady: boolean) {
   const k1 = await startBin([...drafterArgs]);
   // TAPWIRE_BENCH_TAX_K4_ARGS: extra flags of the K = 4 worker (to find where a tax comes from)
   const k4Extra = (process.env.TAPWIRE_BENCH_TAX_K4_ARGS ?? "").split(" ").filter((x) => x !== "");
@@ -516,49 +583,48 @@ async function unsharedTax(drafterArgs: string[]) {
     await s1.step(false);
     await s4.step(false);
   }
-  // Interleaved STEP by STEP, the order swapped every pair, so that machine load hits both alike.
-  const pairs: number[] = [];
-  const cpu1 = cpuNsOf(k1.pid);
-  const cpu4 = cpuNsOf(k4.pid);
-  for (let i = 0; i < TAX_STEPS; i++) {
-    if (i % 2 === 0) {
-      await s1.step(true);
-      await s4.step(true);
-    } else {
-      await s4.step(true);
-      await s1.step(true);
-    }
-    pairs.push(s4.rtts[i]! / s1.rtts[i]!);
+  const cold = await taxPhase(k1, k4, s1, s4, TAX_STEPS);
+  const coldFigures = {
+    steps: TAX_STEPS,
+    k1_cpu_us_per_step: r3(cold.cpuUs1),
+    k4_cpu_us_per_step: r3(cold.cpuUs4),
+    ratio_cpu: r3(cold.cpuUs4 / cold.cpuUs1),
+    ...taxRtts(cold.rtt1, cold.rtt4),
+  };
+  if (!steady) {
+    s1.close();
+    s4.close();
+    await Promise.all([stopBin(k1), stopBin(k4)]);
+    return { entries_per_step: 8, ...coldFigures };
   }
-  const cpuUs1 = (cpuNsOf(k1.pid) - cpu1) / 1e3 / TAX_STEPS;
-  const cpuUs4 = (cpuNsOf(k4.pid) - cpu4) / 1e3 / TAX_STEPS;
+  for (let i = TAX_STEPS; i < TAX_STEADY_WARM; i++) {
+    await s1.step(false);
+    await s4.step(false);
+  }
+  const blocks = [];
+  for (let b = 0; b < TAX_BLOCKS; b++) blocks.push(await taxPhase(k1, k4, s1, s4, TAX_BLOCK_STEPS));
   s1.close();
   s4.close();
   await Promise.all([stopBin(k1), stopBin(k4)]);
-  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
-  const median = (xs: number[]) => pct(xs, 50);
-  const trimmed = (xs: number[]) => {
-    const ys = [...xs].sort((a, b) => a - b);
-    const cut = Math.floor(ys.length * 0.05);
-    return mean(ys.slice(cut, ys.length - cut));
-  };
+  const cpu1 = mean(blocks.map((b) => b.cpuUs1));
+  const cpu4 = mean(blocks.map((b) => b.cpuUs4));
+  const blockRatios = blocks.map((b) => b.cpuUs4 / b.cpuUs1);
   return {
     entries_per_step: 8,
-    steps: TAX_STEPS,
-    k1_cpu_us_per_step: r3(cpuUs1),
-    k4_cpu_us_per_step: r3(cpuUs4),
-    ratio_cpu: r3(cpuUs4 / cpuUs1),
-    k1_rtt_ms_mean: r3(mean(s1.rtts)),
-    k4_rtt_ms_mean: r3(mean(s4.rtts)),
-    k1_rtt_ms_trimmed_mean: r3(trimmed(s1.rtts)),
-    k4_rtt_ms_trimmed_mean: r3(trimmed(s4.rtts)),
-    k1_rtt_ms_p50: r3(median(s1.rtts)),
-    k4_rtt_ms_p50: r3(median(s4.rtts)),
-    ratio_mean: r3(mean(s4.rtts) / mean(s1.rtts)),
-    ratio_trimmed_mean: r3(trimmed(s4.rtts) / trimmed(s1.rtts)),
-    ratio_p50: r3(median(s4.rtts) / median(s1.rtts)),
-    /** Median of the per-pair ratios (each pair measured back to back). */
-    ratio_median_of_pairs: r3(median(pairs)),
+    steps: TAX_BLOCKS * TAX_BLOCK_STEPS,
+    warm_steps_before: TAX_STEADY_WARM,
+    k1_cpu_us_per_step: r3(cpu1),
+    k4_cpu_us_per_step: r3(cpu4),
+    /** Median of the blocks' CPU ratios (the target row). */
+    ratio_cpu: r3(pct(blockRatios, 50)),
+    ratio_cpu_all_blocks: r3(cpu4 / cpu1),
+    ratio_cpu_blocks: blockRatios.map(r3),
+    ...taxRtts(
+      blocks.flatMap((b) => b.rtt1),
+      blocks.flatMap((b) => b.rtt4),
+    ),
+    /** The first STEPs, while V8 still optimises (the section's measure until 2026-12-06). */
+    cold: coldFigures,
   };
 }
 
@@ -717,10 +783,13 @@ async function main(): Promise<void> {
       drafter_alone_in_process: scaling,
       onnx: want("onnx") ? await batching(onnx, ONNX_PKG) : null,
       reference: want("reference") ? await batching(["--drafter", "reference"]) : null,
-      unshared_tax_reference: want("tax") ? await unsharedTax(["--drafter", "reference"]) : null,
+      unshared_tax_reference: want("tax") ? await unsharedTax(["--drafter", "reference"], false) : null,
       unshared_tax_null: !(want("tax") || ONLY.includes("tax-null"))
         ? null
-        : await unsharedTax(["--drafter", "null", "--num-taps", "3", "--hidden", "1024", "--window", "16"]),
+        : await unsharedTax(
+            ["--drafter", "null", "--num-taps", "3", "--hidden", "1024", "--window", "16"],
+            true,
+          ),
       memory: want("memory") ? [await memory(2), await memory(4)] : null,
       load_average_start: load0,
       load_average_end: loadavg().map(r3),

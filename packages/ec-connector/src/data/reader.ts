@@ -1,7 +1,7 @@
 import type * as net from "node:net";
 import type { Logger } from "pino";
 import type { Crc32Impl } from "../crc.js";
-import { crc32 } from "../crc.js";
+import { checksumThreadInlineNote, checksumThreadUsed, crc32 } from "../crc.js";
 import { EcError, isIntInRange } from "../errors.js";
 import type { DataMetrics } from "../metrics.js";
 import { ChecksumThread } from "./checksum.js";
@@ -138,7 +138,8 @@ export interface DataReaderOptions {
   numBlocks: number;
   blockBytes: number;
   maxIdlePerPeer: number;
-  checksumThread: boolean;
+  /** `true`: the checksum thread where it pays (crc.ts `checksumThreadUsed`); `"always"`: always. */
+  checksumThread: boolean | "always";
   /** This agent's name as it introduces itself in a READ. */
   self: string;
   connect: DataConnect;
@@ -166,6 +167,8 @@ export class DataReader {
   readonly #faults: SocketFault[] = [];
   #nextHandle = 1;
   #thread: ChecksumThread | null = null;
+  /** Reads' CRCs go to the checksum thread (`checksumThread`, decided once at construction). */
+  readonly #useThread: boolean;
   /** `self` as UTF-8 (for XFER_REQ frames, encoded once). */
   readonly #selfBytes: Uint8Array;
   /** With the checksum thread, an shm read's landed pieces go to it (shm-reader.ts `chunk`). */
@@ -177,8 +180,19 @@ export class DataReader {
     this.#bb = options.blockBytes;
     this.#m = options.metrics;
     this.#selfBytes = Buffer.from(options.self, "utf8");
+    this.#useThread = checksumThreadUsed(options.checksumThread);
+    if (options.checksumThread === true && !this.#useThread)
+      options.logger.info(...checksumThreadInlineNote());
     // Every shm read's target is one of this reader's Read records (#onShmFrame).
     this.#shmLanded = (r, start, n) => this.#crcRange(r as Read, start, n);
+  }
+
+  /**
+   * True when reads' CRCs go to the checksum thread: `checksumThread: "always"`, or `true` on a
+   * process whose CRC-32 runs below `CHECKSUM_THREAD_MAX_INLINE_GBPS` (crc.ts `checksumThreadUsed`).
+   */
+  get checksumThreadInUse(): boolean {
+    return this.#useThread;
   }
 
   /** The checksum thread's CRC-32 implementation once it has said (`null` before or without it). */
@@ -287,7 +301,7 @@ export class DataReader {
       nbytes,
       received: 0,
       checksum,
-      crcThread: checksum && this.#o.checksumThread,
+      crcThread: checksum && this.#useThread,
       src: null,
       srcMaxRuns: Math.ceil(nbytes / this.#bb),
       crc: 0,

@@ -142,8 +142,12 @@ export interface SocketDataTransportOptions {
    * Compute read checksums on a worker thread as ranges land, so the CRC overlaps the receive
    * instead of running between `recv`s (default false). Needs a region on a `SharedArrayBuffer`
    * (`EmbeddingCache({ shared: true })`). A read is DONE once its last range is checksummed.
+   * `true` uses the thread where it pays: only while this process's CRC-32 runs below
+   * `CHECKSUM_THREAD_MAX_INLINE_GBPS` (24 GB/s, measured once, `crc32InlineGbps`); a faster CRC
+   * (ISA-L with AVX-512) stays inline, which is then cheaper. `"always"` uses it regardless.
+   * {@link SocketDataTransport.checksumThreadInUse} says which.
    */
-  checksumThread?: boolean;
+  checksumThread?: boolean | "always";
   /** EC-CONTRACT 9.5: most open data-server connections; more are closed at accept, counted (default 256). */
   maxConnections?: number;
   /** EC-CONTRACT 9.5: a data-server connection without traffic this long is closed, counted (default 30 000 ms; 0: never). */
@@ -247,7 +251,7 @@ export class SocketDataTransport implements DataTransport {
       numBlocks: options.numBlocks,
       blockBytes: options.blockBytes,
       maxIdlePerPeer: options.maxIdlePerPeer ?? 4,
-      checksumThread: options.checksumThread === true,
+      checksumThread: options.checksumThread ?? false,
       self: agentNameOf(this.meta),
       connect: socketConnect(options.tls),
       metrics,
@@ -312,10 +316,17 @@ export class SocketDataTransport implements DataTransport {
     if (options.throttleBytesPerSec !== undefined)
       checkNumberOption("throttleBytesPerSec", options.throttleBytesPerSec, 0);
     if (options.maxIdlePerPeer !== undefined) checkIntOption("maxIdlePerPeer", options.maxIdlePerPeer, 0);
-    if (options.checksumThread !== undefined && typeof options.checksumThread !== "boolean") {
-      throw new EcError("EC_BAD_OPTION", "option checksumThread: expected a boolean");
+    if (
+      options.checksumThread !== undefined &&
+      typeof options.checksumThread !== "boolean" &&
+      options.checksumThread !== "always"
+    ) {
+      throw new EcError("EC_BAD_OPTION", 'option checksumThread: expected a boolean or "always"');
     }
-    if (options.checksumThread === true && !(options.region.buffer instanceof SharedArrayBuffer)) {
+    if (
+      (options.checksumThread === true || options.checksumThread === "always") &&
+      !(options.region.buffer instanceof SharedArrayBuffer)
+    ) {
       throw new EcError("EC_BAD_OPTION", "option checksumThread: the region must be on a SharedArrayBuffer");
     }
     if (options.maxConnections !== undefined) checkIntOption("maxConnections", options.maxConnections, 1);
@@ -407,6 +418,14 @@ export class SocketDataTransport implements DataTransport {
    */
   get checksumThreadCrcImpl(): Crc32Impl | null {
     return this.#reader.checksumThreadCrcImpl;
+  }
+
+  /**
+   * True when reads' CRCs go to the checksum thread: `checksumThread: "always"`, or `true` where
+   * this process's CRC-32 runs below `CHECKSUM_THREAD_MAX_INLINE_GBPS` (else they stay inline).
+   */
+  get checksumThreadInUse(): boolean {
+    return this.#reader.checksumThreadInUse;
   }
 
   /**
