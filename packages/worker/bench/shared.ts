@@ -32,8 +32,8 @@
  * runs only those sections; TAPWIRE_BENCH_SHARED_ARGS adds flags to the batched (gather) worker;
  * TAPWIRE_BENCH_ONNX_ARGS adds flags to every ONNX worker (a drafter policy, the same in each mode);
  * TAPWIRE_BENCH_WORKER_NODE_ARGS adds node flags to every worker (e.g. --cpu-prof);
- * TAPWIRE_BENCH_WARM sets the warm-up STEPs per session before the blocks (default 15; the null
- * drafter's tax has its own, longer steady-state warm-up).
+ * TAPWIRE_BENCH_WARM sets the warm-up STEPs per session before a load's blocks (default 400; the
+ * null drafter's tax has its own steady-state warm-up).
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -63,7 +63,15 @@ const BIN = join(HERE, "..", "dist", "bin", "worker.js");
 const ONNX_PKG = join(HERE, "..", "..", "drafter-onnx");
 const QUICK = process.env.TAPWIRE_BENCH_QUICK === "1";
 const STEPS = QUICK ? 30 : 150;
-const WARM = Number(process.env.TAPWIRE_BENCH_WARM ?? (QUICK ? 5 : 15));
+/** Warm-up calls of the in-process drafter timing, and STEPs (x 4) before the tax's cold phase. */
+const WARM = QUICK ? 5 : 15;
+/**
+ * Warm-up STEPs per session before a load's blocks (`TAPWIRE_BENCH_WARM`): enough for V8 to have
+ * optimised the worker's and the clients' hot paths, so the blocks measure the steady state a
+ * serving worker runs in (15 until 2026-12-06; docs/benchmarks/worker.md "The unshared tax in the
+ * steady state").
+ */
+const LOAD_WARM = Number(process.env.TAPWIRE_BENCH_WARM ?? (QUICK ? 5 : 400));
 /** TAPWIRE_BENCH_ONLY=onnx,reference,tax,memory runs only those sections (iteration); tax-null only the null drafter's tax. */
 const ONLY = (process.env.TAPWIRE_BENCH_ONLY ?? "").split(",").filter((x) => x !== "");
 const want = (s: string): boolean => ONLY.length === 0 || ONLY.includes(s);
@@ -338,7 +346,7 @@ async function openLoad(bin: Bin, n: number, slots: number, base: number): Promi
   const sessions = await Promise.all(Array.from({ length: n }, (_, k) => Session.open(bin, base + k, slots)));
   await Promise.all(
     sessions.map(async (s) => {
-      for (let i = 0; i < WARM; i++) await s.step(false);
+      for (let i = 0; i < LOAD_WARM; i++) await s.step(false);
     }),
   );
   const c = await callTotals(bin);
@@ -403,7 +411,9 @@ function summary(l: Load) {
     steps_per_s: r3(rtts.length / l.seconds),
     entries_per_s: r3((rtts.length * l.slots) / l.seconds),
     rtt_ms_p50: r3(pct(rtts, 50)),
+    rtt_ms_p90: r3(pct(rtts, 90)),
     rtt_ms_p99: r3(pct(rtts, 99)),
+    rtt_ms_max: r3(pct(rtts, 100)),
     worker_cpu_ms_per_step: r3((1000 * l.workerCpu) / rtts.length),
     client_cpu_ms_per_step: r3((1000 * l.clientCpu) / rtts.length),
     /** Share of the wall time the worker process was on a CPU. */
