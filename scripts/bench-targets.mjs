@@ -168,7 +168,8 @@ const TARGETS = [
   {
     id: "tax-null-cpu",
     bench: "shared",
-    label: "unshared tax K=4 / K=1, worker CPU per STEP, null drafter, steady state, median of 8 blocks (issue 20)",
+    label:
+      "unshared tax K=4 / K=1, worker CPU per STEP, null drafter, steady state, median of 8 blocks (issue 20)",
     path: "unshared_tax_null.ratio_cpu",
     target: "<= 1.05",
   },
