@@ -275,7 +275,7 @@ export function crc32(data: Uint8Array, value = 0): number {
  * this rate (GB/s, {@link crc32InlineGbps}). Above it the CRC costs a small part of the copy it
  * would overlap, and the thread's hand-offs cost more than they hide: with ISA-L's AVX-512
  * VPCLMULQDQ code (50-60 GB/s, AMD Zen 5) a 4 MiB unix read took 1.22 ms with the thread against
- * 0.87-0.94 ms inline, 16 MiB from the shm shared region 1.47-1.81 against 1.45 ms; with ISA-L on
+ * 0.87-0.94 ms inline, 16 MiB from the shm shared region 1.47-1.81 against 1.45-1.46 ms; with ISA-L on
  * AVX2 (~10 GB/s, Zen 3) the thread won (docs/benchmarks/ec-connector.md "A fast CRC stays inline").
  */
 export const CHECKSUM_THREAD_MAX_INLINE_GBPS = 24;
@@ -284,7 +284,7 @@ let inlineGbps: number | undefined;
 
 /**
  * The in-use {@link crc32}'s rate over 1 MiB of cache-hot bytes, GB/s: the best of 5 calls,
- * measured once per process on first use (0.1-1 ms) and then remembered. The best of several is
+ * measured once per process on first use (under 1 ms with a native CRC) and then remembered. The best of several is
  * what the code can do: load only slows a call down.
  */
 export function crc32InlineGbps(): number {

@@ -511,7 +511,8 @@ const TAX_STEPS = QUICK ? 60 : 1500;
 /**
  * STEPs each worker serves before the steady phase is measured: enough for V8 to have optimised
  * the hot path (measured: the null drafter's CPU per STEP falls from ~120-140 µs in the first
- * 1500 STEPs to ~30-40 µs after ~3000; docs/benchmarks/worker.md "unshared tax").
+ * 1500 STEPs to ~30-40 µs after ~3000; docs/benchmarks/worker.md "The unshared tax in the steady
+ * state").
  */
 const TAX_STEADY_WARM = QUICK ? 100 : 3000;
 /** Blocks of the steady phase, and STEPs per block (per worker). */
@@ -580,7 +581,7 @@ function taxRtts(rtt1: number[], rtt4: number[]) {
  * optimising the hot path (what the section measured until 2026-12-06), then, after
  * {@link TAX_STEADY_WARM} STEPs on each worker, the steady state a serving worker runs in:
  * {@link TAX_BLOCKS} blocks, the top-level figures and `ratio_cpu` the median of the blocks' CPU
- * ratios (docs/benchmarks/worker.md "unshared tax").
+ * ratios (docs/benchmarks/worker.md "The unshared tax in the steady state").
  */
 async function unsharedTax(drafterArgs: string[], steady: boolean) {
   const k1 = await startBin([...drafterArgs]);
@@ -622,7 +623,8 @@ async function unsharedTax(drafterArgs: string[], steady: boolean) {
   return {
     entries_per_step: 8,
     steps: TAX_BLOCKS * TAX_BLOCK_STEPS,
-    warm_steps_before: TAX_STEADY_WARM,
+    /** STEPs each worker had served before the blocks (the warm-up, the cold phase, the rest). */
+    warm_steps_before: WARM * 4 + TAX_STEADY_WARM,
     k1_cpu_us_per_step: r3(cpu1),
     k4_cpu_us_per_step: r3(cpu4),
     /** Median of the blocks' CPU ratios (the target row). */
