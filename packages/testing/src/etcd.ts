@@ -1,10 +1,11 @@
 // A real etcd (Debian's etcd-server, /usr/bin/etcd, 3.4) as a child process on loopback with a
-// temp data dir, for @tapwire/discovery tests and the harness. etcd cannot listen on port 0 for
+// temp data dir (on /dev/shm where it exists, see etcdDataParent), for @tapwire/discovery tests and
+// the harness. etcd cannot listen on port 0 for
 // its peer URL, so both ports come from freePort() and a start whose ports were taken in between
 // (the process exits before it is healthy) is retried with new ones. stop() keeps the data dir
 // and the ports so that start() brings the same member back (clients reconnect to it).
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync } from "node:fs";
+import { accessSync, constants, existsSync, statSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -174,6 +175,25 @@ class Etcd implements EtcdChild {
 }
 
 /**
+ * Where the data dirs go: /dev/shm when it is a writable directory, else the temp dir. etcd
+ * fsyncs its WAL on every write (3.4 has no flag to skip it), and on a disk a loaded CI machine
+ * stalls those fsyncs for seconds: a lease revoke then outlasted the registrar's 2 s timeout
+ * and the record stayed until its TTL (a flake seen in CI). On tmpfs an fsync costs nothing; a
+ * test etcd needs no durability. Each member preallocates a 64 MB WAL there (memory).
+ */
+function etcdDataParent(): string {
+  try {
+    if (statSync("/dev/shm").isDirectory()) {
+      accessSync("/dev/shm", constants.W_OK);
+      return "/dev/shm";
+    }
+  } catch {
+    // no writable /dev/shm (not Linux, a locked-down container): the temp dir
+  }
+  return tmpdir();
+}
+
+/**
  * Starts a single-member etcd on loopback (free client and peer ports, a temp data dir) and
  * resolves once `/health` says true.
  *
@@ -192,7 +212,7 @@ export async function startEtcd(options: StartEtcdOptions = {}): Promise<EtcdChi
   if (!(Number.isFinite(timeoutMs) && timeoutMs > 0)) {
     throw new TestingError(TestingErrorCode.BAD_OPTION, `option timeoutMs ${timeoutMs} must be > 0`);
   }
-  const dir = await mkdtemp(join(tmpdir(), "tapwire-etcd-"));
+  const dir = await mkdtemp(join(etcdDataParent(), "tapwire-etcd-"));
   const e = new Etcd(dir, bin, timeoutMs);
   try {
     await e.first();
