@@ -126,13 +126,16 @@ function benchStepFrame(p: {
   session: number;
   entries: ReqEntry[];
   rowBytes: number;
+  /** Where to build it when large enough (a session's buffer, reused STEP after STEP). */
+  into?: Uint8Array;
 }): Uint8Array {
   const { pool, rb } = rowPool;
   if (p.rowBytes !== rb) throw new Error(`bench rows are ${rb} bytes, not ${p.rowBytes}`);
   let nRows = 0;
   for (const e of p.entries) nRows += e.nRows;
   const n = p.entries.length;
-  const buf = new Uint8Array(APP_HEADER_SIZE + stepRequestBodySize(n, nRows, rb, false));
+  const size = APP_HEADER_SIZE + stepRequestBodySize(n, nRows, rb, false);
+  const buf = p.into !== undefined && p.into.length >= size ? p.into : new Uint8Array(size);
   let off = APP_HEADER_SIZE + rowsOffsetFor(n, false);
   for (const e of p.entries) {
     for (let r = 0; r < e.nRows; r++) {
@@ -264,6 +267,14 @@ class Session {
   seq = 0;
   round = 0;
   readonly rtts: number[] = [];
+  /**
+   * The STEP frame buffer, sized by the largest frame so far and reused: a client that allocated
+   * a frame per STEP (~50 KiB of ArrayBuffer) drove this process into a mark-compact every
+   * 120-250 ms, 1-11 ms pauses that stalled all its sessions (the RTT tail), which a real client
+   * (`@tapwire/client`, buffers sized once) does not have. One STEP in flight per session, whose
+   * reply arrives after its bytes were read, so the buffer is free again by the next STEP.
+   */
+  #frame: Uint8Array | undefined;
   constructor(
     readonly raw: Raw,
     readonly id: number,
@@ -308,7 +319,10 @@ class Session {
       session: this.id,
       entries,
       rowBytes: this.g.numTaps * this.g.hidden * 2,
+      ...(this.#frame === undefined ? {} : { into: this.#frame }),
     });
+    if (this.#frame === undefined || msg.buffer !== this.#frame.buffer)
+      this.#frame = new Uint8Array(msg.buffer);
     const t0 = performance.now();
     const a = await this.raw.send(msg);
     const dt = performance.now() - t0;
