@@ -1,8 +1,8 @@
 // A real etcd (Debian's etcd-server, /usr/bin/etcd, 3.4) as a child process on loopback with a
 // temp data dir (on /dev/shm where it exists, see etcdDataParent), for @tapwire/discovery tests and
-// the harness. etcd cannot listen on port 0 for
-// its peer URL, so both ports come from freePort() and a start whose ports were taken in between
-// (the process exits before it is healthy) is retried with new ones. stop() keeps the data dir
+// the harness. etcd cannot listen on port 0 for its peer URL, so both ports come from freePort()
+// and a start whose ports were taken in between (the process exits before it is healthy) is
+// retried with new ones. stop() keeps the data dir
 // and the ports so that start() brings the same member back (clients reconnect to it).
 import { type ChildProcess, spawn } from "node:child_process";
 import { accessSync, constants, existsSync, statSync } from "node:fs";
@@ -177,8 +177,8 @@ class Etcd implements EtcdChild {
 /**
  * Where the data dirs go: /dev/shm when it is a writable directory, else the temp dir. etcd
  * fsyncs its WAL on every write (3.4 has no flag to skip it), and on a disk a loaded CI machine
- * stalls those fsyncs for seconds: a lease revoke then outlasted the registrar's 2 s timeout
- * and the record stayed until its TTL (a flake seen in CI). On tmpfs an fsync costs nothing; a
+ * stalls those fsyncs for seconds: the likely cause of a CI flake where a record outlived its
+ * producer's SIGTERM (a lease revoke past the registrar's 2 s timeout leaves it until its TTL). On tmpfs an fsync costs nothing; a
  * test etcd needs no durability. Each member preallocates a 64 MB WAL there (memory).
  */
 function etcdDataParent(): string {
