@@ -176,18 +176,22 @@ const TARGETS = [
 ];
 // ---------------------------------------------------------------------------------------------
 
-const IDLE_LOAD = 1.0; // 1-minute load average above this at a bench run's start: not idle
+// Share of all CPUs busy over a 1-s sample (/proc/stat) above this at a bench run's start: not
+// idle. The load average lags by a minute: after a bench it stays above 1 for a minute or more
+// although the machine is idle, so it cannot tell a busy machine from one a bench just left.
+const IDLE_BUSY = 0.1;
+const SAMPLE_MS = 1000;
 
 function usage(msg) {
   if (msg) process.stderr.write(`bench-targets: ${msg}\n`);
   process.stderr.write(
-    `usage: node scripts/bench-targets.mjs [--runs N] [--only ${Object.keys(BENCHES).join(",")}] [--quick] [--timeout-min M]\n`,
+    `usage: node scripts/bench-targets.mjs [--runs N] [--only ${Object.keys(BENCHES).join(",")}] [--quick] [--timeout-min M] [--settle-s S]\n`,
   );
   process.exit(msg ? 2 : 0);
 }
 
 function parseArgs(argv) {
-  const o = { runs: 3, only: Object.keys(BENCHES), quick: false, timeoutMin: 40 };
+  const o = { runs: 3, only: Object.keys(BENCHES), quick: false, timeoutMin: 40, settleS: 30 };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const value = () => {
@@ -201,12 +205,14 @@ function parseArgs(argv) {
     else if (name === "--runs") o.runs = Number(value());
     else if (name === "--only") o.only = value().split(",").filter(Boolean);
     else if (name === "--timeout-min") o.timeoutMin = Number(value());
+    else if (name === "--settle-s") o.settleS = Number(value());
     else if (a === "--quick") o.quick = true;
     else if (a === "--help" || a === "-h") usage();
     else usage(`unknown argument ${a}`);
   }
   if (!Number.isInteger(o.runs) || o.runs < 1) usage("--runs must be a positive integer");
   if (!(o.timeoutMin > 0)) usage("--timeout-min must be positive");
+  if (!(o.settleS >= 0)) usage("--settle-s must be 0 or more");
   const unknown = o.only.filter((b) => !(b in BENCHES));
   if (unknown.length > 0 || o.only.length === 0) usage(`unknown bench ${unknown.join(",")}`);
   return o;
@@ -219,6 +225,42 @@ function loadavg() {
   } catch {
     return null;
   }
+}
+
+/** Busy and total CPU time of all CPUs so far, from /proc/stat (null where it does not exist). */
+function cpuTimes() {
+  try {
+    const line = fs.readFileSync("/proc/stat", "utf8").split("\n", 1)[0];
+    const v = line.trim().split(/\s+/).slice(1).map(Number); // user nice system idle iowait irq softirq steal …
+    const total = v.slice(0, 8).reduce((a, b) => a + b, 0);
+    return { busy: total - v[3] - (v[4] ?? 0), total };
+  } catch {
+    return null;
+  }
+}
+
+/** Share of all CPUs busy over the next `ms` (null without /proc/stat). */
+async function cpuBusy(ms) {
+  const a = cpuTimes();
+  await new Promise((r) => setTimeout(r, ms));
+  const b = cpuTimes();
+  if (a === null || b === null || b.total === a.total) return null;
+  return (b.busy - a.busy) / (b.total - a.total);
+}
+
+/**
+ * Waits for the machine to be idle before a bench run: samples the CPUs' busy share over 1 s
+ * until it is at most IDLE_BUSY, for at most `settleS` seconds (the processes of the previous
+ * bench run may still be exiting, and other work may be running). Returns the last sample and
+ * the seconds waited.
+ */
+async function settle(settleS) {
+  const t0 = Date.now();
+  let busy = await cpuBusy(SAMPLE_MS);
+  while (busy !== null && busy > IDLE_BUSY && Date.now() - t0 + SAMPLE_MS <= settleS * 1000) {
+    busy = await cpuBusy(SAMPLE_MS);
+  }
+  return { busy, waited_s: Math.round((Date.now() - t0) / 100) / 10 };
 }
 
 /** Splits a field path at the dots outside brackets. */
@@ -273,7 +315,7 @@ function meets(v, { op, limit }) {
 }
 
 /** Runs one bench; resolves with its parsed JSON report or an error, never rejects. */
-function runBench(name, run, opts, logDir) {
+function runBench(name, run, opts, logDir, idle) {
   const b = BENCHES[name];
   const env = { ...process.env, ...b.env, ...(opts.quick ? b.quick : {}) };
   const errFile = path.join(logDir, `${name}-${run}.err`);
@@ -305,6 +347,8 @@ function runBench(name, run, opts, logDir) {
           .map(([k, v]) => `${k}=${v} `)
           .join("")}${b.cmd.join(" ")}`,
         seconds: Math.round((Date.now() - t0) / 100) / 10,
+        cpu_busy_start: idle.busy === null ? null : Math.round(idle.busy * 1000) / 1000,
+        settle_s: idle.waited_s,
         load_start,
         load_end: loadavg(),
         exit: code,
@@ -363,6 +407,7 @@ for (const sig of ["SIGINT", "SIGTERM"]) {
 }
 
 const fmtLoad = (l) => (l === null ? "?" : l[0].toFixed(2));
+const fmtBusy = (b) => (b === null ? "?" : `${Math.round(b * 100)} %`);
 const fmtDuration = (s) => (s < 120 ? `${s} s` : `${Math.round(s / 6) / 10} min`);
 const fmtNum = (v) => (typeof v === "number" ? String(Math.round(v * 1000) / 1000) : "n/a");
 
@@ -371,7 +416,7 @@ function markdown(doc) {
   const head = [
     "target",
     "bench",
-    ...Array.from({ length: runs }, (_, i) => `run ${i + 1} (load start→end)`),
+    ...Array.from({ length: runs }, (_, i) => `run ${i + 1} (busy at start; load start→end)`),
     "target",
     "met in every run",
   ];
@@ -385,7 +430,7 @@ function markdown(doc) {
     const cells = t.runs.map((r) =>
       r.value === null
         ? `n/a (${t.bench})`
-        : `${fmtNum(r.value)}${r.met ? "" : " ✗"} (${fmtLoad(r.load_start)}→${fmtLoad(r.load_end)})`,
+        : `${fmtNum(r.value)}${r.met ? "" : " ✗"} (${fmtBusy(r.cpu_busy_start)}; ${fmtLoad(r.load_start)}→${fmtLoad(r.load_end)})`,
     );
     const met = t.met_every_run === true ? "**yes**" : t.met_every_run === false ? "no" : "n/a";
     lines.push(`| ${t.label} | ${t.bench} | ${cells.join(" | ")} | ${t.target} | ${met} |`);
@@ -393,7 +438,8 @@ function markdown(doc) {
   lines.push("");
   lines.push(
     `Met in every run: ${doc.summary.met} of ${doc.summary.targets}; missed: ${doc.summary.missed}; n/a: ${doc.summary.na}. ` +
-      `Load: 1-minute average from /proc/loadavg at the start and end of that row's bench run. Total ${fmtDuration(doc.seconds)}.`,
+      `Busy: share of all CPUs busy over the 1 s before that row's bench run started (/proc/stat; it waits up to ${doc.settle_s} s for at most ${Math.round(IDLE_BUSY * 100)} %). ` +
+      `Load: 1-minute average from /proc/loadavg at the start and end of the run (it lags: a bench leaves it above 1 for a minute). Total ${fmtDuration(doc.seconds)}.`,
   );
   const byBench = new Map();
   for (const r of doc.bench_runs)
@@ -417,8 +463,11 @@ async function main() {
   const benchRuns = []; // { res, report } in the order run
   for (let run = 1; run <= opts.runs; run++) {
     for (const name of opts.only) {
-      process.stderr.write(`bench-targets: run ${run}/${opts.runs} ${name} (load ${fmtLoad(loadavg())}) …\n`);
-      const r = await runBench(name, run, opts, logDir);
+      const idle = await settle(opts.settleS);
+      process.stderr.write(
+        `bench-targets: run ${run}/${opts.runs} ${name} (busy ${fmtBusy(idle.busy)} after ${idle.waited_s} s; load ${fmtLoad(loadavg())}) …\n`,
+      );
+      const r = await runBench(name, run, opts, logDir, idle);
       benchRuns.push(r);
       process.stderr.write(
         `bench-targets: run ${run}/${opts.runs} ${name} ${r.res.error ?? "done"} in ${r.res.seconds} s\n`,
@@ -428,11 +477,11 @@ async function main() {
   const warnings = [];
   for (const name of opts.only) {
     const busy = benchRuns.filter(
-      (r) => r.res.bench === name && r.res.load_start !== null && r.res.load_start[0] > IDLE_LOAD,
+      (r) => r.res.bench === name && r.res.cpu_busy_start !== null && r.res.cpu_busy_start > IDLE_BUSY,
     );
     if (busy.length > 0)
       warnings.push(
-        `not idle: ${name} run ${busy.map((r) => r.res.run).join(", ")} started at load ${busy.map((r) => fmtLoad(r.res.load_start)).join(", ")} (> ${IDLE_LOAD}): its numbers are not the idle-machine ones`,
+        `not idle: ${name} run ${busy.map((r) => r.res.run).join(", ")} started with ${busy.map((r) => fmtBusy(r.res.cpu_busy_start)).join(", ")} of the CPUs busy (> ${Math.round(IDLE_BUSY * 100)} % after waiting ${opts.settleS} s): its numbers are not the idle-machine ones`,
       );
   }
   for (const { res } of benchRuns) {
@@ -465,6 +514,7 @@ async function main() {
         run: res.run,
         value,
         met: value === null ? null : meets(value, used),
+        cpu_busy_start: res.cpu_busy_start,
         load_start: res.load_start,
         load_end: res.load_end,
       });
@@ -498,7 +548,8 @@ async function main() {
     runs: opts.runs,
     quick: opts.quick,
     interleaved: "run 1 of every bench, then run 2 of every bench, …",
-    idle_load_threshold: IDLE_LOAD,
+    idle_busy_threshold: IDLE_BUSY,
+    settle_s: opts.settleS,
     seconds: Math.round((Date.now() - t0) / 1000),
     summary: {
       targets: targets.length,
