@@ -164,6 +164,9 @@ async function startBin(args: string[], cwd?: string): Promise<Bin> {
       // TAPWIRE_BENCH_WORKER_NODE_ARGS: extra node flags of the workers (e.g. --cpu-prof).
       ...(process.env.TAPWIRE_BENCH_WORKER_NODE_ARGS ?? "").split(" ").filter((x) => x !== ""),
       BIN,
+      // Gone with this process, however it ends (docs/operations.md "Children that die with
+      // their parent"): a bench that throws or is killed leaves no worker behind.
+      "--exit-with-parent",
       "--listen",
       "tcp://127.0.0.1:0",
       "--log-level",
@@ -174,7 +177,7 @@ async function startBin(args: string[], cwd?: string): Promise<Bin> {
       "1024",
       ...args,
     ],
-    { stdio: ["ignore", "pipe", "inherit"], ...(cwd !== undefined ? { cwd } : {}) },
+    { stdio: ["pipe", "pipe", "inherit"], ...(cwd !== undefined ? { cwd } : {}) },
   );
   const line = await new Promise<Record<string, unknown>>((resolve, reject) => {
     createInterface({ input: proc.stdout! }).on("line", (l) => {
