@@ -327,3 +327,69 @@ describe("CONTRACT 12.1: a shared worker's sessions", () => {
     expect(text).toContain('client_rounds_total{client="engine-0"} 1');
   });
 });
+
+describe('CONTRACT 12.1 memory: slot buffers of a lone session (docs/worker.md "Sizing a shared worker")', () => {
+  const W = GEOM.window;
+  /** Slot 0 of session `s`: W rows (RESYNC), then `appends` one-row appends; every STEP OK. */
+  async function grow(r: Rig, c: FrameConn, s: number, from: number, appends: number): Promise<number> {
+    let pos = from;
+    if (pos === 0) {
+      expect((await r.step(c, s, 0, W)).status).toBe(FrameStatus.OK);
+      pos = W;
+    }
+    for (let i = 0; i < appends; i++) {
+      pos++;
+      const a = await r.send(
+        c,
+        stepFrame({
+          seq: r.nextSeq(s),
+          session: s,
+          entries: [entry({ slot: 0, anchorPos: pos, rowStart: pos - 1, nRows: 1 })],
+          salt: s & 0xff,
+        }),
+      );
+      expect(a.status).toBe(FrameStatus.OK);
+    }
+    return pos;
+  }
+  const slotBytes = async (r: Rig, c: FrameConn) => (await r.stats(c)).json.slot_bytes as number;
+
+  test("alone: 4 windows; a second admission shrinks them to 2 at once; the other's idle drop gives 4 back", async () => {
+    const r = new Rig({ maxSessions: 2, maxWindowBytes: 2 * RES4 });
+    const ca = conn("a");
+    const cb = conn("b");
+    await r.hello(ca, A);
+    let pos = await grow(r, ca, A, 0, 2 * W);
+    expect(await slotBytes(r, ca)).toBe(4 * W * ROW_BYTES);
+    await r.hello(cb, B);
+    // Before B's first STEP: A's buffer is 2 windows, and its window still connects.
+    expect(await slotBytes(r, ca)).toBe(2 * W * ROW_BYTES);
+    pos = await grow(r, ca, A, pos, 4 * W);
+    expect(await slotBytes(r, ca)).toBe(2 * W * ROW_BYTES);
+    expect((await r.stats(ca)).json.windows_held).toBe(1);
+    // B idles out: A is alone again and its buffer grows back at its next compaction.
+    r.now += IDLE / 2;
+    pos = await grow(r, ca, A, pos, 1);
+    r.now += IDLE / 2;
+    r.core.sweepIdle();
+    expect(r.core.heldSessions).toEqual([A]);
+    await grow(r, ca, A, pos, 2 * W);
+    expect(await slotBytes(r, ca)).toBe(4 * W * ROW_BYTES);
+  });
+
+  test("alone, but 4 windows of its reservation exceed 2 x max_window_bytes: it keeps 2", async () => {
+    const r = new Rig({ maxSessions: 2, maxWindowBytes: RES4 });
+    const ca = conn("a");
+    await r.hello(ca, A);
+    await grow(r, ca, A, 0, 4 * W);
+    expect(await slotBytes(r, ca)).toBe(2 * W * ROW_BYTES);
+  });
+
+  test("an explicit slotBufferWindows holds alone too", async () => {
+    const r = new Rig({ maxSessions: 2, maxWindowBytes: 2 * RES4, slotBufferWindows: 2 });
+    const ca = conn("a");
+    await r.hello(ca, A);
+    await grow(r, ca, A, 0, 4 * W);
+    expect(await slotBytes(r, ca)).toBe(2 * W * ROW_BYTES);
+  });
+});
