@@ -115,12 +115,6 @@ export interface CoreConfig {
   readonly log: WorkerLogger;
   readonly now: () => number;
   readonly slotBufferWindows: number;
-  /**
-   * Slot buffer windows of a session held alone by a shared worker, while `lone × its reservation`
-   * fits `slotBufferWindows × max_window_bytes` (the same slot memory bound): the unshared default
-   * (4) unless `slotBufferWindows` was given, then that (docs/worker.md "Sizing a shared worker").
-   */
-  readonly loneSlotBufferWindows: number;
   /** `num_taps * hidden * 2` of the drafter. */
   readonly rowBytes: number;
   /** CONTRACT 12.1 `max_sessions` (1: not shared). */
@@ -232,14 +226,6 @@ export function resolveCoreOptions(options: WorkerCoreOptions): CoreConfig {
     0,
     1_000_000,
   );
-  const slotBufferWindows = intOption(
-    "slotBufferWindows",
-    options.slotBufferWindows,
-    // CONTRACT 12.1 memory: a shared worker's slot memory stays near max_window_bytes.
-    maxSessions > 1 ? SHARED_SLOT_BUFFER_WINDOWS : CORE_DEFAULTS.slotBufferWindows,
-    2,
-    16,
-  );
   return {
     maxSessions,
     maxWindowBytes,
@@ -256,11 +242,14 @@ export function resolveCoreOptions(options: WorkerCoreOptions): CoreConfig {
     registry: options.registry ?? new Registry({ prefix: "tapwire_worker_" }),
     log: logger ?? silentLogger,
     now: options.now ?? (() => performance.now()),
-    slotBufferWindows,
-    loneSlotBufferWindows:
-      options.slotBufferWindows === undefined && maxSessions > 1
-        ? CORE_DEFAULTS.slotBufferWindows
-        : slotBufferWindows,
+    slotBufferWindows: intOption(
+      "slotBufferWindows",
+      options.slotBufferWindows,
+      // CONTRACT 12.1 memory: a shared worker's slot memory stays near max_window_bytes.
+      maxSessions > 1 ? SHARED_SLOT_BUFFER_WINDOWS : CORE_DEFAULTS.slotBufferWindows,
+      2,
+      16,
+    ),
     rowBytes,
   };
 }

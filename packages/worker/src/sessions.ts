@@ -272,7 +272,6 @@ export class SessionTable {
       this.#held.push(target);
       this.#tm.admitted.inc();
     }
-    this.#fitBuffers();
     this.#gauges();
     return reply;
   }
@@ -392,29 +391,7 @@ export class SessionTable {
     this.#reserved -= h.reservation;
     h.reservation = 0;
     this.#tm.dropped[reason].inc();
-    this.#fitBuffers();
     this.#gauges();
-  }
-
-  /**
-   * The slot buffers of the held sessions (docs/worker.md "Sizing a shared worker"): a session
-   * held alone gets the unshared size (`loneSlotBufferWindows`, 4 by default) while that many
-   * windows of its reservation fit `slotBufferWindows × max_window_bytes`; with two or more held,
-   * every session has `slotBufferWindows`, so slot memory stays within `slotBufferWindows ×
-   * max_window_bytes`. Runs after each admission and drop, before the admitted session's first
-   * STEP: shrinking moves the lone session's windows at once (WindowStore.setBufferWindows).
-   */
-  #fitBuffers(): void {
-    const cfg = this.#cfg;
-    const held = this.#held;
-    if (held.length === 1) {
-      const h = held[0]!;
-      const lone = cfg.loneSlotBufferWindows;
-      const fits = lone * h.reservation <= cfg.slotBufferWindows * cfg.maxWindowBytes;
-      h.store.setBufferWindows(fits ? lone : cfg.slotBufferWindows);
-      return;
-    }
-    for (let i = 0; i < held.length; i++) held[i]!.store.setBufferWindows(cfg.slotBufferWindows);
   }
 
   #gauges(): void {

@@ -28,14 +28,6 @@
  * keeps the version it was made at (any change of the slot discards it), and it never overlaps
  * the window or the room a placement writes into (docs/worker.md "Compaction between STEPs").
  *
- * Resizing ({@link WindowStore.setBufferWindows}): a shared worker gives a lone session the buffers
- * of an unshared one and shrinks them when another session is admitted. Shrinking moves every
- * window held in a larger buffer into one of the new size at once (a copy of at most W rows per
- * slot, the cost of one compaction), except slots with a placement outstanding: those move when
- * the placement settles (commit or cancel), so a transport never loses the room it reads into.
- * The old buffers are never pooled, so views handed out before (a queued drafter call's rows)
- * keep their bytes. Growing is lazy: a buffer grows at its slot's next compaction.
- *
  * Private members here are TypeScript `private`, not `#` as elsewhere in the package: this is
  * the per-entry hot path, and with `#` fields the placed-STEP benchmark ran about 6 % slower on
  * Node 20 (3 µs per STEP at 64 slots, interleaved runs; docs/benchmarks/worker.md).
@@ -93,11 +85,8 @@ export class WindowStore {
   readonly window: number;
   /** Bytes of one tap row (HELLO `row_bytes` = num_taps × hidden × 2, CONTRACT 6.1). */
   readonly rowBytes: number;
-  /** Rows a slot's buffer grows to: `bufferWindows * W` ({@link setBufferWindows} changes it). */
-  get maxBufferRows(): number {
-    return this.bufferRows;
-  }
-  private bufferRows: number;
+  /** Rows a slot's buffer grows to: `bufferWindows * W`. */
+  readonly maxBufferRows: number;
   private readonly generation: Uint32Array;
   private readonly known: Uint8Array;
   private readonly start: Uint32Array;
@@ -116,7 +105,7 @@ export class WindowStore {
   private allocatedBytes = 0;
   private compacted = 0;
   /** Until its first compaction, slot `s` uses its full-size buffer up to `s mod staggerRows` rows short of the end. */
-  private staggerRows: number;
+  private readonly staggerRows: number;
   /** 1 once the slot's current buffer was compacted (its phase is set; it now uses every row). */
   private readonly phased: Uint8Array;
   /** Per slot: rows of the shadow at the buffer front (see the module comment). */
@@ -126,9 +115,6 @@ export class WindowStore {
   /** Per slot: rows of its last append (the size {@link prepareAppends} prepares for). */
   private readonly lastRows: Uint32Array;
   private shadowed = 0;
-  /** Per slot: 1 while its buffer is larger than the maximum and a placement holds it (see setBufferWindows). */
-  private readonly shrinkDue: Uint8Array;
-  private shrinkDueCount = 0;
 
   /**
    * @param bufferWindows a slot's buffer holds up to this many windows of rows (2..16, default
@@ -139,14 +125,14 @@ export class WindowStore {
     intOption("window", window, 1, 1, Number.MAX_SAFE_INTEGER);
     intOption("rowBytes", rowBytes, 2, 2, Number.MAX_SAFE_INTEGER);
     intOption("bufferWindows", bufferWindows, 4, 2, 16);
-    this.bufferRows = bufferWindows * window;
+    this.maxBufferRows = bufferWindows * window;
     // Slots that advance in lockstep (every running request accepts tokens every round) would
     // otherwise all reach their buffer end, and compact W-1 rows each, on the same STEP: a spike
     // of max_slots * (W-1) row copies every (bufferWindows-1) * W rounds. A slot's first
     // compaction in a buffer comes up to W rows early (by slot), after which every slot has the
     // same period, so lockstep slots stay spread over W STEPs. The first cycle still leaves at
     // least 2W + 1 usable rows.
-    this.staggerRows = WindowStore.stagger(window, this.maxBufferRows);
+    this.staggerRows = Math.max(1, Math.min(window, this.maxBufferRows - 2 * window));
     this.phased = new Uint8Array(maxSlots);
     this.maxSlots = maxSlots;
     this.window = window;
@@ -162,78 +148,6 @@ export class WindowStore {
     this.shadowRows = new Uint32Array(maxSlots);
     this.shadowVersion = new Float64Array(maxSlots).fill(-1);
     this.lastRows = new Uint32Array(maxSlots);
-    this.shrinkDue = new Uint8Array(maxSlots);
-  }
-
-  /** Rows each slot's first buffer cycle leaves unused, by slot (see the constructor). */
-  private static stagger(window: number, maxBufferRows: number): number {
-    return Math.max(1, Math.min(window, maxBufferRows - 2 * window));
-  }
-
-  /**
-   * Sets how many windows a slot's buffer holds (2..16; see the module comment on resizing).
-   * Shrinking moves each window held in a larger buffer into one of the new size now, or, for a
-   * slot with a placement outstanding, when that placement settles; the logical windows do not
-   * change. Growing takes effect at each slot's next compaction. Returns the rows copied.
-   */
-  setBufferWindows(bufferWindows: number): number {
-    intOption("bufferWindows", bufferWindows, 4, 2, 16);
-    const rows = bufferWindows * this.window;
-    if (rows === this.maxBufferRows) return 0;
-    this.bufferRows = rows;
-    this.staggerRows = WindowStore.stagger(this.window, rows);
-    // Pooled buffers have the old size: free them.
-    for (const b of this.pool) this.allocatedBytes -= b.byteLength;
-    this.pool.length = 0;
-    const max = rows * this.rowBytes;
-    let copied = 0;
-    for (let slot = 0; slot < this.maxSlots; slot++) {
-      const buf = this.buffers[slot];
-      if (buf === null || buf === undefined || buf.byteLength <= max) continue;
-      if (this.pending[slot] === 1) {
-        if (this.shrinkDue[slot] === 0) {
-          this.shrinkDue[slot] = 1;
-          this.shrinkDueCount++;
-        }
-        continue;
-      }
-      copied += this.moveToFresh(slot, max);
-    }
-    return copied;
-  }
-
-  /** Test hook: bytes of the slot's current buffer (0: none). */
-  debugBufferBytes(slot: number): number {
-    return this.buffers[slot]?.byteLength ?? 0;
-  }
-
-  /** A slot whose placement settled: shrinks its buffer if {@link setBufferWindows} deferred it. */
-  private settleShrink(slot: number): void {
-    if (this.shrinkDue[slot] === 0) return;
-    this.shrinkDue[slot] = 0;
-    this.shrinkDueCount--;
-    const max = this.maxBufferRows * this.rowBytes;
-    const buf = this.buffers[slot];
-    if (buf !== null && buf !== undefined && buf.byteLength > max) this.moveToFresh(slot, max);
-  }
-
-  /**
-   * Moves the slot's window to the front of a fresh buffer of `bytes` bytes (never pooled away
-   * from under a view); the old one is dropped, not pooled. Returns the rows copied.
-   */
-  private moveToFresh(slot: number, bytes: number): number {
-    const cur = this.buffers[slot]!;
-    const rb = this.rowBytes;
-    const next = this.takeBuffer(bytes);
-    const s = this.start[slot]! * rb;
-    const n = this.count[slot]!;
-    if (n > 0) next.set(cur.subarray(s, s + n * rb), 0);
-    this.start[slot] = 0;
-    this.buffers[slot] = next;
-    this.allocatedBytes -= cur.byteLength;
-    this.phased[slot] = 0;
-    this.bump(slot);
-    return n;
   }
 
   /** Appends that found their survivors already moved by {@link prepareAppends} (no copy on the STEP). */
@@ -406,9 +320,7 @@ export class WindowStore {
 
   /** A valid placement whose frame was not applied: the slot has no placement outstanding. */
   cancelPlacement(slot: number, version: number): void {
-    if (this.version[slot] !== version) return;
-    this.pending[slot] = 0;
-    if (this.shrinkDueCount !== 0) this.settleShrink(slot);
+    if (this.version[slot] === version) this.pending[slot] = 0;
   }
 
   /**
@@ -417,17 +329,6 @@ export class WindowStore {
    * {@link applyRows}, without copying (`nRows <= W`).
    */
   commitPlaced(slot: number, rowStart: number, nRows: number, row: number, resync: boolean): void {
-    this.commitPlacedRows(slot, rowStart, nRows, row, resync);
-    if (this.shrinkDueCount !== 0) this.settleShrink(slot);
-  }
-
-  private commitPlacedRows(
-    slot: number,
-    rowStart: number,
-    nRows: number,
-    row: number,
-    resync: boolean,
-  ): void {
     this.pending[slot] = 0;
     this.bump(slot);
     if (nRows > 0) this.lastRows[slot] = nRows;
@@ -478,7 +379,6 @@ export class WindowStore {
       if (this.pending[slot] === 1) {
         // A placement may still write into it: never hand it to another slot.
         this.pending[slot] = 0;
-        this.clearShrinkDue(slot);
         this.allocatedBytes -= buf.byteLength;
       } else {
         this.giveBack(buf);
@@ -498,8 +398,6 @@ export class WindowStore {
     // Buffers are dropped, not pooled: outstanding placements write into garbage.
     this.version.fill(++this.stamp);
     this.pending.fill(0);
-    this.shrinkDue.fill(0);
-    this.shrinkDueCount = 0;
     this.nonEmpty = 0;
     this.allocatedBytes = 0;
   }
@@ -553,25 +451,17 @@ export class WindowStore {
    */
   private detach(slot: number): void {
     this.pending[slot] = 0;
-    this.clearShrinkDue(slot);
     this.bump(slot);
     const cur = this.buffers[slot] ?? null;
     if (cur === null) return;
     const rb = this.rowBytes;
-    // At most the maximum size: a buffer left larger by setBufferWindows shrinks here.
-    const next = this.takeBuffer(Math.min(cur.byteLength, this.maxBufferRows * rb));
+    const next = this.takeBuffer(cur.byteLength);
     const s = this.start[slot]! * rb;
     const n = this.count[slot]! * rb;
     if (n > 0) next.set(cur.subarray(s, s + n), 0);
     this.start[slot] = 0;
     this.buffers[slot] = next;
     this.allocatedBytes -= cur.byteLength;
-  }
-
-  private clearShrinkDue(slot: number): void {
-    if (this.shrinkDue[slot] === 0) return;
-    this.shrinkDue[slot] = 0;
-    this.shrinkDueCount--;
   }
 
   private clearWindow(slot: number): void {
@@ -638,12 +528,10 @@ export class WindowStore {
     const cur = this.buffers[slot] ?? null;
     // A full-size buffer (at least 2W rows) always suffices: callers need at most W rows from
     // row 0, and W rows of room keep compactions to at most one extra copy per appended row.
-    // Smaller buffers grow (doubling) when their end is reached rather than compact; a larger
-    // one (left by setBufferWindows) is replaced by a full-size one.
+    // Smaller buffers grow (doubling) when their end is reached rather than compact.
     if (
       cur !== null &&
-      cur.byteLength <= maxRows * rb &&
-      (cur.byteLength === maxRows * rb || (keepRows === 0 && cur.byteLength >= needRows * rb))
+      (cur.byteLength >= maxRows * rb || (keepRows === 0 && cur.byteLength >= needRows * rb))
     ) {
       const s = this.start[slot]! * rb;
       if (keepRows > 0 && s > 0) {
@@ -655,7 +543,6 @@ export class WindowStore {
     }
     let rows =
       cur === null ? Math.min(maxRows, MIN_CAPACITY_ROWS) : Math.min(maxRows, (cur.byteLength / rb) * 2);
-    // (A buffer larger than maxRows gets maxRows rows: at least 2W, which always suffices.)
     while (rows < needRows * 2 && rows < maxRows) rows = Math.min(maxRows, rows * 2);
     const next = this.takeBuffer(rows * rb);
     if (cur !== null) {

@@ -361,28 +361,32 @@ describe("WindowStore receive placement (docs/worker.md: rows received in place)
   });
 });
 
-/**
- * One random operation on one of 3 slots (mostly appends), copied or placed (then cancelled or
- * not), with or without compaction between STEPs first: the shared generator of the properties below.
- */
-function mixedOp(W: number) {
-  return {
-    kind: fc.constantFrom("append", "append", "append", "append", "gap", "resync", "reset", "release"),
-    n: fc.integer({ min: 1, max: W }),
-    gap: fc.integer({ min: 1, max: 9 }),
-    slot: fc.nat(2),
-    placed: fc.boolean(),
-    cancel: fc.boolean(),
-    prepare: fc.boolean(),
-  };
-}
-
 describe("WindowStore compaction between STEPs (docs/worker.md: Compaction between STEPs)", () => {
   test("property: prepareAppends between operations changes no window, copied or placed, cancelled or not", () => {
     const W = 6;
     fc.assert(
       fc.property(
-        fc.array(fc.record(mixedOp(W)), { minLength: 1, maxLength: 80 }),
+        fc.array(
+          fc.record({
+            kind: fc.constantFrom(
+              "append",
+              "append",
+              "append",
+              "append",
+              "gap",
+              "resync",
+              "reset",
+              "release",
+            ),
+            n: fc.integer({ min: 1, max: W }),
+            gap: fc.integer({ min: 1, max: 9 }),
+            slot: fc.nat(2),
+            placed: fc.boolean(),
+            cancel: fc.boolean(),
+            prepare: fc.boolean(),
+          }),
+          { minLength: 1, maxLength: 80 },
+        ),
         fc.integer({ min: 2, max: 4 }),
         (ops, bw) => {
           const plain = new WindowStore(3, W, RB, bw);
@@ -461,134 +465,5 @@ describe("WindowStore compaction between STEPs (docs/worker.md: Compaction betwe
       expect(onStep).toBe(0);
       expect(s.shadowedAppends).toBeGreaterThan(0);
     }
-  });
-});
-
-describe('WindowStore resizing (a shared worker\'s lone session: docs/worker.md "Sizing a shared worker")', () => {
-  test("property: setBufferWindows at any point, placements outstanding too, changes no window; settled buffers stay within the new maximum", () => {
-    const W = 6;
-    fc.assert(
-      fc.property(
-        fc.array(
-          fc.record({
-            ...mixedOp(W),
-            // resize before the operation, or while its placement is outstanding
-            resize: fc.option(fc.integer({ min: 2, max: 5 })),
-            resizeMid: fc.option(fc.integer({ min: 2, max: 5 })),
-          }),
-          { minLength: 1, maxLength: 80 },
-        ),
-        (ops) => {
-          const plain = new WindowStore(3, W, RB, 4);
-          const resized = new WindowStore(3, W, RB, 4);
-          const gen = [1, 1, 1];
-          for (const s of [plain, resized]) for (let k = 0; k < 3; k++) s.checkGeneration(k, 1);
-          const settled = () => {
-            for (let j = 0; j < 3; j++) {
-              expect(resized.debugWindow(j)).toEqual(plain.debugWindow(j));
-              expect(resized.debugBufferBytes(j)).toBeLessThanOrEqual(resized.maxBufferRows * RB);
-            }
-          };
-          for (const o of ops) {
-            const k = o.slot;
-            if (o.resize !== null) resized.setBufferWindows(o.resize);
-            if (o.prepare) resized.prepareAppends();
-            settled();
-            if (o.kind === "release") {
-              plain.release(k);
-              resized.release(k);
-              continue;
-            }
-            const before = resized.debugWindow(k);
-            const end = before.nRows > 0 ? before.firstPos + before.nRows : 0;
-            const start = o.kind === "append" ? end : o.kind === "gap" ? end + o.gap : o.gap;
-            const rows = rowsFor(start, o.n);
-            const resync = o.kind === "resync";
-            if (o.kind === "reset") {
-              gen[k]!++;
-              plain.checkGeneration(k, gen[k]!);
-              resized.checkGeneration(k, gen[k]!);
-            }
-            if (o.placed) {
-              const p = resized.placeAfterWindow(k, o.n);
-              if (o.resizeMid !== null) resized.setBufferWindows(o.resizeMid);
-              // The room a transport reads into survives a resize (the slot moves when it settles).
-              expect(resized.placementValid(k, p.version)).toBe(true);
-              expect(resized.debugWindow(k)).toEqual(plain.debugWindow(k));
-              p.view.set(rows);
-              if (o.cancel) {
-                resized.cancelPlacement(k, p.version);
-                settled();
-                continue;
-              }
-              resized.commitPlaced(k, start, o.n, p.row, resync);
-            } else {
-              resized.applyRows(k, start, o.n, rows, 0, resync);
-            }
-            plain.applyRows(k, start, o.n, rows, 0, resync);
-            settled();
-            expect(resized.windowsHeld).toBe(plain.windowsHeld);
-          }
-        },
-      ),
-      { numRuns: 300 },
-    );
-  });
-
-  test("shrinking moves every window at once; a view taken before keeps its bytes; growing waits for the next compaction", () => {
-    const W = 4;
-    const s = new WindowStore(2, W, RB, 4);
-    for (const k of [0, 1]) {
-      s.checkGeneration(k, 1);
-      s.applyRows(k, 0, W, rowsFor(0, W), 0, true);
-      for (let p = W; p < 3 * W; p++) s.applyRows(k, p, 1, rowsFor(p, 1), 0, false);
-      expect(s.debugBufferBytes(k)).toBe(4 * W * RB);
-    }
-    const view = s.rowsView(0, W);
-    const was = view.slice();
-    expect(s.setBufferWindows(2)).toBe(2 * W);
-    for (const k of [0, 1]) {
-      expect(s.debugBufferBytes(k)).toBe(2 * W * RB);
-      expect(positionsOf(s.debugWindow(k).rows)).toEqual(range(2 * W, 3 * W));
-    }
-    expect(s.bytesAllocated).toBe(2 * 2 * W * RB);
-    for (let p = 3 * W; p < 6 * W; p++) s.applyRows(0, p, 1, rowsFor(p, 1), 0, false);
-    // The old buffer was not pooled or reused: a queued drafter call's rows are unchanged.
-    expect(view).toEqual(was);
-    expect(s.setBufferWindows(4)).toBe(0);
-    expect(s.debugBufferBytes(0)).toBe(2 * W * RB);
-    for (let p = 6 * W; p < 8 * W; p++) s.applyRows(0, p, 1, rowsFor(p, 1), 0, false);
-    expect(s.debugBufferBytes(0)).toBe(4 * W * RB);
-    expect(positionsOf(s.debugWindow(0).rows)).toEqual(range(7 * W, 8 * W));
-    expect(() => s.setBufferWindows(1)).toThrow();
-  });
-
-  test("a placement outstanding at a shrink keeps its room; the slot shrinks when it commits or is cancelled", () => {
-    const W = 4;
-    const s = new WindowStore(3, W, RB, 4);
-    for (const k of [0, 1, 2]) {
-      s.checkGeneration(k, 1);
-      s.applyRows(k, 0, W, rowsFor(0, W), 0, true);
-      for (let p = W; p < 3 * W; p++) s.applyRows(k, p, 1, rowsFor(p, 1), 0, false);
-    }
-    const p0 = s.placeAfterWindow(0, 2);
-    const p1 = s.placeAfterWindow(1, 2);
-    const p2 = s.placeAfterWindow(2, 2);
-    s.setBufferWindows(2);
-    // Another write to slot 2 abandons its placement: the window moves to a buffer of the new size.
-    s.applyRows(2, 3 * W, 1, rowsFor(3 * W, 1), 0, false);
-    expect(s.placementValid(2, p2.version)).toBe(false);
-    expect(s.debugBufferBytes(2)).toBe(2 * W * RB);
-    expect(positionsOf(s.debugWindow(2).rows)).toEqual(range(2 * W + 1, 3 * W + 1));
-    expect(s.debugBufferBytes(0)).toBe(4 * W * RB);
-    expect(s.debugBufferBytes(1)).toBe(4 * W * RB);
-    p0.view.set(rowsFor(3 * W, 2));
-    expect(s.placementValid(0, p0.version)).toBe(true);
-    s.commitPlaced(0, 3 * W, 2, p0.row, false);
-    expect(s.debugBufferBytes(0)).toBe(2 * W * RB);
-    expect(positionsOf(s.debugWindow(0).rows)).toEqual(range(3 * W - 2, 3 * W + 2));
-    s.cancelPlacement(1, p1.version);
-    expect(s.debugBufferBytes(1)).toBe(2 * W * RB);
-    expect(positionsOf(s.debugWindow(1).rows)).toEqual(range(2 * W, 3 * W));
   });
 });
