@@ -184,6 +184,8 @@ function workerArgs(listen: string[]): string[] {
     String(MAX_ROWS),
     "--log-level",
     "info",
+    // BENCH_WORKER_ARGS: extra tapwire-worker flags (e.g. "--slot-buffer-windows 2")
+    ...(process.env.BENCH_WORKER_ARGS ?? "").split(" ").filter((x) => x !== ""),
   ];
 }
 

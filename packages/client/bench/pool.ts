@@ -59,6 +59,7 @@ const GEOMETRY_FLAGS = Object.entries({
   "max-slots": SLOTS,
   "max-rows-per-step": SLOTS * WINDOW,
   "max-sessions": 3,
+  ...(process.env.SBW ? { "slot-buffer-windows": process.env.SBW } : {}),
 }).flatMap(([flag, value]) => [`--${flag}`, String(value)]);
 
 /** One `tapwire-worker --drafter null` child: one worker. */

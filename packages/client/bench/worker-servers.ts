@@ -21,6 +21,7 @@ const { values: v } = parseArgs({
     "max-slots": { type: "string" },
     "max-rows-per-step": { type: "string" },
     "max-sessions": { type: "string" },
+    "slot-buffer-windows": { type: "string" },
   },
 });
 
@@ -61,6 +62,7 @@ for (let i = 0; i < count; i++) {
       maxSlots: int("max-slots"),
       maxRowsPerStep: int("max-rows-per-step"),
       maxSessions: int("max-sessions"),
+      ...(v["slot-buffer-windows"] === undefined ? {} : { slotBufferWindows: int("slot-buffer-windows") }),
     }),
   );
 }
